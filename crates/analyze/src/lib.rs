@@ -1,0 +1,1 @@
+//! zpage-analyze (being built).

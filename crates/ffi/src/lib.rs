@@ -1,0 +1,1 @@
+//! zpage-ffi (being built).

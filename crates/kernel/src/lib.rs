@@ -1,0 +1,1 @@
+//! zpage-kernel (being built).

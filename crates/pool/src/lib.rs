@@ -1,0 +1,1 @@
+//! zpage-pool (being built).

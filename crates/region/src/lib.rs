@@ -1,0 +1,1 @@
+//! zpage-region (being built).

@@ -1,0 +1,1 @@
+//! zpage-store (being built).
