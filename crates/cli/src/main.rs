@@ -1,1 +1,48 @@
-fn main() {}
+//! `zpage`: see what memory compression does for your programs, run them on
+//! compressed memory, and keep the kernel's zram and zswap healthy.
+
+use clap::{Parser, Subcommand};
+
+mod cmd_analyze;
+mod cmd_bench;
+mod cmd_demo;
+mod cmd_kernel;
+
+#[derive(Debug, Parser)]
+#[command(name = "zpage", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// How well does this memory compress? Images, a PID, or every readable process.
+    Analyze(cmd_analyze::Args),
+    /// The seeds' benchmarks on a compressed region, side by side with the kernel's zram/zswap.
+    Bench(cmd_bench::Args),
+    /// A realistic data set several times the budget, on a compressed region, with live stats.
+    Demo(cmd_demo::Args),
+    /// Status, configuration and monitoring of the kernel's zram and zswap.
+    Kernel(cmd_kernel::Args),
+    /// Prometheus exporter for zram, zswap, swap devices and zpage regions.
+    Exporter(cmd_kernel::ExporterArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Analyze(args) => cmd_analyze::run(args),
+        Command::Bench(args) => cmd_bench::run(args),
+        Command::Demo(args) => cmd_demo::run(args),
+        Command::Kernel(args) => cmd_kernel::run(args),
+        Command::Exporter(args) => cmd_kernel::run_exporter(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("zpage: error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
