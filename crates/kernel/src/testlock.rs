@@ -1,0 +1,52 @@
+//! Machine-wide lock for tests that change kernel state (zram, swap, zswap,
+//! sysctls, cgroups): those tests must never run at the same time, whichever
+//! crate or engineer runs them.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// Path of the lock file every crate agrees on.
+pub const KERNEL_TEST_LOCK_PATH: &str = "/tmp/zpage-kernel-state.lock";
+
+/// Holds an exclusive `flock` on [`KERNEL_TEST_LOCK_PATH`] until dropped.
+///
+/// Take it first in any test that touches zram devices, swap, zswap
+/// parameters, sysctls or cgroups; then save the state to restore in a guard
+/// whose `Drop` puts it back.
+#[derive(Debug)]
+pub struct KernelTestLock {
+    _file: File,
+}
+
+impl KernelTestLock {
+    /// Blocks until the machine-wide lock is held.
+    ///
+    /// # Panics
+    /// Only if the lock file cannot be opened or locked at all (e.g. /tmp is
+    /// read-only); a test cannot safely continue then. Use
+    /// [`KernelTestLock::try_acquire`] to handle that case yourself.
+    pub fn acquire() -> KernelTestLock {
+        match Self::try_acquire() {
+            Ok(lock) => lock,
+            Err(e) => panic!("cannot take the kernel test lock: {e}"),
+        }
+    }
+
+    /// Blocks until the lock is held, or reports why it cannot be taken.
+    pub fn try_acquire() -> crate::Result<KernelTestLock> {
+        let path = Path::new(KERNEL_TEST_LOCK_PATH);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o666)
+            .open(path)
+            .or_else(|_| File::open(path))
+            .map_err(|e| crate::KernelError::io(path, "open the test lock file", e))?;
+        crate::sys::flock_exclusive(&file)
+            .map_err(|e| crate::KernelError::io(path, "flock the test lock file", e))?;
+        Ok(KernelTestLock { _file: file })
+    }
+}

@@ -1,0 +1,113 @@
+//! Helpers shared by the integration tests that touch real kernel state.
+
+#![allow(dead_code)]
+
+use zpage_kernel::zram::ZramDevice;
+
+/// True (and prints a skip line) when the test cannot run here.
+pub fn skip_unless_root(test: &str) -> bool {
+    if !zpage_kernel::is_root() {
+        println!("SKIP {test}: needs root (CI runs as root)");
+        return true;
+    }
+    false
+}
+
+/// Restores a zram device that was free (not initialised) when saved:
+/// reset, then the algorithm it had.
+#[derive(Debug)]
+pub struct FreeZramGuard {
+    pub device: ZramDevice,
+    algorithm: String,
+}
+
+impl FreeZramGuard {
+    /// Saves the state of `device` when it is free; `None` (with a skip
+    /// line) when someone uses it, so the test leaves it alone.
+    pub fn save(device: ZramDevice, test: &str) -> Option<FreeZramGuard> {
+        match device.in_use_reason() {
+            Ok(None) => {}
+            Ok(Some(reason)) => {
+                println!(
+                    "SKIP {test}: {} is in use ({reason}); not touching it",
+                    device.name()
+                );
+                return None;
+            }
+            Err(e) => {
+                println!("SKIP {test}: cannot inspect {}: {e}", device.name());
+                return None;
+            }
+        }
+        let algorithm = device.current_algorithm().ok()?;
+        Some(FreeZramGuard { device, algorithm })
+    }
+}
+
+impl Drop for FreeZramGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.device.reset() {
+            eprintln!("restore {}: reset failed: {e}", self.device.name());
+        }
+        if let Err(e) = std::fs::write(self.device.attr_path("comp_algorithm"), &self.algorithm) {
+            eprintln!(
+                "restore {}: algorithm {} failed: {e}",
+                self.device.name(),
+                self.algorithm
+            );
+        }
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), incompressible for lzo/lz4.
+pub fn random_page(seed: u64) -> Box<[u8; 4096]> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut page = Box::new([0u8; 4096]);
+    for chunk in page.chunks_exact_mut(8) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        chunk.copy_from_slice(&state.to_le_bytes());
+    }
+    page
+}
+
+/// A page of English-like text (compresses well but is not same-filled).
+pub fn text_page(seed: u64) -> Box<[u8; 4096]> {
+    let words = [
+        "memory ",
+        "compression ",
+        "page ",
+        "zram ",
+        "swap ",
+        "kernel ",
+        "the ",
+        "of ",
+        "and ",
+        "device ",
+        "ratio ",
+        "data ",
+    ];
+    let mut page = Box::new([0u8; 4096]);
+    let mut state = seed | 1;
+    let mut pos = 0;
+    while pos < 4096 {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let word = words[(state >> 33) as usize % words.len()].as_bytes();
+        let n = word.len().min(4096 - pos);
+        page[pos..pos + n].copy_from_slice(&word[..n]);
+        pos += n;
+    }
+    page
+}
+
+/// A page filled with one repeated 8-byte word.
+pub fn same_filled_page(word: u64) -> Box<[u8; 4096]> {
+    let mut page = Box::new([0u8; 4096]);
+    for chunk in page.chunks_exact_mut(8) {
+        chunk.copy_from_slice(&word.to_ne_bytes());
+    }
+    page
+}

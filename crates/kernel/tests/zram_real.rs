@@ -1,0 +1,120 @@
+//! zram on the real kernel: write known data into a free device and check
+//! the kernel's counters. Restores the device afterwards.
+
+mod common;
+
+use common::{random_page, same_filled_page, skip_unless_root, text_page, FreeZramGuard};
+use zpage_kernel::zram::ZramDevice;
+use zpage_kernel::{KernelError, KernelTestLock};
+
+#[test]
+fn lists_and_opens_devices() {
+    let devices = match ZramDevice::list() {
+        Ok(d) => d,
+        Err(e) => {
+            println!("SKIP lists_and_opens_devices: {e}");
+            return;
+        }
+    };
+    for device in &devices {
+        let again = ZramDevice::open(device.index()).unwrap();
+        assert_eq!(again.name(), format!("zram{}", device.index()));
+        assert_eq!(
+            again.dev_path().to_str().unwrap(),
+            format!("/dev/zram{}", device.index())
+        );
+        let algorithms = device.algorithms().unwrap();
+        assert!(algorithms.contains(&device.current_algorithm().unwrap()));
+    }
+    match ZramDevice::open(999_999) {
+        Err(KernelError::NoSuchZramDevice { index }) => assert_eq!(index, 999_999),
+        Err(KernelError::ZramModuleNotLoaded) => {}
+        other => panic!("expected NoSuchZramDevice, got {other:?}"),
+    }
+}
+
+#[test]
+fn known_data_shows_in_mm_stat() {
+    if skip_unless_root("known_data_shows_in_mm_stat") {
+        return;
+    }
+    let _lock = KernelTestLock::acquire();
+    let Ok(device) = ZramDevice::open(0) else {
+        println!("SKIP known_data_shows_in_mm_stat: no zram0");
+        return;
+    };
+    let Some(guard) = FreeZramGuard::save(device, "known_data_shows_in_mm_stat") else {
+        return;
+    };
+    let device = &guard.device;
+
+    // Unknown algorithm: refused, nothing changed.
+    let err = device.configure("no-such-algo", 16 << 20).unwrap_err();
+    assert!(err.to_string().contains("no-such-algo"), "{err}");
+    assert_eq!(device.disksize().unwrap(), 0);
+
+    device.configure("lz4", 16 << 20).unwrap();
+    assert_eq!(device.current_algorithm().unwrap(), "lz4");
+    assert_eq!(device.disksize().unwrap(), 16 << 20);
+    // Initialised devices are in use: configure refuses and says how to fix it.
+    let busy = device.configure("lzo", 16 << 20).unwrap_err();
+    assert!(matches!(busy, KernelError::DeviceBusy { .. }), "{busy}");
+    assert!(busy.to_string().contains("zram0"), "{busy}");
+
+    const ZERO: usize = 64;
+    const SAME: usize = 32;
+    const RANDOM: usize = 16;
+    const TEXT: usize = 48;
+    let mut pages: Vec<Box<[u8; 4096]>> = Vec::new();
+    pages.extend((0..ZERO).map(|_| same_filled_page(0)));
+    pages.extend((0..SAME).map(|i| same_filled_page(0x0101_0101_0101_0101 * (i as u64 % 7 + 1))));
+    pages.extend((0..RANDOM).map(|i| random_page(i as u64 + 1)));
+    pages.extend((0..TEXT).map(|i| text_page(i as u64 + 1)));
+    let written = device.write_pages(pages.iter().map(|p| &**p)).unwrap();
+    assert_eq!(written, (pages.len() * 4096) as u64);
+
+    let stat = device.mm_stat().unwrap();
+    println!("mm_stat after writing {ZERO} zero, {SAME} same-filled, {RANDOM} random, {TEXT} text pages: {stat:?}");
+    assert_eq!(stat.same_pages, (ZERO + SAME) as u64);
+    assert_eq!(stat.orig_data_size, (pages.len() * 4096) as u64);
+    assert_eq!(stat.huge_pages, RANDOM as u64);
+    assert!(stat.huge_pages_since >= RANDOM as u64);
+    // Random pages are stored raw, text compresses: compressed size lies between.
+    assert!(stat.compr_data_size >= (RANDOM * 4096) as u64);
+    assert!(stat.compr_data_size < ((RANDOM + TEXT) * 4096) as u64);
+    assert!(stat.mem_used_total > 0);
+    let io = device.io_stat().unwrap();
+    assert_eq!(io.failed_writes, 0);
+
+    // Rewriting only zero pages over everything drops the stored data.
+    let zeros: Vec<Box<[u8; 4096]>> = (0..pages.len()).map(|_| same_filled_page(0)).collect();
+    device.write_pages(zeros.iter().map(|p| &**p)).unwrap();
+    let stat = device.mm_stat().unwrap();
+    assert_eq!(stat.same_pages, pages.len() as u64);
+    assert_eq!(stat.huge_pages, 0);
+
+    device.reset().unwrap();
+    assert_eq!(device.mm_stat().unwrap().orig_data_size, 0);
+    assert_eq!(device.in_use_reason().unwrap(), None);
+}
+
+#[test]
+fn hot_add_and_remove() {
+    if skip_unless_root("hot_add_and_remove") {
+        return;
+    }
+    let _lock = KernelTestLock::acquire();
+    let before = ZramDevice::list().unwrap();
+    let added = match ZramDevice::hot_add() {
+        Ok(d) => d,
+        Err(e) => {
+            println!("SKIP hot_add_and_remove: {e}");
+            return;
+        }
+    };
+    assert!(!before.contains(&added));
+    assert!(ZramDevice::list().unwrap().contains(&added));
+    assert_eq!(added.in_use_reason().unwrap(), None);
+    added.hot_remove().unwrap();
+    assert_eq!(ZramDevice::list().unwrap(), before);
+}
