@@ -1,0 +1,365 @@
+//! Results: one [`BenchResult`] per tier × workload × phase, the aligned
+//! table, and zpage's ratios against each kernel tier.
+
+use crate::workload::{FillOutcome, PhaseOutcome, WorkloadSpec};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// One measured phase of one workload on one tier (the `--json` object).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BenchResult {
+    /// "zpage", "zpage-fifo", "zram-lz4", "zswap-lzo", ...
+    pub tier: String,
+    /// "replay", "bench-c-high-entropy", "swapdemo", ...
+    pub workload: String,
+    /// Phase, e.g. "random-read", "hotcold-write", "sequential-scan".
+    pub pattern: String,
+    /// "read" or "write".
+    pub op: String,
+    /// Touches timed.
+    pub touches: u64,
+    /// Wall time of the phase.
+    pub elapsed_s: f64,
+    /// Touches per second over the phase.
+    pub touches_per_s: f64,
+    /// Bytes read or written per second (bench.c's figure), MiB/s.
+    pub mib_per_s: f64,
+    /// Mean touch latency.
+    pub mean_us: f64,
+    /// Median touch latency.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Slowest touch.
+    pub max_us: f64,
+    /// Highest resident memory sampled during the phase (mincore over the data, plus the library for swapdemo).
+    pub resident_max_bytes: u64,
+    /// Compressed footprint at the end of the phase (zpage store, zram mem_used_total, zswap pool).
+    pub compressed_bytes: u64,
+    /// Faults that brought a page back (zpage faults; kernel major faults = swap-ins).
+    pub faults: u64,
+    /// faults / touches.
+    pub fault_share: f64,
+    /// Data size.
+    pub size_bytes: u64,
+    /// Resident budget (region budget or cgroup limit).
+    pub budget_bytes: u64,
+    /// Time the fill took (same for every phase of a workload).
+    pub fill_s: f64,
+    /// Highest resident memory during the fill.
+    pub fill_resident_max_bytes: u64,
+}
+
+fn us(nanos: u64) -> f64 {
+    nanos as f64 / 1000.0
+}
+
+impl BenchResult {
+    /// Builds the result of one phase.
+    pub fn new(
+        tier: &str,
+        spec: &WorkloadSpec,
+        budget_bytes: u64,
+        fill: &FillOutcome,
+        outcome: &PhaseOutcome,
+    ) -> Self {
+        let secs = outcome.elapsed.as_secs_f64().max(1e-9);
+        let touches = outcome.latency.count();
+        let h = &outcome.latency;
+        BenchResult {
+            tier: tier.to_string(),
+            workload: spec.name(),
+            pattern: outcome.phase.name(),
+            op: outcome.phase.op().name().to_string(),
+            touches,
+            elapsed_s: secs,
+            touches_per_s: touches as f64 / secs,
+            mib_per_s: (touches * outcome.phase.bytes_per_touch()) as f64 / secs / (1 << 20) as f64,
+            mean_us: h.mean_ns() / 1000.0,
+            p50_us: us(h.percentile_ns(0.50)),
+            p90_us: us(h.percentile_ns(0.90)),
+            p99_us: us(h.percentile_ns(0.99)),
+            p999_us: us(h.percentile_ns(0.999)),
+            max_us: us(h.max_ns()),
+            resident_max_bytes: outcome.resident_max_bytes,
+            compressed_bytes: outcome.compressed_bytes,
+            faults: outcome.faults,
+            fault_share: if touches == 0 {
+                0.0
+            } else {
+                outcome.faults as f64 / touches as f64
+            },
+            size_bytes: spec.size_bytes,
+            budget_bytes,
+            fill_s: fill.elapsed.as_secs_f64(),
+            fill_resident_max_bytes: fill.resident_max_bytes,
+        }
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1 << 20) as f64)
+}
+
+fn rate(value: f64) -> String {
+    if value >= 1e6 {
+        format!("{:.2}M", value / 1e6)
+    } else if value >= 1e3 {
+        format!("{:.1}k", value / 1e3)
+    } else {
+        format!("{value:.0}")
+    }
+}
+
+fn micros(value: f64) -> String {
+    if value >= 100.0 {
+        format!("{value:.0}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+/// Renders rows as an aligned text table.
+fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
+        for (i, (cell, width)) in cells.zip(&widths).enumerate() {
+            if i < 3 {
+                let _ = write!(out, "{cell:<width$}  ");
+            } else {
+                let _ = write!(out, "{cell:>width$}  ");
+            }
+        }
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        out.push('\n');
+    };
+    line(&mut out, &mut header.iter().copied());
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    line(&mut out, &mut rule.iter().map(String::as_str));
+    for row in rows {
+        line(&mut out, &mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// The fio-style table of every result: throughput, latency percentiles, memory, faults.
+pub fn results_table(results: &[BenchResult]) -> String {
+    let header = [
+        "tier",
+        "workload",
+        "pattern",
+        "touches",
+        "touches/s",
+        "MiB/s",
+        "p50 µs",
+        "p90 µs",
+        "p99 µs",
+        "p99.9 µs",
+        "max µs",
+        "resident max MiB",
+        "compressed MiB",
+        "faults %",
+    ];
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            vec![
+                r.tier.clone(),
+                r.workload.clone(),
+                r.pattern.clone(),
+                r.touches.to_string(),
+                rate(r.touches_per_s),
+                format!("{:.1}", r.mib_per_s),
+                micros(r.p50_us),
+                micros(r.p90_us),
+                micros(r.p99_us),
+                micros(r.p999_us),
+                micros(r.max_us),
+                mib(r.resident_max_bytes),
+                mib(r.compressed_bytes),
+                format!("{:.1}", r.fault_share * 100.0),
+            ]
+        })
+        .collect();
+    render(&header, &rows)
+}
+
+/// zpage's figures divided by each kernel tier's, for every phase both ran:
+/// throughput ratio (above 1: zpage faster) and p99 ratio (below 1: zpage's tail shorter).
+pub fn ratios_table(results: &[BenchResult], zpage_tier: &str) -> String {
+    let mut rows = Vec::new();
+    for ours in results.iter().filter(|r| r.tier == zpage_tier) {
+        for theirs in results.iter().filter(|r| {
+            !r.tier.starts_with("zpage") && r.workload == ours.workload && r.pattern == ours.pattern
+        }) {
+            rows.push(vec![
+                ours.workload.clone(),
+                ours.pattern.clone(),
+                theirs.tier.clone(),
+                format!(
+                    "{:.2}x",
+                    ours.touches_per_s / theirs.touches_per_s.max(1e-9)
+                ),
+                format!("{:.2}x", ours.p50_us / theirs.p50_us.max(1e-9)),
+                format!("{:.2}x", ours.p99_us / theirs.p99_us.max(1e-9)),
+                format!("{:.2}x", ours.p999_us / theirs.p999_us.max(1e-9)),
+                format!(
+                    "{:.2}x",
+                    ours.resident_max_bytes as f64 / theirs.resident_max_bytes.max(1) as f64
+                ),
+            ]);
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    render(
+        &[
+            "workload",
+            "pattern",
+            "vs tier",
+            "touches/s ratio",
+            "p50 ratio",
+            "p99 ratio",
+            "p99.9 ratio",
+            "resident ratio",
+        ],
+        &rows,
+    )
+}
+
+/// Hot/cold fault shares: zpage's aging policy against FIFO (and the kernel's LRU).
+pub fn fault_share_table(results: &[BenchResult]) -> String {
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .filter(|r| r.pattern.starts_with("hotcold"))
+        .map(|r| {
+            vec![
+                r.tier.clone(),
+                r.workload.clone(),
+                r.pattern.clone(),
+                r.touches.to_string(),
+                r.faults.to_string(),
+                format!("{:.2}%", r.fault_share * 100.0),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    render(
+        &[
+            "tier",
+            "workload",
+            "pattern",
+            "touches",
+            "faults",
+            "faulting share",
+        ],
+        &rows,
+    )
+}
+
+/// The budget check: the highest resident memory of each tier relative to the budget.
+pub fn budget_overshoot(results: &[BenchResult], tier: &str) -> Option<f64> {
+    results
+        .iter()
+        .filter(|r| r.tier == tier && r.budget_bytes > 0)
+        .map(|r| r.resident_max_bytes.max(r.fill_resident_max_bytes) as f64 / r.budget_bytes as f64)
+        .reduce(f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(tier: &str, pattern: &str, tput: f64, p99: f64) -> BenchResult {
+        BenchResult {
+            tier: tier.into(),
+            workload: "replay".into(),
+            pattern: pattern.into(),
+            op: "read".into(),
+            touches: 1000,
+            elapsed_s: 1.0,
+            touches_per_s: tput,
+            mib_per_s: 1.0,
+            mean_us: 1.0,
+            p50_us: 1.0,
+            p90_us: 2.0,
+            p99_us: p99,
+            p999_us: p99 * 2.0,
+            max_us: 500.0,
+            resident_max_bytes: 100 << 20,
+            compressed_bytes: 10 << 20,
+            faults: 100,
+            fault_share: 0.1,
+            size_bytes: 400 << 20,
+            budget_bytes: 100 << 20,
+            fill_s: 1.0,
+            fill_resident_max_bytes: 104 << 20,
+        }
+    }
+
+    #[test]
+    fn json_has_the_issue_fields() {
+        let json = serde_json::to_value(result("zpage", "random-read", 1.0, 1.0)).unwrap();
+        for field in [
+            "tier",
+            "workload",
+            "pattern",
+            "touches",
+            "touches_per_s",
+            "p50_us",
+            "p90_us",
+            "p99_us",
+            "p999_us",
+            "max_us",
+            "resident_max_bytes",
+            "compressed_bytes",
+        ] {
+            assert!(json.get(field).is_some(), "missing {field}");
+        }
+    }
+
+    #[test]
+    fn ratios_compare_zpage_with_each_kernel_tier() {
+        let results = [
+            result("zpage", "random-read", 200_000.0, 20.0),
+            result("zram-lz4", "random-read", 100_000.0, 200.0),
+            result("zram-lzo", "random-read", 50_000.0, 400.0),
+        ];
+        let table = ratios_table(&results, "zpage");
+        assert!(table.contains("zram-lz4") && table.contains("2.00x") && table.contains("0.10x"));
+        assert!(table.contains("4.00x") && table.contains("0.05x"));
+    }
+
+    #[test]
+    fn table_is_aligned() {
+        let table = results_table(&[result("zpage", "random-read", 123_456.0, 12.5)]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[2].contains("123.5k"));
+        assert_eq!(
+            lines[0].find("touches/s").map(|i| i + 9),
+            lines[2].find("123.5k").map(|i| i + 6)
+        );
+    }
+
+    #[test]
+    fn budget_overshoot_takes_the_fill_into_account() {
+        let results = [result("zpage", "random-read", 1.0, 1.0)];
+        assert!((budget_overshoot(&results, "zpage").unwrap() - 1.04).abs() < 1e-9);
+        assert!(budget_overshoot(&results, "zram-lz4").is_none());
+    }
+}

@@ -1,0 +1,83 @@
+//! A tiny `--vs-kernel` run (root only): the workload runs in a memory cgroup
+//! swapping to zram and to zswap, and the machine's swap state afterwards
+//! equals the state before.
+
+use std::process::Command;
+use zpage_bench::kernel::{self, KernelTier, MachineGuard, MachineState};
+use zpage_bench::workload::QuietObserver;
+use zpage_bench::{DataSource, WorkloadKind, WorkloadSpec};
+
+/// The kernel tiers' child processes are this test binary, started on this
+/// test alone with the request in the environment; in a normal run it does nothing.
+#[test]
+fn kernel_child_entry() {
+    kernel::run_child_if_requested();
+}
+
+fn launcher() -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("test binary path"));
+    command.args([
+        "kernel_child_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    command
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn small_vs_kernel_run_measures_and_restores_the_machine() {
+    if !is_root() || !std::path::Path::new("/sys/block/zram0").exists() {
+        eprintln!("skipped: needs root, zram0 and a v1 memory cgroup");
+        return;
+    }
+    let budget = 16 << 20;
+    let spec = WorkloadSpec {
+        kind: WorkloadKind::Replay,
+        source: DataSource::Realistic { seed: 11 },
+        size_bytes: 64 << 20,
+        touches: 20_000,
+        seed: 5,
+        only_phases: vec!["random-read".into(), "hotcold-read".into()],
+    };
+    let swapfile_dir = std::env::temp_dir();
+    let mut guard = MachineGuard::take(&swapfile_dir).expect("take the machine");
+    let before = guard.saved().clone();
+    for tier in [
+        KernelTier::Zram("lz4".into()),
+        KernelTier::Zswap("lzo".into()),
+    ] {
+        let results = kernel::run_kernel_tier(
+            &mut guard,
+            &tier,
+            &spec,
+            budget,
+            &launcher,
+            &mut QuietObserver,
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", tier.name()));
+        assert_eq!(results.len(), 2, "{results:?}");
+        for r in &results {
+            assert_eq!(r.tier, tier.name());
+            assert!(r.touches >= 20_000);
+            assert!(r.p50_us > 0.0 && r.p99_us >= r.p50_us && r.max_us >= r.p999_us);
+            // 64 MiB of data in a 16 MiB cgroup: most random touches must swap in.
+            assert!(
+                r.fault_share > 0.3,
+                "{}: fault share {}",
+                r.pattern,
+                r.fault_share
+            );
+            assert!(r.resident_max_bytes <= budget + budget / 20, "{r:?}");
+            assert!(r.compressed_bytes > 0, "{r:?}");
+        }
+    }
+    guard.restore().expect("restore");
+    assert_eq!(MachineState::capture().unwrap(), before);
+    drop(guard);
+}
