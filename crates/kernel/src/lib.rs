@@ -10,7 +10,10 @@ mod error;
 mod sys;
 mod testlock;
 
+pub mod procfs;
+pub mod status;
 pub mod zram;
+pub mod zswap;
 
 pub use error::{KernelError, Result};
 pub use sys::is_root;

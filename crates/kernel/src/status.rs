@@ -1,0 +1,414 @@
+//! `zpage kernel status`: one snapshot of zram, zswap, swap areas, sysctls,
+//! memory pressure and per-cgroup zswap use, readable as JSON or as text.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::procfs::{self, MemoryPressure, SwapArea};
+use crate::zram::{IoStat, MmStat, ZramDevice};
+use crate::zswap::{self, CgroupZswap, DebugfsCounters};
+
+/// What a zram device can do on this kernel (by the attributes it has).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ZramFeatures {
+    /// `backing_dev`/`writeback` (CONFIG_ZRAM_WRITEBACK).
+    pub writeback: bool,
+    /// `recomp_algorithm`/`recompress` (CONFIG_ZRAM_MULTI_COMP).
+    pub recompress: bool,
+    /// `algorithm_params` (Linux 6.12+).
+    pub algorithm_params: bool,
+    /// `idle` marking.
+    pub idle: bool,
+}
+
+impl ZramFeatures {
+    /// Detects the features of `device`.
+    pub fn detect(device: &ZramDevice) -> ZramFeatures {
+        ZramFeatures {
+            writeback: device.has_attr("backing_dev") && device.has_attr("writeback"),
+            recompress: device.has_attr("recomp_algorithm") && device.has_attr("recompress"),
+            algorithm_params: device.has_attr("algorithm_params"),
+            idle: device.has_attr("idle"),
+        }
+    }
+}
+
+/// One zram device as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ZramStatus {
+    /// Device name, e.g. "zram0".
+    pub name: String,
+    /// Selected compression algorithm.
+    pub algorithm: Option<String>,
+    /// Algorithms offered.
+    pub algorithms: Vec<String>,
+    /// `disksize`: the most *uncompressed* data the device accepts (bytes).
+    pub disksize_bytes: u64,
+    /// `initstate`.
+    pub initialised: bool,
+    /// `mm_stat` (memory use; see [`MmStat`] for units).
+    pub mm_stat: Option<MmStat>,
+    /// `io_stat`.
+    pub io_stat: Option<IoStat>,
+    /// `orig_data_size / compr_data_size`: how well the data compresses.
+    pub ratio_data_to_compressed: Option<f64>,
+    /// `orig_data_size / mem_used_total`: what it really saves, overhead included.
+    pub ratio_data_to_memory_used: Option<f64>,
+    /// Active swap priority, when it is a swap area.
+    pub swap_priority: Option<i32>,
+    /// Features of the kernel for this device.
+    pub features: ZramFeatures,
+    /// Problems reading it (e.g. permissions).
+    pub errors: Vec<String>,
+}
+
+/// zswap as `status` shows it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ZswapStatus {
+    /// Module parameters as the kernel prints them (enabled = Y/N, compressor, ...).
+    pub parameters: BTreeMap<String, String>,
+    /// Why parameters are missing, if they are.
+    pub parameters_error: Option<String>,
+    /// meminfo `Zswap`: compressed size of the pool (bytes).
+    pub pool_bytes: Option<u64>,
+    /// meminfo `Zswapped`: uncompressed size of what the pool stores (bytes).
+    pub stored_bytes: Option<u64>,
+    /// vmstat `zswpin`: pages loaded back from zswap.
+    pub zswpin: Option<u64>,
+    /// vmstat `zswpout`: pages stored into zswap.
+    pub zswpout: Option<u64>,
+    /// vmstat `zswpwb`: pages written back from zswap to the swap device.
+    pub zswpwb: Option<u64>,
+    /// debugfs counters, or why they are not readable.
+    pub debugfs: DebugfsCounters,
+    /// Per-cgroup zswap use.
+    pub cgroups: Vec<CgroupZswap>,
+    /// Why no cgroup is listed, when none is.
+    pub cgroups_note: Option<String>,
+}
+
+/// Everything `zpage kernel status` reports.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelStatus {
+    /// zram devices.
+    pub zram: Vec<ZramStatus>,
+    /// Why zram is missing, when it is.
+    pub zram_note: Option<String>,
+    /// zswap.
+    pub zswap: ZswapStatus,
+    /// Active swap areas with priority and use.
+    pub swaps: Vec<SwapArea>,
+    /// meminfo `MemTotal` (bytes).
+    pub mem_total_bytes: Option<u64>,
+    /// meminfo `SwapTotal` / `SwapFree` (bytes).
+    pub swap_total_bytes: Option<u64>,
+    /// meminfo `SwapFree` (bytes).
+    pub swap_free_bytes: Option<u64>,
+    /// Relevant sysctls (name -> value; the error text when unreadable).
+    pub sysctls: BTreeMap<String, String>,
+    /// Memory pressure (PSI), when available.
+    pub memory_pressure: Option<MemoryPressure>,
+}
+
+fn ratio(numerator: u64, denominator: u64) -> Option<f64> {
+    (denominator > 0 && numerator > 0).then(|| numerator as f64 / denominator as f64)
+}
+
+/// One zram device's status.
+pub fn zram_status(device: &ZramDevice, swaps: &[SwapArea]) -> ZramStatus {
+    let mut errors = Vec::new();
+    fn note<T>(errors: &mut Vec<String>, r: crate::Result<T>) -> Option<T> {
+        r.map_err(|e| errors.push(e.to_string())).ok()
+    }
+    let algorithms = note(&mut errors, device.algorithms()).unwrap_or_default();
+    let algorithm = note(&mut errors, device.current_algorithm());
+    let disksize_bytes = note(&mut errors, device.disksize()).unwrap_or(0);
+    let initialised = note(&mut errors, device.is_initialised()).unwrap_or(false);
+    let mm_stat = note(&mut errors, device.mm_stat());
+    let io_stat = note(&mut errors, device.io_stat());
+    let dev = device.dev_path().display().to_string();
+    ZramStatus {
+        name: device.name(),
+        algorithm,
+        algorithms,
+        disksize_bytes,
+        initialised,
+        ratio_data_to_compressed: mm_stat.and_then(|m| ratio(m.orig_data_size, m.compr_data_size)),
+        ratio_data_to_memory_used: mm_stat.and_then(|m| ratio(m.orig_data_size, m.mem_used_total)),
+        mm_stat,
+        io_stat,
+        swap_priority: swaps.iter().find(|s| s.path == dev).map(|s| s.priority),
+        features: ZramFeatures::detect(device),
+        errors,
+    }
+}
+
+/// zswap's status.
+pub fn zswap_status() -> ZswapStatus {
+    let (parameters, parameters_error) = match zswap::parameters() {
+        Ok(p) => (p, None),
+        Err(e) => (BTreeMap::new(), Some(e.to_string())),
+    };
+    let meminfo = procfs::meminfo().unwrap_or_default();
+    let vmstat = procfs::vmstat().unwrap_or_default();
+    let (cgroups, cgroups_note) = zswap::cgroup_usage(256);
+    ZswapStatus {
+        parameters,
+        parameters_error,
+        pool_bytes: meminfo.get("Zswap").copied(),
+        stored_bytes: meminfo.get("Zswapped").copied(),
+        zswpin: vmstat.get("zswpin").copied(),
+        zswpout: vmstat.get("zswpout").copied(),
+        zswpwb: vmstat.get("zswpwb").copied(),
+        debugfs: zswap::debugfs_counters(),
+        cgroups,
+        cgroups_note,
+    }
+}
+
+/// Takes a full snapshot. Never fails as a whole: what cannot be read is
+/// reported inside (so it works unprivileged).
+pub fn collect() -> KernelStatus {
+    let swaps = procfs::swaps().unwrap_or_default();
+    let (zram, zram_note) = match ZramDevice::list() {
+        Ok(devices) if devices.is_empty() => (
+            Vec::new(),
+            Some(
+                "no zram device: `modprobe zram` (or `zpage kernel apply` with a [[zram]] section)"
+                    .to_string(),
+            ),
+        ),
+        Ok(devices) => (
+            devices.iter().map(|d| zram_status(d, &swaps)).collect(),
+            None,
+        ),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
+    let meminfo = procfs::meminfo().unwrap_or_default();
+    let sysctls = procfs::RELEVANT_SYSCTLS
+        .iter()
+        .map(|name| {
+            let value = procfs::sysctl_read(name).unwrap_or_else(|e| format!("unreadable: {e}"));
+            (name.to_string(), value)
+        })
+        .collect();
+    KernelStatus {
+        zram,
+        zram_note,
+        zswap: zswap_status(),
+        swaps,
+        mem_total_bytes: meminfo.get("MemTotal").copied(),
+        swap_total_bytes: meminfo.get("SwapTotal").copied(),
+        swap_free_bytes: meminfo.get("SwapFree").copied(),
+        sysctls,
+        memory_pressure: procfs::memory_pressure().ok(),
+    }
+}
+
+/// Bytes in binary units with the exact byte count for small values.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+impl KernelStatus {
+    /// Human-readable report, every figure with its unit and plain name.
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "zram devices");
+        if let Some(note) = &self.zram_note {
+            let _ = writeln!(out, "  {note}");
+        }
+        for z in &self.zram {
+            let _ = writeln!(
+                out,
+                "  {}: algorithm {} (offered: {}), {}",
+                z.name,
+                z.algorithm.as_deref().unwrap_or("?"),
+                z.algorithms.join(" "),
+                if z.initialised {
+                    "initialised"
+                } else {
+                    "not initialised"
+                }
+            );
+            let _ = writeln!(
+                out,
+                "    capacity for uncompressed data (disksize): {}",
+                human_bytes(z.disksize_bytes)
+            );
+            if let Some(m) = &z.mm_stat {
+                let limit = if m.mem_limit == 0 {
+                    "none".to_string()
+                } else {
+                    human_bytes(m.mem_limit)
+                };
+                let _ = writeln!(
+                    out,
+                    "    data stored, uncompressed (orig_data_size):   {}",
+                    human_bytes(m.orig_data_size)
+                );
+                let _ = writeln!(
+                    out,
+                    "    data stored, compressed (compr_data_size):    {}",
+                    human_bytes(m.compr_data_size)
+                );
+                let _ = writeln!(
+                    out,
+                    "    RAM used, overhead included (mem_used_total): {}",
+                    human_bytes(m.mem_used_total)
+                );
+                let _ = writeln!(
+                    out,
+                    "    RAM limit (mem_limit):                        {limit}"
+                );
+                let _ = writeln!(
+                    out,
+                    "    peak RAM used (mem_used_max):                 {}",
+                    human_bytes(m.mem_used_max)
+                );
+                let _ = writeln!(
+                    out,
+                    "    same-filled pages, no RAM (same_pages):       {} pages",
+                    m.same_pages
+                );
+                let _ = writeln!(
+                    out,
+                    "    incompressible pages stored raw (huge_pages): {} pages ({} since init)",
+                    m.huge_pages, m.huge_pages_since
+                );
+                let _ = writeln!(
+                    out,
+                    "    pages freed by compaction (pages_compacted):  {} pages",
+                    m.pages_compacted
+                );
+            }
+            let fmt_ratio = |r: Option<f64>| {
+                r.map(|r| format!("{r:.2}:1"))
+                    .unwrap_or_else(|| "n/a (empty)".into())
+            };
+            let _ = writeln!(
+                out,
+                "    ratio data/compressed: {}   ratio data/RAM used: {}",
+                fmt_ratio(z.ratio_data_to_compressed),
+                fmt_ratio(z.ratio_data_to_memory_used)
+            );
+            if let Some(io) = &z.io_stat {
+                let _ = writeln!(out, "    failed reads: {}, failed writes: {}, freed by swap (notify_free): {} pages", io.failed_reads, io.failed_writes, io.notify_free);
+            }
+            let _ = writeln!(
+                out,
+                "    swap: {}; kernel features: writeback {}, recompression {}, algorithm_params {}",
+                z.swap_priority.map(|p| format!("active, priority {p}")).unwrap_or_else(|| "not a swap area".into()),
+                yes_no(z.features.writeback),
+                yes_no(z.features.recompress),
+                yes_no(z.features.algorithm_params)
+            );
+            for e in &z.errors {
+                let _ = writeln!(out, "    could not read: {e}");
+            }
+        }
+        let zs = &self.zswap;
+        let _ = writeln!(out, "zswap");
+        if let Some(e) = &zs.parameters_error {
+            let _ = writeln!(out, "  {e}");
+        }
+        let params: Vec<String> = zs
+            .parameters
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        let _ = writeln!(out, "  parameters: {}", params.join(" "));
+        let opt_bytes =
+            |b: Option<u64>| b.map(human_bytes).unwrap_or_else(|| "not reported".into());
+        let _ = writeln!(
+            out,
+            "  pool size, compressed (meminfo Zswap):       {}",
+            opt_bytes(zs.pool_bytes)
+        );
+        let _ = writeln!(
+            out,
+            "  data stored, uncompressed (meminfo Zswapped): {}",
+            opt_bytes(zs.stored_bytes)
+        );
+        let opt = |v: Option<u64>| {
+            v.map(|v| format!("{v} pages"))
+                .unwrap_or_else(|| "not reported".into())
+        };
+        let _ = writeln!(
+            out,
+            "  stored (zswpout): {}, loaded (zswpin): {}, written back to disk (zswpwb): {}",
+            opt(zs.zswpout),
+            opt(zs.zswpin),
+            opt(zs.zswpwb)
+        );
+        match &zs.debugfs {
+            DebugfsCounters::Readable { counters } => {
+                let list: Vec<String> = counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let _ = writeln!(out, "  debugfs: {}", list.join(" "));
+            }
+            DebugfsCounters::Unavailable { reason } => {
+                let _ = writeln!(out, "  debugfs counters not readable: {reason}");
+            }
+        }
+        for cg in &zs.cgroups {
+            let _ = writeln!(
+                out,
+                "  cgroup {}: zswap {} (stands for {})",
+                cg.path,
+                opt_bytes(cg.zswap_bytes.or(cg.zswap_current)),
+                opt_bytes(cg.zswapped_bytes)
+            );
+        }
+        if let Some(note) = &zs.cgroups_note {
+            let _ = writeln!(out, "  per-cgroup: {note}");
+        }
+        let _ = writeln!(out, "swap areas (higher priority is used first)");
+        if self.swaps.is_empty() {
+            let _ = writeln!(out, "  none active");
+        }
+        for s in &self.swaps {
+            let _ = writeln!(
+                out,
+                "  {} ({}): priority {}, used {} of {}",
+                s.path,
+                s.kind,
+                s.priority,
+                human_bytes(s.used_bytes),
+                human_bytes(s.size_bytes)
+            );
+        }
+        let _ = writeln!(out, "sysctls");
+        for (k, v) in &self.sysctls {
+            let _ = writeln!(out, "  {k} = {v}");
+        }
+        if let Some(p) = &self.memory_pressure {
+            let _ = writeln!(
+                out,
+                "memory pressure (PSI, % of time stalled): some {:.2}/{:.2}/{:.2}, full {:.2}/{:.2}/{:.2} (avg10/avg60/avg300)",
+                p.some.avg10, p.some.avg60, p.some.avg300, p.full.avg10, p.full.avg60, p.full.avg300
+            );
+        }
+        out
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
