@@ -15,7 +15,7 @@ fn specs() -> Vec<CodecSpec> {
     .iter()
     .map(|s| s.parse().unwrap())
     .collect();
-    let samples: Vec<Box<Page>> = (0..64).map(|i| text_page(i)).collect();
+    let samples: Vec<Box<Page>> = (0..64).map(text_page).collect();
     let dictionary = Dictionary::train(samples.iter().map(|p| &**p), 16 * 1024).unwrap();
     specs.push(
         "zstd-dict:3"
