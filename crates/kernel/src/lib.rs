@@ -10,8 +10,12 @@ mod error;
 mod sys;
 mod testlock;
 
+pub mod apply;
+pub mod config;
+pub mod measure;
 pub mod procfs;
 pub mod status;
+pub mod swapdev;
 pub mod zram;
 pub mod zswap;
 

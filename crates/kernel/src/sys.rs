@@ -1,8 +1,5 @@
 //! The few system calls std does not offer. All `unsafe` of the crate lives here.
 
-// swapon/swapoff are used by the swap module, which lands right after zram.
-#![allow(dead_code)]
-
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -75,16 +72,5 @@ pub fn swapoff(path: &Path) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
-    }
-}
-
-/// Page size of the machine.
-pub fn page_size() -> u64 {
-    // SAFETY: sysconf only reads a constant of the running system.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size > 0 {
-        size as u64
-    } else {
-        4096
     }
 }

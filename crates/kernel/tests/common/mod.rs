@@ -111,3 +111,70 @@ pub fn same_filled_page(word: u64) -> Box<[u8; 4096]> {
     }
     page
 }
+
+/// Saves the whole swap/zram/zswap/sysctl state at creation and, on drop,
+/// reverts whatever the test left behind (through its state file first,
+/// then from the snapshot), so a failing test still restores the machine.
+#[derive(Debug)]
+pub struct MachineGuard {
+    pub before: zpage_kernel::apply::SavedState,
+    pub state_file: std::path::PathBuf,
+    pub files: Vec<std::path::PathBuf>,
+}
+
+impl MachineGuard {
+    pub fn save(name: &str) -> MachineGuard {
+        let state_file = std::path::PathBuf::from(format!(
+            "/tmp/zpage-kernel-test-{name}-{}.json",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&state_file);
+        MachineGuard {
+            before: zpage_kernel::apply::SavedState::capture().unwrap(),
+            state_file,
+            files: Vec::new(),
+        }
+    }
+
+    /// The comparable part of the machine state now.
+    pub fn now() -> zpage_kernel::apply::SavedState {
+        zpage_kernel::apply::SavedState::capture().unwrap()
+    }
+}
+
+impl Drop for MachineGuard {
+    fn drop(&mut self) {
+        use zpage_kernel::apply;
+        if self.state_file.exists() {
+            if let Err(e) = apply::revert(&self.state_file) {
+                eprintln!("guard: revert via the test's state file failed: {e}");
+            }
+        }
+        let now = MachineGuard::now();
+        if now.swaps != self.before.swaps
+            || now.zram != self.before.zram
+            || now.zswap != self.before.zswap
+            || now.sysctls != self.before.sysctls
+        {
+            eprintln!("guard: machine differs from the start of the test; restoring the snapshot");
+            let snapshot_file = self.state_file.with_extension("guard.json");
+            if self.before.store(&snapshot_file).is_ok() {
+                if let Err(e) = apply::revert(&snapshot_file) {
+                    eprintln!("guard: restoring the snapshot failed: {e}");
+                }
+            }
+            let _ = std::fs::remove_file(&snapshot_file);
+        }
+        for file in &self.files {
+            if file.exists()
+                && !zpage_kernel::procfs::swaps()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|s| std::path::Path::new(&s.path) == file)
+            {
+                let _ = std::fs::remove_file(file);
+            }
+        }
+        let _ = std::fs::remove_file(&self.state_file);
+    }
+}

@@ -1,0 +1,432 @@
+//! The TOML configuration of `zpage kernel apply` and `export`, with
+//! validation that names the offending key and the fix.
+//!
+//! ```toml
+//! [[zram]]
+//! algorithm = "lz4"          # one of /sys/block/zramN/comp_algorithm
+//! size = 0.5                 # fraction of RAM, "50%", "4G" or bytes
+//! mem_limit = "2G"           # optional cap on RAM actually used
+//! swap_priority = 100
+//!
+//! [zswap]
+//! enabled = false
+//!
+//! [[swap]]                   # lower-priority disk tier
+//! path = "/var/swapfile"
+//! size = "1G"                # create the file if missing
+//! priority = 10
+//! required = false           # like fstab `nofail` when false
+//!
+//! [sysctl]
+//! swappiness = "auto"        # from the measured zram vs file-I/O speed
+//! page_cluster = 0
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::{KernelError, Result};
+
+/// A whole configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelConfig {
+    /// zram swap devices, highest tier.
+    #[serde(default)]
+    pub zram: Vec<ZramConfig>,
+    /// zswap settings (absent: left as they are).
+    pub zswap: Option<ZswapConfig>,
+    /// Disk swap areas (files or block devices), lower tier.
+    #[serde(default)]
+    pub swap: Vec<DiskSwapConfig>,
+    /// vm sysctls (absent ones are left as they are).
+    pub sysctl: Option<SysctlConfig>,
+}
+
+/// A size: bytes, a string with a unit ("512M", "4GiB", "25%"), or a
+/// fraction of RAM (0 < f <= 1.5 as a float).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    /// Exact bytes.
+    Bytes(u64),
+    /// Fraction of MemTotal.
+    Fraction(f64),
+    /// "512M", "4G", "25%".
+    Text(String),
+}
+
+impl Size {
+    /// Resolves to bytes (rounded down to whole 4 KiB pages) against RAM size.
+    pub fn resolve(&self, key: &str, mem_total: u64) -> Result<u64> {
+        let fix = "write bytes (268435456), a unit (\"256M\", \"4G\"), a percentage of RAM (\"25%\") or a fraction of RAM (0.25)";
+        let bytes = match self {
+            Size::Bytes(b) => *b,
+            Size::Fraction(f) => {
+                if !(f.is_finite() && *f > 0.0 && *f <= 4.0) {
+                    return Err(KernelError::config(
+                        key,
+                        format!("fraction of RAM {f} is impossible (must be > 0 and at most 4)"),
+                        fix,
+                    ));
+                }
+                (mem_total as f64 * f) as u64
+            }
+            Size::Text(text) => parse_size_text(text, mem_total).ok_or_else(|| {
+                KernelError::config(key, format!("cannot read size {text:?}"), fix)
+            })?,
+        };
+        let pages = bytes / 4096 * 4096;
+        if pages == 0 {
+            return Err(KernelError::config(
+                key,
+                format!("size {bytes} bytes is less than one 4 KiB page"),
+                fix,
+            ));
+        }
+        Ok(pages)
+    }
+}
+
+fn parse_size_text(text: &str, mem_total: u64) -> Option<u64> {
+    let text = text.trim();
+    if let Some(percent) = text.strip_suffix('%') {
+        let p: f64 = percent.trim().parse().ok()?;
+        return (p.is_finite() && p > 0.0 && p <= 400.0)
+            .then(|| (mem_total as f64 * p / 100.0) as u64);
+    }
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.parse().ok()?;
+    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return None,
+    };
+    (number.is_finite() && number >= 0.0).then_some((number * multiplier as f64) as u64)
+}
+
+/// One zram swap device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZramConfig {
+    /// Device index (default: the entry's position, 0, 1, ...); created with hot_add if missing.
+    pub index: Option<u32>,
+    /// Compression algorithm (must be offered by the kernel).
+    pub algorithm: String,
+    /// Written to `algorithm_params` (e.g. "level=3"), where the kernel has it.
+    pub algorithm_params: Option<String>,
+    /// Capacity for uncompressed data (disksize).
+    pub size: Size,
+    /// Cap on RAM the device may use (mem_limit); absent = unlimited.
+    pub mem_limit: Option<Size>,
+    /// Swap priority (0..=32767), higher used first. Default 100.
+    pub swap_priority: Option<i16>,
+}
+
+impl ZramConfig {
+    /// Priority to use.
+    pub fn priority(&self) -> i16 {
+        self.swap_priority.unwrap_or(100)
+    }
+}
+
+/// zswap parameters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ZswapConfig {
+    /// `enabled`.
+    pub enabled: Option<bool>,
+    /// `compressor` (a Crypto API compressor, see /proc/crypto).
+    pub compressor: Option<String>,
+    /// `max_pool_percent` (1..=100).
+    pub max_pool_percent: Option<u8>,
+    /// `accept_threshold_percent` (0..=100).
+    pub accept_threshold_percent: Option<u8>,
+    /// `shrinker_enabled`.
+    pub shrinker: Option<bool>,
+}
+
+/// A disk swap file or device.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskSwapConfig {
+    /// Swap file or block device.
+    pub path: String,
+    /// Size of the file to create when it does not exist (files only).
+    pub size: Option<Size>,
+    /// Swap priority (0..=32767). Default 10, below zram's 100.
+    pub priority: Option<i16>,
+    /// Encrypt with a random key each boot (dm-crypt plain mode via cryptsetup).
+    #[serde(default)]
+    pub encrypted: bool,
+    /// When false (the default, like fstab `nofail`), a missing device is
+    /// skipped with a warning instead of failing the whole apply.
+    #[serde(default)]
+    pub required: bool,
+    /// Discard freed swap pages (SSD).
+    #[serde(default)]
+    pub discard: bool,
+}
+
+impl DiskSwapConfig {
+    /// Priority to use.
+    pub fn priority(&self) -> i16 {
+        self.priority.unwrap_or(10)
+    }
+}
+
+/// A sysctl value that may be computed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SysctlValue {
+    /// A number.
+    Number(i64),
+    /// "auto" (swappiness only).
+    Text(String),
+}
+
+/// vm sysctls.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SysctlConfig {
+    /// vm.swappiness 0..=200, or "auto".
+    pub swappiness: Option<SysctlValue>,
+    /// vm.page-cluster (0 for zram: read one page at a time).
+    pub page_cluster: Option<u8>,
+    /// vm.watermark_scale_factor 1..=3000.
+    pub watermark_scale_factor: Option<u32>,
+    /// vm.extfrag_threshold 0..=1000.
+    pub extfrag_threshold: Option<u32>,
+}
+
+impl KernelConfig {
+    /// Parses TOML; unknown keys and wrong types are errors naming the key.
+    pub fn parse(text: &str) -> Result<KernelConfig> {
+        let config: KernelConfig = toml::from_str(text).map_err(|e| {
+            let message = e.message().to_string();
+            let key = e
+                .span()
+                .and_then(|span| text.get(span))
+                .map(|s| s.trim().to_string())
+                .unwrap_or_else(|| "(file)".into());
+            let fix = if message.contains("unknown field") {
+                "remove or correct the key (see `zpage kernel apply --help` for the keys)"
+                    .to_string()
+            } else {
+                "correct the value's type or spelling".to_string()
+            };
+            KernelError::config(key, message.trim().to_string(), fix)
+        })?;
+        config.check_static()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a file.
+    pub fn load(path: &std::path::Path) -> Result<KernelConfig> {
+        KernelConfig::parse(&crate::read_file(path)?)
+    }
+
+    /// Checks what can be checked without the kernel: ranges and duplicates.
+    pub fn check_static(&self) -> Result<()> {
+        let mut indexes = Vec::new();
+        for (i, z) in self.zram.iter().enumerate() {
+            let index = z.index.unwrap_or(i as u32);
+            if indexes.contains(&index) {
+                return Err(KernelError::config(
+                    format!("zram[{i}].index"),
+                    format!("zram{index} is configured twice"),
+                    "give each [[zram]] its own index",
+                ));
+            }
+            indexes.push(index);
+            if z.swap_priority.is_some_and(|p| p < 0) {
+                return Err(KernelError::config(
+                    format!("zram[{i}].swap_priority"),
+                    "negative priority",
+                    "use 0..=32767 (higher is used first)",
+                ));
+            }
+            if z.algorithm.trim().is_empty() {
+                return Err(KernelError::config(
+                    format!("zram[{i}].algorithm"),
+                    "empty",
+                    "name one of /sys/block/zram0/comp_algorithm",
+                ));
+            }
+        }
+        if let Some(zs) = &self.zswap {
+            if zs.max_pool_percent.is_some_and(|p| p == 0 || p > 100) {
+                return Err(KernelError::config(
+                    "zswap.max_pool_percent",
+                    "must be 1..=100",
+                    "give a percentage of RAM such as 20",
+                ));
+            }
+            if zs.accept_threshold_percent.is_some_and(|p| p > 100) {
+                return Err(KernelError::config(
+                    "zswap.accept_threshold_percent",
+                    "must be 0..=100",
+                    "give a percentage of the pool limit such as 90",
+                ));
+            }
+        }
+        let mut paths = Vec::new();
+        for (i, s) in self.swap.iter().enumerate() {
+            if !s.path.starts_with('/') {
+                return Err(KernelError::config(
+                    format!("swap[{i}].path"),
+                    format!("{:?} is not an absolute path", s.path),
+                    "give the full path, e.g. /var/swapfile",
+                ));
+            }
+            if paths.contains(&&s.path) {
+                return Err(KernelError::config(
+                    format!("swap[{i}].path"),
+                    "listed twice",
+                    "list each swap area once",
+                ));
+            }
+            paths.push(&s.path);
+            if s.priority.is_some_and(|p| p < 0) {
+                return Err(KernelError::config(
+                    format!("swap[{i}].priority"),
+                    "negative priority",
+                    "use 0..=32767, below the zram priority",
+                ));
+            }
+        }
+        if let Some(sc) = &self.sysctl {
+            match &sc.swappiness {
+                Some(SysctlValue::Number(n)) if !(0..=200).contains(n) => {
+                    return Err(KernelError::config(
+                        "sysctl.swappiness",
+                        format!("{n} is outside 0..=200"),
+                        "give 0..=200, or \"auto\"",
+                    ));
+                }
+                Some(SysctlValue::Text(t)) if t != "auto" => {
+                    return Err(KernelError::config(
+                        "sysctl.swappiness",
+                        format!("{t:?} is neither a number nor \"auto\""),
+                        "give 0..=200, or \"auto\"",
+                    ));
+                }
+                _ => {}
+            }
+            if sc.page_cluster.is_some_and(|p| p > 10) {
+                return Err(KernelError::config(
+                    "sysctl.page_cluster",
+                    "must be 0..=10 (2^n pages read ahead)",
+                    "use 0 for zram",
+                ));
+            }
+            if sc
+                .watermark_scale_factor
+                .is_some_and(|w| !(1..=3000).contains(&w))
+            {
+                return Err(KernelError::config(
+                    "sysctl.watermark_scale_factor",
+                    "must be 1..=3000",
+                    "the kernel default is 10",
+                ));
+            }
+            if sc.extfrag_threshold.is_some_and(|w| w > 1000) {
+                return Err(KernelError::config(
+                    "sysctl.extfrag_threshold",
+                    "must be 0..=1000",
+                    "the kernel default is 500",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// zram index of entry `i`.
+    pub fn zram_index(&self, i: usize) -> u32 {
+        self.zram[i].index.unwrap_or(i as u32)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn parses_a_full_config() {
+        let config = KernelConfig::parse(
+            r#"
+            [[zram]]
+            algorithm = "lz4"
+            size = 0.5
+            mem_limit = "1G"
+            [zswap]
+            enabled = false
+            max_pool_percent = 25
+            [[swap]]
+            path = "/var/swapfile"
+            size = "64M"
+            [sysctl]
+            swappiness = "auto"
+            page_cluster = 0
+            "#,
+        )
+        .unwrap();
+        assert_eq!(config.zram[0].size.resolve("k", 8 * GIB).unwrap(), 4 * GIB);
+        assert_eq!(config.zram[0].priority(), 100);
+        assert_eq!(config.swap[0].priority(), 10);
+        assert!(!config.swap[0].required);
+    }
+
+    #[test]
+    fn sizes() {
+        let ram = 8 * GIB;
+        assert_eq!(Size::Text("25%".into()).resolve("k", ram).unwrap(), 2 * GIB);
+        assert_eq!(
+            Size::Text("512M".into()).resolve("k", ram).unwrap(),
+            512 << 20
+        );
+        assert_eq!(
+            Size::Text("1.5GiB".into()).resolve("k", ram).unwrap(),
+            3 * GIB / 2
+        );
+        assert_eq!(Size::Bytes(4097).resolve("k", ram).unwrap(), 4096);
+        for bad in [
+            Size::Bytes(0),
+            Size::Fraction(-1.0),
+            Size::Text("12X".into()),
+            Size::Text("-1G".into()),
+        ] {
+            let err = bad.resolve("zram[0].size", ram).unwrap_err().to_string();
+            assert!(err.contains("zram[0].size"), "{err}");
+        }
+    }
+
+    #[test]
+    fn invalid_configs_name_the_key_and_fix() {
+        let cases = [
+            ("[[zram]]\nalgorithm = \"lz4\"\nsize = 1\nsizee = 2\n", "sizee"),
+            ("[zswap]\nenable = true\n", "enable"),
+            ("[sysctl]\nswappiness = 300\n", "sysctl.swappiness"),
+            ("[sysctl]\nswappiness = \"fast\"\n", "sysctl.swappiness"),
+            ("[zswap]\nmax_pool_percent = 0\n", "zswap.max_pool_percent"),
+            ("[[swap]]\npath = \"swapfile\"\n", "swap[0].path"),
+            ("[[zram]]\nalgorithm = \"lz4\"\nsize = \"1G\"\n[[zram]]\nindex = 0\nalgorithm = \"lz4\"\nsize = \"1G\"\n", "zram[1].index"),
+        ];
+        for (text, key) in cases {
+            let err = KernelConfig::parse(text).unwrap_err();
+            let message = err.to_string();
+            assert!(
+                matches!(err, KernelError::InvalidConfig { .. }),
+                "{message}"
+            );
+            assert!(message.contains(key), "{key} not in: {message}");
+        }
+    }
+}

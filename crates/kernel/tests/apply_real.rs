@@ -1,0 +1,277 @@
+//! Done-when 2 and 5: apply -> status -> revert on the real machine leaves
+//! swap, zram and sysctls exactly as before; a config failing midway, or an
+//! invalid one, changes nothing.
+
+mod common;
+
+use common::{skip_unless_root, MachineGuard};
+use zpage_kernel::apply::{self, ApplyOptions, PlanOptions, SavedState, Step};
+use zpage_kernel::config::KernelConfig;
+use zpage_kernel::zram::ZramDevice;
+use zpage_kernel::{status, zswap, KernelError, KernelTestLock};
+
+/// The parts of the machine state that apply/revert change.
+fn comparable(s: &SavedState) -> SavedState {
+    SavedState {
+        created: Default::default(),
+        applied_zram_params: Default::default(),
+        auto_swappiness: None,
+        ..s.clone()
+    }
+}
+
+fn zram0_free(test: &str) -> bool {
+    match ZramDevice::open(0).and_then(|d| d.in_use_reason()) {
+        Ok(None) => true,
+        Ok(Some(reason)) => {
+            println!("SKIP {test}: zram0 is in use ({reason}); not touching it");
+            false
+        }
+        Err(e) => {
+            println!("SKIP {test}: {e}");
+            false
+        }
+    }
+}
+
+fn options(guard: &MachineGuard) -> ApplyOptions {
+    ApplyOptions {
+        plan: PlanOptions {
+            swappiness_override: None,
+            state_file: Some(guard.state_file.clone()),
+        },
+        fail_before_step: None,
+    }
+}
+
+#[test]
+fn apply_status_revert_round_trip() {
+    if skip_unless_root("apply_status_revert_round_trip") {
+        return;
+    }
+    let _lock = KernelTestLock::acquire();
+    if !zram0_free("apply_status_revert_round_trip") {
+        return;
+    }
+    let mut guard = MachineGuard::save("roundtrip");
+    let swapfile = format!("/var/tmp/zpage-test-swapfile-{}", std::process::id());
+    guard.files.push(swapfile.clone().into());
+    let config = KernelConfig::parse(&format!(
+        r#"
+        [[zram]]
+        index = 0
+        algorithm = "lz4"
+        size = "64M"
+        mem_limit = "32M"
+        swap_priority = 100
+
+        [zswap]
+        enabled = true
+        max_pool_percent = 25
+        accept_threshold_percent = 80
+        shrinker = true
+
+        [[swap]]
+        path = "{swapfile}"
+        size = "64M"
+        priority = 10
+
+        [[swap]]
+        path = "/dev/zpage-no-such-disk"
+        # optional (nofail): missing hardware must not stop the rest
+
+        [sysctl]
+        swappiness = "auto"
+        page_cluster = 0
+        watermark_scale_factor = 125
+        extfrag_threshold = 0
+        "#
+    ))
+    .unwrap();
+    let before = MachineGuard::now();
+    let opts = options(&guard);
+
+    // Dry run: a plan, nothing changed.
+    let plan = apply::plan(&config, &opts.plan).unwrap();
+    println!("plan:\n{plan}");
+    assert!(
+        plan.notes
+            .iter()
+            .any(|n| n.contains("skipping optional swap[1]")),
+        "{plan}"
+    );
+    assert_eq!(comparable(&MachineGuard::now()), comparable(&before));
+
+    let report = apply::apply(&config, &opts).unwrap();
+    println!("applied:\n{}", report.plan);
+    let snapshot = status::collect();
+    let zram0 = snapshot.zram.iter().find(|z| z.name == "zram0").unwrap();
+    assert_eq!(zram0.algorithm.as_deref(), Some("lz4"));
+    assert_eq!(zram0.disksize_bytes, 64 << 20);
+    assert_eq!(zram0.swap_priority, Some(100));
+    assert_eq!(zram0.mm_stat.unwrap().mem_limit, 32 << 20);
+    let file_swap = snapshot
+        .swaps
+        .iter()
+        .find(|s| s.path == swapfile)
+        .expect("swap file active");
+    assert_eq!(file_swap.priority, 10);
+    assert_eq!(file_swap.size_bytes, (64 << 20) - 4096);
+    assert_eq!(snapshot.sysctls["vm.page-cluster"], "0");
+    assert_eq!(snapshot.sysctls["vm.watermark_scale_factor"], "125");
+    assert_eq!(snapshot.sysctls["vm.extfrag_threshold"], "0");
+    let swappiness: u32 = snapshot.sysctls["vm.swappiness"].parse().unwrap();
+    assert!(
+        (100..=200).contains(&swappiness),
+        "zram is faster than file I/O, so swappiness > 100: {swappiness}"
+    );
+    let params = zswap::parameters().unwrap();
+    assert_eq!(params["enabled"], "Y");
+    assert_eq!(params["max_pool_percent"], "25");
+    assert_eq!(params["accept_threshold_percent"], "80");
+    assert_eq!(params["shrinker_enabled"], "Y");
+    println!("status after apply:\n{}", snapshot.render_text());
+
+    // Idempotent: a second apply has nothing to do.
+    let again = apply::plan(&config, &opts.plan).unwrap();
+    assert!(again.steps.is_empty(), "second plan not empty:\n{again}");
+
+    let revert = apply::revert(&guard.state_file).unwrap();
+    println!("revert: {revert:?}");
+    assert!(revert.failed.is_empty(), "{revert:?}");
+    let after = MachineGuard::now();
+    assert_eq!(comparable(&after), comparable(&before));
+    assert!(!std::path::Path::new(&swapfile).exists());
+    assert!(!guard.state_file.exists());
+}
+
+#[test]
+fn failure_midway_rolls_everything_back() {
+    if skip_unless_root("failure_midway_rolls_everything_back") {
+        return;
+    }
+    let _lock = KernelTestLock::acquire();
+    if !zram0_free("failure_midway_rolls_everything_back") {
+        return;
+    }
+    let mut guard = MachineGuard::save("midway");
+    // A required swap file that passes every check (exists, has a swap
+    // signature) but that the kernel refuses at swapon: it is sparse.
+    let sparse = std::path::PathBuf::from(format!(
+        "/var/tmp/zpage-test-sparse-swap-{}",
+        std::process::id()
+    ));
+    guard.files.push(sparse.clone());
+    {
+        let file = std::fs::File::create(&sparse).unwrap();
+        file.set_len(16 << 20).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&sparse, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    zpage_kernel::swapdev::make_swap(&sparse, 16 << 20).unwrap();
+    let config = KernelConfig::parse(&format!(
+        r#"
+        [[zram]]
+        algorithm = "lzo"
+        size = "32M"
+        [zswap]
+        max_pool_percent = 33
+        [[swap]]
+        path = "{}"
+        required = true
+        [sysctl]
+        page_cluster = 1
+        "#,
+        sparse.display()
+    ))
+    .unwrap();
+    let before = MachineGuard::now();
+    let opts = options(&guard);
+    let plan = apply::plan(&config, &opts.plan).unwrap();
+    assert!(plan
+        .steps
+        .iter()
+        .any(|s| matches!(s, Step::ZramSetup { .. })));
+    let err = apply::apply(&config, &opts).unwrap_err();
+    println!("midway failure: {err}");
+    assert!(
+        matches!(err, KernelError::RolledBack { ref rollback_note, .. } if rollback_note.is_empty()),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&sparse.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(comparable(&MachineGuard::now()), comparable(&before));
+    assert!(
+        !guard.state_file.exists(),
+        "a rolled-back first apply leaves no state file"
+    );
+
+    // Injected failure at each step: always back to the start.
+    let steps = plan.steps.len();
+    let good = KernelConfig::parse("[[zram]]\nalgorithm = \"lzo\"\nsize = \"32M\"\n[zswap]\nmax_pool_percent = 33\n[sysctl]\npage_cluster = 1\n").unwrap();
+    for n in 1..steps {
+        let mut o = options(&guard);
+        o.fail_before_step = Some(n);
+        if apply::apply(&good, &o).is_ok() {
+            // n is past the last step of `good`: it applied; undo it.
+            apply::revert(&guard.state_file).unwrap();
+        }
+        assert_eq!(
+            comparable(&MachineGuard::now()),
+            comparable(&before),
+            "after failing before step {n}"
+        );
+    }
+}
+
+#[test]
+fn invalid_configs_change_nothing() {
+    if skip_unless_root("invalid_configs_change_nothing") {
+        return;
+    }
+    let _lock = KernelTestLock::acquire();
+    let guard = MachineGuard::save("invalid");
+    let before = MachineGuard::now();
+    let opts = options(&guard);
+    let cases = [
+        (
+            "[[zram]]\nalgorithm = \"zstd-turbo\"\nsize = \"64M\"\n",
+            "zram[0].algorithm",
+        ),
+        (
+            "[[zram]]\nalgorithm = \"lz4\"\nsize = \"1000T\"\n",
+            "zram[0].size",
+        ),
+        ("[[zram]]\nalgorithm = \"lz4\"\nsize = 0\n", "zram[0].size"),
+        (
+            "[[zram]]\nindex = 7\nalgorithm = \"lz4\"\nsize = \"64M\"\n",
+            "zram[0].index",
+        ),
+        ("[zswap]\ncompressor = \"brotli\"\n", "zswap.compressor"),
+        (
+            "[[swap]]\npath = \"/dev/zpage-no-such-disk\"\nrequired = true\n",
+            "swap[0].path",
+        ),
+        (
+            "[[swap]]\npath = \"/etc/hostname\"\nrequired = true\n",
+            "swap[0].path",
+        ),
+        (
+            "[[swap]]\npath = \"/var/tmp/x\"\nencrypted = true\nrequired = true\n",
+            "swap[0].path",
+        ),
+    ];
+    for (text, key) in cases {
+        let config = KernelConfig::parse(text).unwrap();
+        let err = apply::apply(&config, &opts).unwrap_err();
+        println!("{key}: {err}");
+        assert!(err.to_string().contains(key), "expected {key} in: {err}");
+        assert!(
+            !matches!(err, KernelError::RolledBack { .. }),
+            "caught before any change: {err}"
+        );
+        assert_eq!(comparable(&MachineGuard::now()), comparable(&before));
+    }
+}
