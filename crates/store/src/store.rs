@@ -1,0 +1,622 @@
+//! The store itself.
+//!
+//! Lock order, outermost first: a table shard, then the LRU, then a pool
+//! shard. No path takes them in another order; pool memory is freed only
+//! after the table shard lock is released, and compression runs with no lock
+//! held. Loads take read locks only (a table shard, then the pool shard that
+//! holds the blob), so loads of different pages, and of the same page, run
+//! in parallel; they allocate and free nothing.
+
+use crate::stats::{CompressionTrigger, Contents, Counters, StoreStats};
+use crate::{Result, StoreConfig, StoreError};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
+use zpage_codec::{fill_page, CodecSpec, Decoder, Encoded, Encoder, Page, PAGE_SIZE};
+use zpage_pool::{CompactStats, Handle, Pool, PoolError};
+
+/// Page-table shards: enough that threads working on different pages rarely meet.
+const TABLE_SHARDS: usize = 64;
+
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Where a stored page's content is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Location {
+    /// Nothing stored but the repeated word.
+    SameFilled(u64),
+    /// A blob of `len` bytes in pool `shard`, made by codec number `codec`.
+    Compressed {
+        shard: u8,
+        handle: Handle,
+        len: u16,
+        codec: u8,
+    },
+    /// The page itself, 4096 bytes, in pool `shard`.
+    Raw { shard: u8, handle: Handle },
+}
+
+impl Location {
+    fn pool_object(self) -> Option<(usize, Handle)> {
+        match self {
+            Location::SameFilled(_) => None,
+            Location::Compressed { shard, handle, .. } | Location::Raw { shard, handle } => {
+                Some((usize::from(shard), handle))
+            }
+        }
+    }
+
+    fn blob_bytes(self) -> u64 {
+        match self {
+            Location::SameFilled(_) => 0,
+            Location::Compressed { len, .. } => u64::from(len),
+            Location::Raw { .. } => PAGE_SIZE as u64,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    location: Location,
+    /// Nanoseconds since the store's epoch when the page was stored.
+    stored_at_ns: u64,
+    /// Position in the LRU: smaller is older.
+    lru_seq: u64,
+}
+
+/// What kind of entry holds a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A same-filled word.
+    SameFilled,
+    /// A compressed blob.
+    Compressed,
+    /// The raw page.
+    Raw,
+}
+
+/// A description of one stored page, for tools and policies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryInfo {
+    /// The form it is kept in.
+    pub kind: EntryKind,
+    /// Bytes it takes in the pool (0 for same-filled, 4096 for raw).
+    pub stored_bytes: u64,
+    /// The codec of a compressed entry.
+    pub codec: Option<CodecSpec>,
+    /// How long ago it was stored.
+    pub age_ns: u64,
+}
+
+/// Why a page was not stored. The caller keeps the page; any older copy under the key is dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RejectReason {
+    /// It compressed to the threshold or more and raw storage is off.
+    CompressPoor,
+    /// The compressor reported an error.
+    CompressFail,
+    /// The pool could not allocate.
+    AllocFail,
+    /// The pool is at its limit (or refilling past the accept threshold).
+    PoolLimit,
+}
+
+/// What `store` did with a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreOutcome {
+    /// Kept as its repeated word.
+    SameFilled,
+    /// Kept compressed in this many bytes.
+    Compressed {
+        /// Blob size.
+        bytes: usize,
+    },
+    /// Kept raw: it did not compress below the threshold.
+    Raw,
+    /// Not kept.
+    Rejected(RejectReason),
+}
+
+/// Per-thread scratch for one store: encoder, decoders and a buffer.
+///
+/// Every thread that stores or loads makes its own with [`Store::worker`];
+/// that is what keeps the hot paths free of allocation and shared codec state.
+pub struct Worker {
+    store_id: u64,
+    encoder: Encoder,
+    decoders: Vec<Decoder>,
+    buffer: Box<Page>,
+    pool_shard: usize,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("store_id", &self.store_id)
+            .field("pool_shard", &self.pool_shard)
+            .finish()
+    }
+}
+
+/// A compressed page store: zswap's front end without the kernel.
+///
+/// Keys are caller-chosen `u64`s (a page number, a swap slot). `Store` is
+/// `Send + Sync`; share it with an `Arc` and give each thread a [`Worker`].
+pub struct Store {
+    id: u64,
+    config: StoreConfig,
+    /// Codec number `i` as recorded in entries; 0 is the configured codec.
+    codecs: Vec<CodecSpec>,
+    table: Box<[RwLock<HashMap<u64, Entry>>]>,
+    lru: Mutex<BTreeMap<u64, u64>>,
+    pools: Box<[RwLock<Box<dyn Pool>>]>,
+    next_lru_seq: AtomicU64,
+    next_worker: AtomicUsize,
+    pool_reached_full: AtomicBool,
+    pool_pages: AtomicU64,
+    pool_pages_max: AtomicU64,
+    same_filled_pages: AtomicU64,
+    compressed_pages: AtomicU64,
+    raw_pages: AtomicU64,
+    compressed_bytes: AtomicU64,
+    counters: Counters,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("id", &self.id)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn signed_delta(before: u64, after: u64) -> i64 {
+    after as i64 - before as i64
+}
+
+impl Store {
+    /// A store with `config`; fails on a configuration that cannot work.
+    pub fn new(config: StoreConfig) -> Result<Self> {
+        config.validate()?;
+        // Build one encoder now so a bad codec is reported here, not on the first store.
+        Encoder::new(&config.codec, config.threshold)?;
+        let pools = (0..config.pool_shards)
+            .map(|_| RwLock::new(config.pool.build()))
+            .collect();
+        Ok(Self {
+            id: NEXT_STORE_ID.fetch_add(1, Relaxed),
+            codecs: vec![config.codec.clone()],
+            table: (0..TABLE_SHARDS)
+                .map(|_| RwLock::new(HashMap::new()))
+                .collect(),
+            lru: Mutex::new(BTreeMap::new()),
+            pools,
+            next_lru_seq: AtomicU64::new(0),
+            next_worker: AtomicUsize::new(0),
+            pool_reached_full: AtomicBool::new(false),
+            pool_pages: AtomicU64::new(0),
+            pool_pages_max: AtomicU64::new(0),
+            same_filled_pages: AtomicU64::new(0),
+            compressed_pages: AtomicU64::new(0),
+            raw_pages: AtomicU64::new(0),
+            compressed_bytes: AtomicU64::new(0),
+            counters: Counters::default(),
+            epoch: Instant::now(),
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    /// Scratch for one thread. Workers are spread over the pool shards.
+    pub fn worker(&self) -> Result<Worker> {
+        let decoders = self
+            .codecs
+            .iter()
+            .map(Decoder::new)
+            .collect::<std::result::Result<_, _>>()?;
+        Ok(Worker {
+            store_id: self.id,
+            encoder: Encoder::new(&self.config.codec, self.config.threshold)?,
+            decoders,
+            buffer: zpage_codec::zeroed_page(),
+            pool_shard: self.next_worker.fetch_add(1, Relaxed) % self.pools.len(),
+        })
+    }
+
+    fn check_worker(&self, worker: &Worker) -> Result<()> {
+        if worker.store_id == self.id {
+            Ok(())
+        } else {
+            Err(StoreError::ForeignWorker)
+        }
+    }
+
+    fn shard_of(key: u64) -> usize {
+        // Fibonacci hashing: neighbouring page numbers land in different shards.
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % TABLE_SHARDS
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// zswap's limit check with hysteresis: true when the store must refuse.
+    fn pool_over_limit(&self) -> bool {
+        let Some(max_bytes) = self.config.max_pool_bytes else {
+            return false;
+        };
+        // In pages, as zswap computes it: max * percent / 100, rounding down.
+        let used_pages = self.pool_pages.load(Relaxed);
+        let max_pages = max_bytes.div_ceil(PAGE_SIZE as u64);
+        let accept_pages = max_pages * u64::from(self.config.accept_threshold_percent) / 100;
+        if used_pages >= max_pages {
+            Counters::add(&self.counters.pool_limit_hit_count, 1);
+            self.pool_reached_full.store(true, Relaxed);
+        } else if self.pool_reached_full.load(Relaxed) && used_pages <= accept_pages {
+            self.pool_reached_full.store(false, Relaxed);
+        }
+        self.pool_reached_full.load(Relaxed)
+    }
+
+    /// Runs `op` on pool `shard` under its write lock and keeps the page gauges current.
+    fn with_pool<T>(&self, shard: usize, op: impl FnOnce(&mut dyn Pool) -> T) -> T {
+        let mut pool = self.pools[shard].write();
+        let before = pool.stats().pages;
+        let result = op(pool.as_mut());
+        let after = pool.stats().pages;
+        drop(pool);
+        let delta = signed_delta(before, after);
+        if delta >= 0 {
+            let now = self.pool_pages.fetch_add(delta as u64, Relaxed) + delta as u64;
+            self.pool_pages_max.fetch_max(now, Relaxed);
+        } else {
+            self.pool_pages.fetch_sub(delta.unsigned_abs(), Relaxed);
+        }
+        result
+    }
+
+    fn allocate(&self, shard: usize, blob: &[u8]) -> std::result::Result<Handle, PoolError> {
+        self.with_pool(shard, |pool| pool.store(blob))
+    }
+
+    /// Stores `page` under `key`, replacing what the key held. See [`Store::store_with_trigger`].
+    pub fn store(&self, worker: &mut Worker, key: u64, page: &Page) -> Result<StoreOutcome> {
+        self.store_with_trigger(worker, key, page, CompressionTrigger::Eager)
+    }
+
+    /// Stores `page` under `key`, counting the compression under `trigger`.
+    ///
+    /// A rejected page is not kept and any older copy under `key` is dropped,
+    /// so the store never answers a later load with stale bytes.
+    pub fn store_with_trigger(
+        &self,
+        worker: &mut Worker,
+        key: u64,
+        page: &Page,
+        trigger: CompressionTrigger,
+    ) -> Result<StoreOutcome> {
+        self.check_worker(worker)?;
+        let counters = &self.counters;
+        Counters::add(&counters.store_attempts, 1);
+        Counters::add(
+            match trigger {
+                CompressionTrigger::Eager => &counters.eager_compressions,
+                CompressionTrigger::MemoryPressure => &counters.memory_pressure_compressions,
+                CompressionTrigger::CriticalMemory => &counters.critical_memory_compressions,
+            },
+            1,
+        );
+        let started = Instant::now();
+        let encoded = worker.encoder.encode(page, &mut worker.buffer);
+        Counters::add(
+            &counters.compression_time_ns,
+            started.elapsed().as_nanos() as u64,
+        );
+        let placed = match encoded {
+            Ok(Encoded::SameFilled(word)) => Ok(Location::SameFilled(word)),
+            Ok(Encoded::Compressed(len)) => self
+                .place(worker.pool_shard, &worker.buffer[..len])
+                .map(|handle| Location::Compressed {
+                    shard: worker.pool_shard as u8,
+                    handle,
+                    len: len as u16,
+                    codec: 0,
+                }),
+            Ok(Encoded::Incompressible) if self.config.keep_incompressible => self
+                .place(worker.pool_shard, page)
+                .map(|handle| Location::Raw {
+                    shard: worker.pool_shard as u8,
+                    handle,
+                }),
+            Ok(Encoded::Incompressible) => Err(RejectReason::CompressPoor),
+            Err(_) => Err(RejectReason::CompressFail),
+        };
+        match placed {
+            Ok(location) => {
+                self.insert(key, location);
+                Ok(match location {
+                    Location::SameFilled(_) => StoreOutcome::SameFilled,
+                    Location::Compressed { len, .. } => StoreOutcome::Compressed {
+                        bytes: usize::from(len),
+                    },
+                    Location::Raw { .. } => StoreOutcome::Raw,
+                })
+            }
+            Err(reason) => {
+                let counter = match reason {
+                    RejectReason::CompressPoor => Some(&counters.reject_compress_poor_pages),
+                    RejectReason::CompressFail => Some(&counters.reject_compress_fail_pages),
+                    RejectReason::AllocFail => Some(&counters.reject_alloc_fail_pages),
+                    // Counted in `pool_over_limit`, as zswap counts `pool_limit_hit`.
+                    RejectReason::PoolLimit => None,
+                };
+                if let Some(counter) = counter {
+                    Counters::add(counter, 1);
+                }
+                self.discard(key);
+                Ok(StoreOutcome::Rejected(reason))
+            }
+        }
+    }
+
+    /// Puts a blob in the pool, subject to the limit.
+    fn place(&self, shard: usize, blob: &[u8]) -> std::result::Result<Handle, RejectReason> {
+        if self.pool_over_limit() {
+            return Err(RejectReason::PoolLimit);
+        }
+        self.allocate(shard, blob)
+            .map_err(|_| RejectReason::AllocFail)
+    }
+
+    fn insert(&self, key: u64, location: Location) {
+        let entry = Entry {
+            location,
+            stored_at_ns: self.now_ns(),
+            lru_seq: self.next_lru_seq.fetch_add(1, Relaxed),
+        };
+        let previous = {
+            let mut shard = self.table[Self::shard_of(key)].write();
+            let previous = shard.insert(key, entry);
+            let mut lru = self.lru.lock();
+            lru.insert(entry.lru_seq, key);
+            if let Some(old) = previous {
+                lru.remove(&old.lru_seq);
+            }
+            previous
+        };
+        self.count_in(location);
+        match location {
+            Location::SameFilled(_) => Counters::add(&self.counters.same_filled_stores, 1),
+            Location::Compressed { .. } => Counters::add(&self.counters.compressed_stores, 1),
+            Location::Raw { .. } => Counters::add(&self.counters.raw_stores, 1),
+        }
+        if let Some(old) = previous {
+            Counters::add(&self.counters.duplicate_entry_count, 1);
+            self.release(old.location);
+        }
+    }
+
+    fn gauge_of(&self, location: Location) -> &AtomicU64 {
+        match location {
+            Location::SameFilled(_) => &self.same_filled_pages,
+            Location::Compressed { .. } => &self.compressed_pages,
+            Location::Raw { .. } => &self.raw_pages,
+        }
+    }
+
+    fn count_in(&self, location: Location) {
+        self.gauge_of(location).fetch_add(1, Relaxed);
+        self.compressed_bytes
+            .fetch_add(location.blob_bytes(), Relaxed);
+    }
+
+    /// Drops a location that is no longer in the table: gauges, then pool memory.
+    fn release(&self, location: Location) {
+        self.gauge_of(location).fetch_sub(1, Relaxed);
+        self.compressed_bytes
+            .fetch_sub(location.blob_bytes(), Relaxed);
+        if let Some((shard, handle)) = location.pool_object() {
+            // A handle from our own table is always live; an error here means a pool bug,
+            // and leaking the object is the safe reaction.
+            let _ = self.with_pool(shard, |pool| pool.free(handle));
+        }
+    }
+
+    /// Removes `key`'s entry from the table and LRU, without touching pool memory.
+    fn unlink(&self, key: u64) -> Option<Entry> {
+        let mut shard = self.table[Self::shard_of(key)].write();
+        let entry = shard.remove(&key)?;
+        self.lru.lock().remove(&entry.lru_seq);
+        Some(entry)
+    }
+
+    fn discard(&self, key: u64) {
+        if let Some(entry) = self.unlink(key) {
+            self.release(entry.location);
+        }
+    }
+
+    /// Decodes `location` into `dst`. Caller holds the table shard lock, so the blob cannot be freed meanwhile.
+    fn read_location(&self, worker: &mut Worker, location: Location, dst: &mut Page) -> Result<()> {
+        match location {
+            Location::SameFilled(word) => fill_page(dst, word),
+            Location::Raw { shard, handle } => {
+                let pool = self.pools[usize::from(shard)].read();
+                dst.copy_from_slice(pool.get(handle)?);
+            }
+            Location::Compressed {
+                shard,
+                handle,
+                codec,
+                ..
+            } => {
+                let pool = self.pools[usize::from(shard)].read();
+                let blob = pool.get(handle)?;
+                let started = Instant::now();
+                let decoded = worker.decoders[usize::from(codec)].decode(blob, dst);
+                Counters::add(
+                    &self.counters.decompression_time_ns,
+                    started.elapsed().as_nanos() as u64,
+                );
+                if let Err(error) = decoded {
+                    Counters::add(&self.counters.decompress_fail_count, 1);
+                    return Err(error.into());
+                }
+                Counters::add(&self.counters.decompressions, 1);
+            }
+        }
+        Ok(())
+    }
+
+    fn count_load(&self, entry: &Entry) {
+        Counters::add(&self.counters.loads, 1);
+        let age = self.now_ns().saturating_sub(entry.stored_at_ns);
+        self.counters.record_age(age, self.config.age_unit_ns);
+    }
+
+    /// Copies the page stored under `key` into `dst`, keeping it stored.
+    ///
+    /// Takes only read locks and neither allocates nor frees, so it may run in
+    /// a fault handler on a thread that is not itself inside the store.
+    pub fn load(&self, worker: &mut Worker, key: u64, dst: &mut Page) -> Result<()> {
+        self.check_worker(worker)?;
+        let shard = self.table[Self::shard_of(key)].read();
+        let Some(entry) = shard.get(&key).copied() else {
+            Counters::add(&self.counters.load_misses, 1);
+            return Err(StoreError::NotFound(key));
+        };
+        self.read_location(worker, entry.location, dst)?;
+        drop(shard);
+        self.count_load(&entry);
+        Ok(())
+    }
+
+    /// Copies the page stored under `key` into `dst` and drops it from the store
+    /// (zswap's exclusive load). On a decode error the entry stays, for inspection.
+    pub fn take(&self, worker: &mut Worker, key: u64, dst: &mut Page) -> Result<()> {
+        self.check_worker(worker)?;
+        let entry = {
+            let mut shard = self.table[Self::shard_of(key)].write();
+            let Some(entry) = shard.get(&key).copied() else {
+                Counters::add(&self.counters.load_misses, 1);
+                return Err(StoreError::NotFound(key));
+            };
+            self.read_location(worker, entry.location, dst)?;
+            shard.remove(&key);
+            self.lru.lock().remove(&entry.lru_seq);
+            entry
+        };
+        self.count_load(&entry);
+        self.release(entry.location);
+        Ok(())
+    }
+
+    /// Drops the page under `key` without loading it; false when there was none.
+    pub fn remove(&self, key: u64) -> bool {
+        match self.unlink(key) {
+            Some(entry) => {
+                Counters::add(&self.counters.invalidated_pages, 1);
+                self.release(entry.location);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether `key` holds a page.
+    pub fn contains(&self, key: u64) -> bool {
+        self.table[Self::shard_of(key)].read().contains_key(&key)
+    }
+
+    /// Pages held.
+    pub fn len(&self) -> usize {
+        self.table.iter().map(|shard| shard.read().len()).sum()
+    }
+
+    /// Whether the store holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Describes the page under `key`.
+    pub fn entry_info(&self, key: u64) -> Option<EntryInfo> {
+        let entry = self.table[Self::shard_of(key)].read().get(&key).copied()?;
+        let (kind, codec) = match entry.location {
+            Location::SameFilled(_) => (EntryKind::SameFilled, None),
+            Location::Compressed { codec, .. } => (
+                EntryKind::Compressed,
+                Some(self.codecs[usize::from(codec)].clone()),
+            ),
+            Location::Raw { .. } => (EntryKind::Raw, None),
+        };
+        Some(EntryInfo {
+            kind,
+            stored_bytes: entry.location.blob_bytes(),
+            codec,
+            age_ns: self.now_ns().saturating_sub(entry.stored_at_ns),
+        })
+    }
+
+    /// Up to `n` keys, least recently stored first (writeback and recompression candidates).
+    pub fn oldest_keys(&self, n: usize) -> Vec<u64> {
+        self.lru.lock().values().take(n).copied().collect()
+    }
+
+    /// Compacts every pool shard (zram's `compact`); counts released pages in `pages_compacted`.
+    pub fn compact(&self) -> CompactStats {
+        let mut total = CompactStats::default();
+        for shard in 0..self.pools.len() {
+            let stats = self.with_pool(shard, |pool| pool.compact());
+            total.objects_moved += stats.objects_moved;
+            total.pages_freed += stats.pages_freed;
+        }
+        Counters::add(&self.counters.pages_compacted, total.pages_freed);
+        total
+    }
+
+    /// Memory the pools hold now, in bytes.
+    pub fn pool_memory_used_bytes(&self) -> u64 {
+        self.pool_pages.load(Relaxed) * PAGE_SIZE as u64
+    }
+
+    /// A snapshot of gauges and counters.
+    pub fn stats(&self) -> StoreStats {
+        let mut pool_metadata = 0;
+        for pool in self.pools.iter() {
+            pool_metadata += pool.read().stats().metadata_bytes;
+        }
+        let same = self.same_filled_pages.load(Relaxed);
+        let compressed = self.compressed_pages.load(Relaxed);
+        let raw = self.raw_pages.load(Relaxed);
+        let stored = same + compressed + raw;
+        let compressed_bytes = self.compressed_bytes.load(Relaxed);
+        let used = self.pool_memory_used_bytes();
+        let table_entry_bytes = (std::mem::size_of::<(u64, Entry)>() + 1) as u64;
+        let lru_entry_bytes = 2 * std::mem::size_of::<u64>() as u64;
+        StoreStats {
+            contents: Contents {
+                stored_pages: stored,
+                same_filled_pages: same,
+                compressed_pages: compressed,
+                raw_pages: raw,
+                written_back_pages: 0,
+                uncompressed_bytes: stored * PAGE_SIZE as u64,
+                compressed_bytes,
+                pool_memory_used_bytes: used,
+                pool_memory_used_max_bytes: self.pool_pages_max.load(Relaxed) * PAGE_SIZE as u64,
+                pool_memory_limit_bytes: self.config.max_pool_bytes.unwrap_or(0),
+                pool_fragmentation_bytes: used.saturating_sub(compressed_bytes),
+                metadata_bytes: pool_metadata + stored * (table_entry_bytes + lru_entry_bytes),
+            },
+            events: self.counters.snapshot(),
+            age_unit_ns: self.config.age_unit_ns,
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Loads allocate nothing: the fault path of a region runs `load` in a signal
+//! handler, where touching the allocator could deadlock.
+
+#[path = "pages_support/mod.rs"]
+mod pages;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use zpage_codec::PAGE_SIZE;
+use zpage_store::{PoolKind, Store, StoreConfig};
+
+struct CountingAllocator;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; it only counts.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours, passed through.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours, passed through.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+#[test]
+fn load_neither_allocates_nor_frees() {
+    for pool in PoolKind::all() {
+        for codec in ["lz4", "lz4-flex", "zstd:3"] {
+            let store = Store::new(StoreConfig {
+                pool,
+                codec: codec.parse().unwrap(),
+                ..StoreConfig::default()
+            })
+            .unwrap();
+            let mut worker = store.worker().unwrap();
+            for key in 0..100 {
+                store
+                    .store(&mut worker, key, &pages::page_for(key, 0))
+                    .unwrap();
+            }
+            let mut out = Box::new([0u8; PAGE_SIZE]);
+            // Warm every lazily built piece of state first.
+            for key in 0..100 {
+                store.load(&mut worker, key, &mut out).unwrap();
+            }
+            COUNTING.store(true, Ordering::SeqCst);
+            for key in 0..100 {
+                store.load(&mut worker, key, &mut out).unwrap();
+            }
+            COUNTING.store(false, Ordering::SeqCst);
+            assert_eq!(ALLOCATIONS.swap(0, Ordering::SeqCst), 0, "{pool} {codec}");
+        }
+    }
+}
