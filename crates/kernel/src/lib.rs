@@ -12,6 +12,7 @@ mod testlock;
 
 pub mod apply;
 pub mod config;
+pub mod export;
 pub mod measure;
 pub mod procfs;
 pub mod status;

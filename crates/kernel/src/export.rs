@@ -1,0 +1,482 @@
+//! `zpage kernel export`: the persistent configuration that reproduces a
+//! [`KernelConfig`] at boot, in each ecosystem's own format.
+
+use std::fmt::Write as _;
+use std::str::FromStr;
+
+use crate::config::{DiskSwapConfig, KernelConfig, Size, SysctlValue, ZramConfig};
+use crate::{KernelError, Result};
+
+/// Export formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// `/etc/systemd/zram-generator.conf` (zram devices only).
+    ZramGenerator,
+    /// `/etc/sysctl.d/*.conf` (sysctls only).
+    Sysctl,
+    /// A NixOS module (`zramSwap`, `swapDevices`, `boot.kernel.sysctl`, zswap kernel parameters).
+    Nixos,
+    /// systemd units, udev rule, modules-load, crypttab, sysctl.d and tmpfiles.d files.
+    Systemd,
+}
+
+impl FromStr for ExportFormat {
+    type Err = KernelError;
+    fn from_str(s: &str) -> Result<ExportFormat> {
+        match s {
+            "zram-generator" => Ok(ExportFormat::ZramGenerator),
+            "sysctl" => Ok(ExportFormat::Sysctl),
+            "nixos" => Ok(ExportFormat::Nixos),
+            "systemd" => Ok(ExportFormat::Systemd),
+            other => Err(KernelError::config(
+                "--format",
+                format!("unknown format {other:?}"),
+                "use zram-generator, sysctl, nixos or systemd",
+            )),
+        }
+    }
+}
+
+/// Renders `config` in `format`. `auto_swappiness` is the value to write for
+/// `swappiness = "auto"` (measured by apply, or computed by the caller);
+/// without it the sysctl is left out with a comment.
+pub fn export(config: &KernelConfig, format: ExportFormat, auto_swappiness: Option<u8>) -> String {
+    match format {
+        ExportFormat::ZramGenerator => zram_generator(config),
+        ExportFormat::Sysctl => sysctl_conf(config, auto_swappiness),
+        ExportFormat::Nixos => nixos(config, auto_swappiness),
+        ExportFormat::Systemd => systemd(config, auto_swappiness),
+    }
+}
+
+const MIB: u64 = 1 << 20;
+
+/// The size as a zram-generator expression over `ram` (MiB).
+fn size_expression(size: &Size) -> String {
+    match size {
+        Size::Bytes(b) => mib_text(*b),
+        Size::Fraction(f) => format!("ram * {f}"),
+        Size::Text(t) => {
+            let t = t.trim();
+            if let Some(p) = t.strip_suffix('%') {
+                format!("ram * {p} / 100")
+            } else {
+                // Resolve units without RAM (they do not depend on it).
+                match size.resolve("size", 0) {
+                    Ok(b) => mib_text(b),
+                    Err(_) => t.to_string(),
+                }
+            }
+        }
+    }
+}
+
+fn mib_text(bytes: u64) -> String {
+    if bytes % MIB == 0 {
+        (bytes / MIB).to_string()
+    } else {
+        format!("{:.3}", bytes as f64 / MIB as f64)
+    }
+}
+
+fn sysctl_pairs(
+    config: &KernelConfig,
+    auto_swappiness: Option<u8>,
+) -> (Vec<(&'static str, String)>, Vec<String>) {
+    let mut pairs = Vec::new();
+    let mut notes = Vec::new();
+    if let Some(sc) = &config.sysctl {
+        match &sc.swappiness {
+            Some(SysctlValue::Number(n)) => pairs.push(("vm.swappiness", n.to_string())),
+            Some(SysctlValue::Text(_)) => match auto_swappiness {
+                Some(v) => pairs.push(("vm.swappiness", v.to_string())),
+                None => notes.push("vm.swappiness = \"auto\" is measured by `zpage kernel apply`; export after applying to get the number".to_string()),
+            },
+            None => {}
+        }
+        if let Some(p) = sc.page_cluster {
+            pairs.push(("vm.page-cluster", p.to_string()));
+        }
+        if let Some(w) = sc.watermark_scale_factor {
+            pairs.push(("vm.watermark_scale_factor", w.to_string()));
+        }
+        if let Some(e) = sc.extfrag_threshold {
+            pairs.push(("vm.extfrag_threshold", e.to_string()));
+        }
+    }
+    (pairs, notes)
+}
+
+fn zswap_pairs(config: &KernelConfig) -> Vec<(&'static str, String)> {
+    let mut pairs = Vec::new();
+    if let Some(zs) = &config.zswap {
+        let yn = |b: bool| if b { "Y" } else { "N" }.to_string();
+        if let Some(c) = &zs.compressor {
+            pairs.push(("compressor", c.clone()));
+        }
+        if let Some(p) = zs.max_pool_percent {
+            pairs.push(("max_pool_percent", p.to_string()));
+        }
+        if let Some(p) = zs.accept_threshold_percent {
+            pairs.push(("accept_threshold_percent", p.to_string()));
+        }
+        if let Some(s) = zs.shrinker {
+            pairs.push(("shrinker_enabled", yn(s)));
+        }
+        if let Some(e) = zs.enabled {
+            pairs.push(("enabled", yn(e)));
+        }
+    }
+    pairs
+}
+
+fn algorithm_with_params(z: &ZramConfig) -> String {
+    match &z.algorithm_params {
+        Some(p) => format!("{}({p})", z.algorithm),
+        None => z.algorithm.clone(),
+    }
+}
+
+fn zram_generator(config: &KernelConfig) -> String {
+    let mut out =
+        String::from("# /etc/systemd/zram-generator.conf, written by `zpage kernel export`.\n");
+    for (i, z) in config.zram.iter().enumerate() {
+        let _ = writeln!(out, "\n[zram{}]", config.zram_index(i));
+        let _ = writeln!(out, "zram-size = {}", size_expression(&z.size));
+        let _ = writeln!(out, "compression-algorithm = {}", algorithm_with_params(z));
+        let _ = writeln!(out, "swap-priority = {}", z.priority());
+        if let Some(limit) = &z.mem_limit {
+            let _ = writeln!(
+                out,
+                "# mem_limit (zram-generator 1.2+; older versions ignore this key)"
+            );
+            let _ = writeln!(out, "zram-resident-limit = {}", size_expression(limit));
+        }
+    }
+    if config.zram.is_empty() {
+        out.push_str("# (no [[zram]] in the config)\n");
+    }
+    if config.zswap.is_some() || !config.swap.is_empty() || config.sysctl.is_some() {
+        out.push_str("\n# zswap, disk swap and sysctls are not zram-generator's business:\n# export them with --format sysctl / systemd / nixos.\n");
+    }
+    out
+}
+
+fn sysctl_conf(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
+    let mut out =
+        String::from("# /etc/sysctl.d/90-zpage.conf, written by `zpage kernel export`.\n");
+    let (pairs, notes) = sysctl_pairs(config, auto_swappiness);
+    for note in notes {
+        let _ = writeln!(out, "# {note}");
+    }
+    for (k, v) in pairs {
+        let _ = writeln!(out, "{k} = {v}");
+    }
+    let zswap = zswap_pairs(config);
+    if !zswap.is_empty() {
+        out.push_str("# zswap is set by kernel parameters, not sysctl; add to the kernel command line:\n#   ");
+        let params: Vec<String> = zswap
+            .iter()
+            .map(|(k, v)| format!("zswap.{k}={v}"))
+            .collect();
+        out.push_str(&params.join(" "));
+        out.push('\n');
+    }
+    out
+}
+
+fn nix_string(s: &str) -> String {
+    let escaped = s
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace("${", "\\${");
+    format!("\"{escaped}\"")
+}
+
+fn nixos(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
+    let mut out = String::from("# NixOS module written by `zpage kernel export`; import it from configuration.nix.\n{ config, lib, pkgs, ... }:\n{\n");
+    if let Some(z) = config.zram.first() {
+        out.push_str("  zramSwap = {\n    enable = true;\n");
+        let _ = writeln!(out, "    swapDevices = {};", config.zram.len());
+        let _ = writeln!(out, "    algorithm = {};", nix_string(&z.algorithm));
+        match &z.size {
+            Size::Fraction(f) => {
+                let _ = writeln!(out, "    memoryPercent = {};", (f * 100.0).round() as u64);
+            }
+            Size::Text(t) if t.trim().ends_with('%') => {
+                let _ = writeln!(
+                    out,
+                    "    memoryPercent = {};",
+                    t.trim().trim_end_matches('%').trim()
+                );
+            }
+            other => {
+                // A fixed size: allow all of RAM, capped at the size.
+                let bytes = other.resolve("size", 0).unwrap_or(0) * config.zram.len() as u64;
+                out.push_str("    memoryPercent = 100;\n");
+                let _ = writeln!(out, "    memoryMax = {bytes};");
+            }
+        }
+        let _ = writeln!(out, "    priority = {};", z.priority());
+        out.push_str("  };\n");
+        if z.mem_limit.is_some() || z.algorithm_params.is_some() || config.zram.len() > 1 {
+            out.push_str("  # zramSwap has no options for mem_limit or algorithm_params, and configures all devices alike;\n  # use the zram-generator export for those.\n");
+        }
+    }
+    if !config.swap.is_empty() {
+        out.push_str("  swapDevices = [\n");
+        for s in &config.swap {
+            out.push_str(&nixos_swap(s));
+        }
+        out.push_str("  ];\n");
+    }
+    let (pairs, notes) = sysctl_pairs(config, auto_swappiness);
+    for note in notes {
+        let _ = writeln!(out, "  # {note}");
+    }
+    if !pairs.is_empty() {
+        out.push_str("  boot.kernel.sysctl = {\n");
+        for (k, v) in pairs {
+            let _ = writeln!(out, "    {} = {v};", nix_string(k));
+        }
+        out.push_str("  };\n");
+    }
+    let zswap = zswap_pairs(config);
+    if !zswap.is_empty() {
+        let params: Vec<String> = zswap
+            .iter()
+            .map(|(k, v)| nix_string(&format!("zswap.{k}={v}")))
+            .collect();
+        let _ = writeln!(out, "  boot.kernelParams = [ {} ];", params.join(" "));
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn nixos_swap(s: &DiskSwapConfig) -> String {
+    let mut out = String::from("    {\n");
+    let _ = writeln!(out, "      device = {};", nix_string(&s.path));
+    if let Some(size) = &s.size {
+        if let Ok(bytes) = size.resolve("size", 0) {
+            let _ = writeln!(out, "      size = {};", bytes / MIB);
+        }
+    }
+    let _ = writeln!(out, "      priority = {};", s.priority());
+    if s.encrypted {
+        out.push_str("      randomEncryption.enable = true;\n");
+    }
+    if s.discard {
+        out.push_str("      discardPolicy = \"both\";\n");
+    }
+    if !s.required {
+        out.push_str("      options = [ \"defaults\" \"nofail\" ];\n");
+    }
+    out.push_str("    }\n");
+    out
+}
+
+/// systemd's path escaping (`systemd-escape --path`).
+pub fn systemd_escape_path(path: &str) -> String {
+    let trimmed = path.trim_matches('/');
+    if trimmed.is_empty() {
+        return "-".into();
+    }
+    let mut out = String::new();
+    for (i, byte) in trimmed.bytes().enumerate() {
+        match byte {
+            b'/' => out.push('-'),
+            b'.' if i == 0 => out.push_str("\\x2e"),
+            b if b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b':' => {
+                out.push(b as char)
+            }
+            b => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+    out
+}
+
+fn systemd(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
+    let mut out = String::from(
+        "# systemd files written by `zpage kernel export`; each starts with its path.\n",
+    );
+    if !config.zram.is_empty() {
+        out.push_str("\n# ==> /etc/modules-load.d/zpage-zram.conf\nzram\n");
+        for (i, z) in config.zram.iter().enumerate() {
+            let index = config.zram_index(i);
+            let size = match &z.size {
+                Size::Bytes(_) | Size::Text(_) if !matches!(&z.size, Size::Text(t) if t.trim().ends_with('%')) =>
+                {
+                    format!("{}", z.size.resolve("size", 0).unwrap_or(0))
+                }
+                _ => String::new(),
+            };
+            let _ = writeln!(out, "\n# ==> /etc/systemd/system/zpage-zram{index}.service");
+            out.push_str("[Unit]\nDescription=zpage: compressed swap on zram");
+            let _ = writeln!(out, "{index}");
+            out.push_str("DefaultDependencies=no\nBefore=swap.target\nAfter=systemd-modules-load.service\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\n");
+            let dev = format!("/sys/block/zram{index}");
+            let _ = writeln!(
+                out,
+                "ExecStartPre=/bin/sh -c 'test -e {dev} || cat /sys/class/zram-control/hot_add'"
+            );
+            let _ = writeln!(
+                out,
+                "ExecStart=/bin/sh -c 'echo {} > {dev}/comp_algorithm'",
+                z.algorithm
+            );
+            if let Some(p) = &z.algorithm_params {
+                let _ = writeln!(
+                    out,
+                    "ExecStart=/bin/sh -c 'echo \"{p}\" > {dev}/algorithm_params'"
+                );
+            }
+            if size.is_empty() {
+                // Fraction of RAM: computed from MemTotal at boot.
+                let fraction = match &z.size {
+                    Size::Fraction(f) => *f,
+                    Size::Text(t) => {
+                        t.trim()
+                            .trim_end_matches('%')
+                            .trim()
+                            .parse::<f64>()
+                            .unwrap_or(50.0)
+                            / 100.0
+                    }
+                    Size::Bytes(_) => 0.5,
+                };
+                // Integer shell arithmetic in per-mille; `$$` is systemd's escape for `$`.
+                let permille = (fraction * 1000.0).round() as u64;
+                let _ = writeln!(
+                    out,
+                    "ExecStart=/bin/sh -c 'kb=$$(grep MemTotal /proc/meminfo | tr -dc 0-9); echo $$((kb * 1024 * {permille} / 1000 / 4096 * 4096)) > {dev}/disksize'"
+                );
+            } else {
+                let _ = writeln!(out, "ExecStart=/bin/sh -c 'echo {size} > {dev}/disksize'");
+            }
+            if let Some(limit) = &z.mem_limit {
+                if let Ok(bytes) = limit.resolve("mem_limit", 0) {
+                    let _ = writeln!(out, "ExecStart=/bin/sh -c 'echo {bytes} > {dev}/mem_limit'");
+                }
+            }
+            let _ = writeln!(out, "ExecStart=/sbin/mkswap /dev/zram{index}");
+            let _ = writeln!(
+                out,
+                "ExecStart=/sbin/swapon --discard --priority {} /dev/zram{index}",
+                z.priority()
+            );
+            let _ = writeln!(out, "ExecStop=/sbin/swapoff /dev/zram{index}");
+            let _ = writeln!(out, "ExecStop=/bin/sh -c 'echo 1 > {dev}/reset'");
+            out.push_str("\n[Install]\nWantedBy=swap.target\n");
+        }
+    }
+    for s in &config.swap {
+        let what = if s.encrypted {
+            let name = crate::swapdev::crypt_name(std::path::Path::new(&s.path));
+            out.push_str("\n# ==> /etc/crypttab (append; a new random key every boot)\n");
+            let _ = writeln!(
+                out,
+                "{name} {} /dev/urandom swap,cipher=aes-xts-plain64,size=512{}",
+                s.path,
+                if s.required { "" } else { ",nofail" }
+            );
+            format!("/dev/mapper/{name}")
+        } else {
+            s.path.clone()
+        };
+        let unit = format!("{}.swap", systemd_escape_path(&what));
+        let _ = writeln!(out, "\n# ==> /etc/systemd/system/{unit}");
+        let _ = writeln!(out, "[Unit]\nDescription=zpage: disk swap tier on {what}");
+        if s.size.is_some() && !s.encrypted {
+            let _ = writeln!(
+                out,
+                "# create it once first: zpage kernel apply (or fallocate + mkswap, size {})",
+                s.size
+                    .as_ref()
+                    .and_then(|z| z.resolve("size", 0).ok())
+                    .unwrap_or(0)
+            );
+        }
+        let _ = writeln!(out, "\n[Swap]\nWhat={what}\nPriority={}", s.priority());
+        let mut options = Vec::new();
+        if s.discard {
+            options.push("discard");
+        }
+        if !s.required {
+            // Missing hardware must not stop the boot.
+            options.push("nofail");
+        }
+        if !options.is_empty() {
+            let _ = writeln!(out, "Options={}", options.join(","));
+        }
+        out.push_str("\n[Install]\nWantedBy=swap.target\n");
+    }
+    let (pairs, notes) = sysctl_pairs(config, auto_swappiness);
+    if !pairs.is_empty() || !notes.is_empty() {
+        out.push_str("\n# ==> /etc/sysctl.d/90-zpage.conf\n");
+        for note in notes {
+            let _ = writeln!(out, "# {note}");
+        }
+        for (k, v) in pairs {
+            let _ = writeln!(out, "{k} = {v}");
+        }
+    }
+    let zswap = zswap_pairs(config);
+    if !zswap.is_empty() {
+        out.push_str("\n# ==> /etc/tmpfiles.d/zpage-zswap.conf\n");
+        for (k, v) in zswap {
+            let _ = writeln!(out, "w- /sys/module/zswap/parameters/{k} - - - - {v}");
+        }
+    }
+    out
+}
+
+/// Splits a `systemd` export into (path, content) files.
+pub fn split_files(export: &str) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = Vec::new();
+    for line in export.lines() {
+        if let Some(path) = line.strip_prefix("# ==> ") {
+            let path = path.split(' ').next().unwrap_or(path).to_string();
+            files.push((path, String::new()));
+        } else if let Some((_, content)) = files.last_mut() {
+            content.push_str(line);
+            content.push('\n');
+        }
+    }
+    for (_, content) in files.iter_mut() {
+        let trimmed = content.trim_end().to_string();
+        *content = trimmed + "\n";
+    }
+    files
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_like_systemd() {
+        assert_eq!(systemd_escape_path("/var/swapfile"), "var-swapfile");
+        assert_eq!(
+            systemd_escape_path("/var/tmp/zpage-swap"),
+            "var-tmp-zpage\\x2dswap"
+        );
+        assert_eq!(
+            systemd_escape_path("/dev/mapper/zpage-swap-x"),
+            "dev-mapper-zpage\\x2dswap\\x2dx"
+        );
+    }
+
+    #[test]
+    fn formats_parse() {
+        for f in ["zram-generator", "sysctl", "nixos", "systemd"] {
+            assert!(f.parse::<ExportFormat>().is_ok());
+        }
+        assert!("yaml"
+            .parse::<ExportFormat>()
+            .unwrap_err()
+            .to_string()
+            .contains("--format"));
+    }
+}
