@@ -13,6 +13,7 @@ mod testlock;
 pub mod apply;
 pub mod config;
 pub mod export;
+pub mod exporter;
 pub mod measure;
 pub mod procfs;
 pub mod status;
