@@ -1,1 +1,115 @@
-//! zpage-region (being built).
+//! zpage-region: a memory region whose cold pages are compressed in user space.
+//!
+//! A [`Region`] is `size_bytes` of anonymous memory that the program reads and
+//! writes directly, with a resident budget. Pages beyond the budget are taken
+//! out of the region, compressed, and their memory released; the next access
+//! restores them. Everything below is built on userfaultfd as it behaves on
+//! Linux 6.18 (see `shared/notes/userfaultfd.md`).
+//!
+//! # Fault path
+//!
+//! The region is registered (MISSING mode) with a userfaultfd created with
+//! `UFFD_USER_MODE_ONLY` and `UFFD_FEATURE_SIGBUS`: an access to an absent
+//! page raises SIGBUS *in the faulting thread*, which resolves its own fault
+//! (no cross-thread wakeup; those cost 20-75 us here). The handler (module
+//! `signal`) finds the region in a fixed lock-free table, then follows the
+//! page's atomic state word (module `state`):
+//!
+//! - never written (EMPTY): `UFFDIO_ZEROPAGE` (read) or `UFFDIO_COPY` of a
+//!   zero page (write: one fault instead of two);
+//! - STAGED (trial eviction, still uncompressed): `UFFDIO_MOVE` back from the
+//!   staging area, no decompression;
+//! - STORED: decompress into a preallocated per-slot buffer, `UFFDIO_COPY`.
+//!
+//! Owners of a page (reclaimer, a restoring thread) hold it by compare-and-swap
+//! of its state; others yield and retry. `EEXIST` from a racing install means
+//! the page is there. The handler allocates nothing and takes no lock: see
+//! the argument at the top of `signal.rs`. It is installed with raw
+//! `sigaction`, runs first, and chains every fault outside our regions to the
+//! previous handler (SIG_DFL: reset and re-fault, so the process dies and
+//! dumps core as it would have).
+//!
+//! [`FaultMode::HandlerThread`] registers a privileged uffd without the
+//! SIGBUS feature; a thread reads fault messages and runs the same resolution.
+//! Kernel-mode accesses (system calls) then work on evicted pages, at the cost
+//! of a cross-thread wakeup per fault.
+//!
+//! | mode | privilege | kernel accesses to evicted pages | cost per fault here |
+//! |---|---|---|---|
+//! | `Sigbus` (default) | none | `EFAULT`: call `prefault`/`pin` first | ~3 us + decompression |
+//! | `HandlerThread` | `CAP_SYS_PTRACE`, or `vm.unprivileged_userfaultfd=1`, or rw on `/dev/userfaultfd` | resolved | 23-75 us (cross-CPU wakeup) |
+//!
+//! # Reclaim and staging
+//!
+//! A background reclaimer keeps resident memory (resident pages plus staged
+//! pages, both uncompressed) between watermarks: it starts above
+//! `high_watermark_pct` of the budget and evicts down to `low_watermark_pct`.
+//! A fault that would go over the budget (the hard limit) wakes the reclaimer
+//! and waits for room (bounded, counted in `throttles`); this is the only
+//! cross-thread wait on the fault path, and it happens only over the limit.
+//!
+//! Eviction is `UFFDIO_MOVE` of the page into a staging area registered with
+//! a second uffd (MOVE's destination must be registered; the second uffd has
+//! no events, so freeing staging slots with `MADV_DONTNEED` raises none).
+//! MOVE takes the physical page under both page-table locks, so a racing write
+//! lands in the moved page and cannot be lost. After fork, MOVE fails with
+//! `EBUSY` (the page is shared copy-on-write); the reclaimer then makes the
+//! page exclusive with an atomic add of zero (a write of the value already
+//! there) and retries.
+//!
+//! # Aging
+//!
+//! The kernel exposes no accessed bits here, so the policy works from faults:
+//!
+//! - **Refault distance** (as `mm/workingset.c`): each eviction stamps the
+//!   page with an eviction clock; on refault, if fewer than a quarter of the
+//!   budget's pages were evicted in between, the page was evicted too early
+//!   and goes to the *active* queue, which is protected: victims come from
+//!   the *inactive* queue (admission order) first; active pages are demoted
+//!   oldest-first only when the active queue outgrows its share.
+//! - **Trial eviction**: evicted pages wait uncompressed in staging
+//!   (`staging_pct` of the budget). A touch brings one back with a MOVE (no
+//!   decompression) and, its distance being small, activates it.
+//! - Write tracking (WP_ASYNC) is not used yet (see "Not done").
+//!
+//! [`AgingPolicy::Fifo`] evicts in admission order and compresses at once.
+//! The `hot_cold_*` tests and the `aging` bench compare the two.
+//!
+//! # Hazards
+//!
+//! (Work in progress: the hazard tests named below are being added.)
+//!
+//! | hazard | behaviour | test |
+//! |---|---|---|
+//! | `fork()` | atfork hook restores every page before the fork: the child gets full contents; the parent re-takes exclusivity on `EBUSY` | `hazards::fork_child_sees_evicted_pages` |
+//! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them; reads give zeros | `hazards::dontneed_reads_zeros` |
+//! | `munmap` of a live region | `EVENT_UNMAP`: compressed data freed; API calls return `Unmapped`; `Drop` leaves the range alone | `hazards::munmap_frees_and_refuses` |
+//! | `mremap` | refused: `EVENT_REMAP` marks the region unmapped; an evicted page touched at the new address kills the process with SIGBUS (never wrong bytes) | `hazards::mremap_is_refused` |
+//! | uffd closed by the program | detected (`health_check`, event thread): `UffdLost` from every call; evicted pages read as zeros after the close: documented refusal, do not close fds you did not open | `hazards::closed_uffd_is_detected` |
+//! | SIGBUS blocked in the faulting thread | the kernel kills the process (never wrong bytes); `prefault`/`pin` or `HandlerThread` mode for such threads | `hazards::blocked_sigbus_kills_not_corrupts` |
+//! | THP | regions are `MADV_NOHUGEPAGE`; a program `MADV_HUGEPAGE` is still correct (MOVE splits) | `hazards::thp_is_avoided_and_safe` |
+//! | core dumps / debuggers | evicted pages are holes (zeros in cores, `EIO` via `/proc/pid/mem`); `restore_all` (async-signal-safe) before dumping | `hazards::evicted_pages_invisible_to_gup_until_restored` |
+//! | syscalls on evicted pages (SIGBUS mode) | `EFAULT`, so `prefault`/`pin` first | `hazards::syscall_needs_prefault` |
+//! | chaining | foreign SIGBUS reaches the previous handler | `hazards::foreign_sigbus_is_chained` |
+#![deny(unsafe_code)]
+
+mod config;
+mod error;
+mod event;
+mod fork;
+mod inner;
+mod keep;
+mod reclaim;
+mod region;
+mod signal;
+mod slots;
+mod state;
+mod stats;
+mod sys;
+
+pub use config::{AgingPolicy, FaultMode, RegionConfig};
+pub use error::RegionError;
+pub use region::Region;
+pub use stats::{LatencySummary, RegionStats, LATENCY_BUCKETS};
+pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
+pub use zpage_pool::PoolKind;

@@ -1,0 +1,589 @@
+//! The shared state of a region and the fault resolution path.
+//!
+//! [`Inner::resolve`] runs in three contexts: the SIGBUS handler of the
+//! faulting thread (default mode), the handler thread (`FaultMode::HandlerThread`)
+//! and ordinary API calls (`prefault`, `pin`, `advise_willneed`). It is written
+//! to be async-signal-safe in all of them: it allocates nothing, takes no lock
+//! (only compare-and-swap on the page's state word and on a worker slot),
+//! makes only system calls that are async-signal-safe (ioctl, madvise,
+//! nanosleep, futex, sched_yield, clock_gettime), and never panics on a
+//! reachable path (indices are checked by the caller against the region size).
+//!
+//! Waiting: a thread that finds the page owned by someone else (EVICTING,
+//! COMPRESSING, RESTORING) yields and looks again. The owner is always another
+//! thread that is not blocked on us: the reclaimer never touches region memory,
+//! and a restoring thread holds nothing another thread waits for.
+
+use crate::config::{AgingPolicy, FaultMode};
+use crate::keep::Keep;
+use crate::slots::WorkerSlots;
+use crate::state::*;
+use crate::stats::Counters;
+use crate::sys::{self, Errno, Mapping};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+static ZERO_PAGE: [u8; sys::PAGE] = [0; sys::PAGE];
+
+/// Where a restore request comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ctx {
+    /// The faulting thread's SIGBUS handler.
+    Signal,
+    /// The handler thread: the faulting thread sleeps in the kernel until woken.
+    Thread,
+    /// An API call (prefault / pin / willneed): nobody is waiting.
+    Api,
+}
+
+/// Bounded multi-producer single-consumer ring of "page became resident"
+/// records, from the fault path to the reclaimer. A record is
+/// `(page + 1) | gen << 32 | activate << 63`; 0 means empty.
+#[derive(Debug)]
+pub struct AdmitRing {
+    slots: Box<[AtomicU64]>,
+    tail: AtomicUsize,
+    head: AtomicUsize,
+}
+
+impl AdmitRing {
+    pub fn new(capacity: usize) -> Self {
+        let cap = capacity.next_power_of_two().max(1024);
+        AdmitRing {
+            slots: (0..cap).map(|_| AtomicU64::new(0)).collect(),
+            tail: AtomicUsize::new(0),
+            head: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn encode(page: usize, gen: u32, activate: bool) -> u64 {
+        (page as u64 + 1) | ((gen as u64 & 0x7fff_ffff) << 32) | ((activate as u64) << 63)
+    }
+
+    pub fn decode(v: u64) -> (usize, u32, bool) {
+        (
+            ((v & 0xffff_ffff) - 1) as usize,
+            ((v >> 32) & 0x7fff_ffff) as u32,
+            v >> 63 == 1,
+        )
+    }
+
+    /// Producer side (async-signal-safe). Waits only if the ring is full,
+    /// which needs the consumer to fall a whole ring behind.
+    pub fn push(&self, v: u64) {
+        let pos = self.tail.fetch_add(1, Ordering::AcqRel);
+        let slot = &self.slots[pos & (self.slots.len() - 1)];
+        while slot
+            .compare_exchange(0, v, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            sys::yield_now();
+        }
+    }
+
+    /// True if nothing is waiting at the consumer's position.
+    pub fn is_empty(&self) -> bool {
+        let head = self.head.load(Ordering::Relaxed);
+        self.slots[head & (self.slots.len() - 1)].load(Ordering::Acquire) == 0
+    }
+
+    /// Consumer side (the reclaimer only).
+    pub fn pop(&self) -> Option<u64> {
+        let head = self.head.load(Ordering::Relaxed);
+        let slot = &self.slots[head & (self.slots.len() - 1)];
+        let v = slot.load(Ordering::Acquire);
+        if v == 0 {
+            return None;
+        }
+        slot.store(0, Ordering::Release);
+        self.head.store(head + 1, Ordering::Relaxed);
+        Some(v)
+    }
+}
+
+/// Everything the fault path, the reclaimer and the API share.
+#[derive(Debug)]
+pub struct Inner {
+    pub region: Mapping,
+    pub staging: Mapping,
+    pub pages: usize,
+    pub staging_pages: usize,
+    /// The region's uffd (faults, MOVE back in).
+    pub uffd: i32,
+    /// The staging area's uffd (MOVE out; no events, so discarding staging
+    /// slots with MADV_DONTNEED raises nothing).
+    pub sfd: i32,
+    pub mode: FaultMode,
+    pub aging: AgingPolicy,
+    pub budget_pages: usize,
+    pub high_pages: usize,
+    pub low_pages: usize,
+    pub staging_target: usize,
+    pub active_max: usize,
+    pub activate_distance: u32,
+    pub state: Box<[AtomicU64]>,
+    pub gen: Box<[AtomicU32]>,
+    pub evicted_at: Box<[AtomicU32]>,
+    pub eviction_clock: AtomicU32,
+    pub slot_bits: Box<[AtomicU64]>,
+    pub keep: Keep,
+    pub workers: WorkerSlots,
+    pub admits: AdmitRing,
+    pub resident: AtomicUsize,
+    pub staged: AtomicUsize,
+    pub pinned: AtomicUsize,
+    pub kick: AtomicU32,
+    /// Futex word the reclaimer bumps when it made room under the budget.
+    pub room: AtomicU32,
+    /// Faults waiting on `room`.
+    pub room_waiters: AtomicU32,
+    pub stop: AtomicBool,
+    pub counters: Counters,
+    pub owner_pid: i32,
+    pub lost: AtomicBool,
+    pub unmapped: Mutex<Option<String>>,
+    pub is_unmapped: AtomicBool,
+    /// Serialises everything that stores into or removes from `keep`, and
+    /// staging slot allocation (the reclaimer, advise_cold, the fork hook).
+    pub reclaim_lock: Mutex<()>,
+    /// Odd while the event thread is reading and applying events.
+    pub event_seq: AtomicU64,
+    /// Installs (COPY / ZEROPAGE / MOVE into the region) in flight. With
+    /// `event_seq` this forms a Dekker pair: an install starts only while no
+    /// event is being read, and the event thread reads only when no install is
+    /// in flight. So no page can be installed from our (now stale) copy after a
+    /// program-side MADV_DONTNEED has been acknowledged and before its pages
+    /// are marked discarded.
+    pub installs: AtomicUsize,
+    /// Set by the fork prepare hook: no eviction until the parent hook clears it.
+    pub fork_pause: AtomicBool,
+}
+
+impl Inner {
+    pub fn admits_empty(&self) -> bool {
+        self.admits.is_empty()
+    }
+
+    pub fn page_addr(&self, page: usize) -> usize {
+        self.region.addr(page)
+    }
+
+    pub fn slot_addr(&self, slot: usize) -> usize {
+        self.staging.addr(slot)
+    }
+
+    /// Takes a free staging slot (callers hold `reclaim_lock`).
+    pub fn alloc_slot(&self, hint: &mut usize) -> Option<usize> {
+        let words = self.slot_bits.len();
+        for i in 0..words {
+            let w = (*hint + i) % words;
+            let cur = self.slot_bits[w].load(Ordering::Acquire);
+            if cur == u64::MAX {
+                continue;
+            }
+            let bit = (!cur).trailing_zeros() as usize;
+            let slot = w * 64 + bit;
+            if slot >= self.staging_pages {
+                continue;
+            }
+            let prev = self.slot_bits[w].fetch_or(1 << bit, Ordering::AcqRel);
+            if prev & (1 << bit) == 0 {
+                *hint = w;
+                return Some(slot);
+            }
+        }
+        None
+    }
+
+    /// Gives a staging slot back (any thread, async-signal-safe).
+    pub fn free_slot(&self, slot: usize) {
+        self.slot_bits[slot / 64].fetch_and(!(1u64 << (slot % 64)), Ordering::AcqRel);
+    }
+
+    fn wait_events_applied(&self) {
+        while self.event_seq.load(Ordering::SeqCst) & 1 == 1 {
+            sys::yield_now();
+        }
+    }
+
+    /// Runs one install ioctl under the install/event protocol, retrying
+    /// `EAGAIN` (events pending) after letting the event thread through.
+    fn install(&self, mut f: impl FnMut() -> Result<(), Errno>) -> Result<(), Errno> {
+        loop {
+            self.installs.fetch_add(1, Ordering::SeqCst);
+            if self.event_seq.load(Ordering::SeqCst) & 1 == 1 {
+                self.installs.fetch_sub(1, Ordering::SeqCst);
+                self.wait_events_applied();
+                continue;
+            }
+            let r = f();
+            self.installs.fetch_sub(1, Ordering::SeqCst);
+            match r {
+                Err(Errno(libc::EAGAIN)) => {
+                    sys::yield_now();
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Over the hard limit: wake the reclaimer and sleep until it made room
+    /// (bounded at 100 ms, after which the fault proceeds over budget rather
+    /// than stall forever, e.g. when everything resident is pinned).
+    fn throttle(&self) {
+        if self.resident.load(Ordering::Acquire) < self.budget_pages {
+            return;
+        }
+        let t0 = sys::now_ns();
+        Counters::bump(&self.counters.throttles);
+        self.room_waiters.fetch_add(1, Ordering::SeqCst);
+        while self.resident.load(Ordering::SeqCst) >= self.budget_pages
+            && !self.stop.load(Ordering::Relaxed)
+            && sys::now_ns() - t0 < 100_000_000
+        {
+            let seq = self.room.load(Ordering::SeqCst);
+            if self.resident.load(Ordering::SeqCst) < self.budget_pages {
+                break;
+            }
+            self.kick_reclaimer();
+            sys::futex_wait(&self.room, seq, 1_000_000);
+        }
+        self.room_waiters.fetch_sub(1, Ordering::SeqCst);
+        self.counters
+            .throttle_ns
+            .fetch_add(sys::now_ns() - t0, Ordering::Relaxed);
+    }
+
+    /// Reclaimer side: wake throttled faults if there is room now.
+    pub fn signal_room(&self) {
+        if self.room_waiters.load(Ordering::SeqCst) != 0
+            && self.resident.load(Ordering::SeqCst) < self.budget_pages
+        {
+            self.room.fetch_add(1, Ordering::SeqCst);
+            sys::futex_wake_all(&self.room);
+        }
+    }
+
+    pub fn kick_reclaimer(&self) {
+        self.kick.fetch_add(1, Ordering::Release);
+        sys::futex_wake(&self.kick);
+    }
+
+    fn admitted(&self, page: usize, activate: bool) {
+        let g = self.gen[page]
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1);
+        self.admits.push(AdmitRing::encode(page, g, activate));
+        if self.resident.load(Ordering::Relaxed) > self.high_pages {
+            self.kick_reclaimer();
+        }
+    }
+
+    fn refault_activates(&self, page: usize) -> bool {
+        let now = self.eviction_clock.load(Ordering::Relaxed);
+        let then = self.evicted_at[page].load(Ordering::Relaxed);
+        let activate = now.wrapping_sub(then) <= self.activate_distance;
+        if activate {
+            Counters::bump(&self.counters.activations);
+        }
+        activate
+    }
+
+    /// Maps zeros at `page`. `Ok(true)` if we mapped them, `Ok(false)` if the
+    /// page was already present.
+    fn fill_zero(&self, page: usize, write: bool) -> Result<bool, Errno> {
+        let addr = self.page_addr(page);
+        let r = self.install(|| {
+            if write {
+                sys::uffd_copy(self.uffd, addr, ZERO_PAGE.as_ptr(), 0)
+            } else {
+                sys::uffd_zeropage(self.uffd, addr, 0)
+            }
+        });
+        match r {
+            Ok(()) => Ok(true),
+            Err(Errno(libc::EEXIST)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Makes the page at index `page` present with its right contents.
+    /// Returns `Err` only when the mapping is gone (munmap in flight, process
+    /// exiting); the access then fails the way it would without zpage.
+    pub fn resolve(&self, page: usize, write: bool, ctx: Ctx) -> Result<(), Errno> {
+        let t0 = sys::now_ns();
+        let r = self.resolve_inner(page, write, ctx);
+        if ctx != Ctx::Api {
+            Counters::bump(&self.counters.faults);
+            self.counters.record_fault_ns(sys::now_ns() - t0);
+        }
+        r
+    }
+
+    fn resolve_inner(&self, page: usize, write: bool, ctx: Ctx) -> Result<(), Errno> {
+        let st = &self.state[page];
+        let mut throttled = ctx == Ctx::Api;
+        loop {
+            let s = st.load(Ordering::Acquire);
+            match tag(s) {
+                EMPTY | RESIDENT => {
+                    if tag(s) == EMPTY && !throttled {
+                        self.throttle();
+                        throttled = true;
+                        continue;
+                    }
+                    // Claim, so the reclaimer cannot move the page out between
+                    // our look and our fill.
+                    if st
+                        .compare_exchange(
+                            s,
+                            with_tag(s, RESTORING),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let filled = match self.fill_zero(page, write) {
+                        Ok(f) => f,
+                        Err(e) => {
+                            st.store(with_tag(s, tag(s)), Ordering::Release);
+                            return Err(e);
+                        }
+                    };
+                    // Zeros are right for a page we never held (EMPTY) and for
+                    // one the program discarded (RESIDENT in our books, absent).
+                    st.store(with_tag(s, RESIDENT), Ordering::Release);
+                    if filled {
+                        Counters::bump(&self.counters.zero_fills);
+                    }
+                    if tag(s) == EMPTY {
+                        self.resident.fetch_add(1, Ordering::AcqRel);
+                        self.admitted(page, false);
+                    }
+                    if ctx == Ctx::Thread && !filled {
+                        let _ = sys::uffd_wake(self.uffd, self.page_addr(page), sys::PAGE);
+                    }
+                    return Ok(());
+                }
+                STAGED => {
+                    if st
+                        .compare_exchange(
+                            s,
+                            with_slot(s, RESTORING, slot(s)),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    match self.restore_staged(page, s) {
+                        Err(Errno(libc::ECANCELED)) => continue,
+                        r => return r,
+                    }
+                }
+                STORED => {
+                    if !throttled {
+                        self.throttle();
+                        throttled = true;
+                        continue;
+                    }
+                    if st
+                        .compare_exchange(
+                            s,
+                            with_tag(s, RESTORING),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    match self.restore_stored(page, s) {
+                        Err(Errno(libc::ECANCELED)) => continue,
+                        r => return r,
+                    }
+                }
+                _ => {
+                    // EVICTING / COMPRESSING / RESTORING: owned by another thread.
+                    sys::yield_now();
+                }
+            }
+        }
+    }
+
+    /// The install closure's check: has the event thread discarded this page
+    /// while we held it?
+    fn discarded(&self, page: usize) -> bool {
+        self.state[page].load(Ordering::Acquire) & DISCARD != 0
+    }
+
+    /// Drops a staged page's data (its range was discarded by the program).
+    pub fn drop_staged(&self, slot: usize) {
+        let _ = sys::discard(self.slot_addr(slot), sys::PAGE);
+        self.free_slot(slot);
+        self.staged.fetch_sub(1, Ordering::AcqRel);
+        self.resident.fetch_sub(1, Ordering::AcqRel);
+        Counters::bump(&self.counters.discarded);
+    }
+
+    fn restore_staged(&self, page: usize, s: u64) -> Result<(), Errno> {
+        let st = &self.state[page];
+        let slot = slot(s);
+        let dst = self.page_addr(page);
+        let src = self.slot_addr(slot);
+        let r = self.install(|| {
+            if self.discarded(page) {
+                return Err(Errno(libc::ECANCELED));
+            }
+            match sys::uffd_move(self.uffd, dst, src, sys::PAGE, 0) {
+                Ok(_) => Ok(()),
+                Err((_, n)) if n == sys::PAGE => Ok(()),
+                Err((e, _)) => Err(e),
+            }
+        });
+        match r {
+            Ok(()) => {}
+            Err(Errno(libc::ECANCELED)) => {
+                self.drop_staged(slot);
+                st.store(with_tag(s, EMPTY), Ordering::Release);
+                return Err(Errno(libc::ECANCELED));
+            }
+            Err(Errno(libc::EBUSY)) => {
+                // The staged page is shared with a child (fork): copy it
+                // instead, then drop our copy.
+                match self.copy_in(page, dst, src as *const u8) {
+                    Ok(()) => {
+                        let _ = sys::discard(src, sys::PAGE);
+                    }
+                    Err(Errno(libc::ECANCELED)) => {
+                        self.drop_staged(slot);
+                        st.store(with_tag(s, EMPTY), Ordering::Release);
+                        return Err(Errno(libc::ECANCELED));
+                    }
+                    Err(e) => {
+                        st.store(with_slot(s, STAGED, slot), Ordering::Release);
+                        return Err(e);
+                    }
+                }
+            }
+            Err(Errno(libc::EEXIST)) => {
+                sys::fatal("zpage: staged page's destination is already mapped; refusing to guess its contents\n")
+            }
+            Err(e) => {
+                st.store(with_slot(s, STAGED, slot), Ordering::Release);
+                return Err(e);
+            }
+        }
+        self.free_slot(slot);
+        self.staged.fetch_sub(1, Ordering::AcqRel);
+        let activate = self.refault_activates(page);
+        // Installed before any discard event was read: a later zap empties
+        // it, and the next fault fills zeros; so publishing RESIDENT is right
+        // even if DISCARD was set meanwhile.
+        st.store(with_tag(s, RESIDENT), Ordering::Release);
+        Counters::bump(&self.counters.trial_hits);
+        self.admitted(page, activate);
+        Ok(())
+    }
+
+    /// Puts a page the reclaimer could not store back into the region.
+    /// `s` is the state it holds (COMPRESSING with the slot).
+    pub fn put_back(&self, page: usize, s: u64) {
+        let st = &self.state[page];
+        let slot = slot(s);
+        let dst = self.page_addr(page);
+        let src = self.slot_addr(slot);
+        let r = self.install(|| {
+            if self.discarded(page) {
+                return Err(Errno(libc::ECANCELED));
+            }
+            match sys::uffd_move(self.uffd, dst, src, sys::PAGE, 0) {
+                Ok(_) => Ok(()),
+                Err((_, n)) if n == sys::PAGE => Ok(()),
+                Err((Errno(libc::EBUSY), _)) => sys::uffd_copy(self.uffd, dst, src as *const u8, 0),
+                Err((e, _)) => Err(e),
+            }
+        });
+        match r {
+            Ok(()) => {
+                let _ = sys::discard(src, sys::PAGE);
+                self.free_slot(slot);
+                self.staged.fetch_sub(1, Ordering::AcqRel);
+                st.store(with_tag(s, RESIDENT), Ordering::Release);
+            }
+            Err(Errno(libc::ECANCELED)) => {
+                self.drop_staged(slot);
+                st.store(with_tag(s, EMPTY), Ordering::Release);
+            }
+            Err(_) => {
+                // Leave it staged; a fault takes it back.
+                st.store(with_slot(s, STAGED, slot), Ordering::Release);
+            }
+        }
+    }
+
+    fn copy_in(&self, page: usize, dst: usize, src: *const u8) -> Result<(), Errno> {
+        let r = self.install(|| {
+            if self.discarded(page) {
+                return Err(Errno(libc::ECANCELED));
+            }
+            sys::uffd_copy(self.uffd, dst, src, 0)
+        });
+        match r {
+            Err(Errno(libc::EEXIST)) => sys::fatal(
+                "zpage: evicted page's address is already mapped; refusing to guess its contents\n",
+            ),
+            r => r,
+        }
+    }
+
+    fn restore_stored(&self, page: usize, s: u64) -> Result<(), Errno> {
+        let st = &self.state[page];
+        let dst = self.page_addr(page);
+        let r = self.workers.with(|w, buf| {
+            match self.keep.load(w, page, buf) {
+                Ok(true) => {}
+                Ok(false) => sys::fatal("zpage: a page marked stored has no entry in the store\n"),
+                Err(_) => sys::fatal("zpage: a stored page failed to decompress; refusing to hand back wrong bytes\n"),
+            }
+            self.copy_in(page, dst, buf.as_ptr())
+        });
+        match r {
+            Ok(()) => {}
+            Err(Errno(libc::ECANCELED)) => {
+                // Discarded by the program: the entry is stale (COPY), the page is zero.
+                Counters::bump(&self.counters.discarded);
+                st.store(with_tag(s, EMPTY) | COPY, Ordering::Release);
+                return Err(Errno(libc::ECANCELED));
+            }
+            Err(e) => {
+                st.store(with_tag(s, STORED), Ordering::Release);
+                return Err(e);
+            }
+        }
+        self.resident.fetch_add(1, Ordering::AcqRel);
+        let activate = self.refault_activates(page);
+        st.store(with_tag(s, RESIDENT) | COPY, Ordering::Release);
+        Counters::bump(&self.counters.restores);
+        self.admitted(page, activate);
+        Ok(())
+    }
+
+    /// Removes the store's entry for a page that no longer needs it (restored
+    /// or discarded). Caller holds `reclaim_lock`.
+    pub fn drop_stale_copy(&self, page: usize) {
+        let st = &self.state[page];
+        let s = st.load(Ordering::Acquire);
+        if s & COPY != 0
+            && matches!(tag(s), EMPTY | RESIDENT)
+            && st
+                .compare_exchange(s, s & !COPY, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            self.keep.remove(page);
+        }
+    }
+}

@@ -1,0 +1,414 @@
+//! Eviction, compression and the background reclaimer.
+//!
+//! Eviction takes a page with `UFFDIO_MOVE` into the staging area (a second
+//! mapping registered with its own uffd, because MOVE's destination must be
+//! registered). MOVE transfers the physical page under both page-table locks,
+//! so a write racing with it lands in the page being moved, and any access
+//! after it faults: no write can be lost. The page then waits in staging,
+//! uncompressed; compression reads it there, stores it, and frees the slot
+//! with `MADV_DONTNEED` (the staging uffd has no events, so that raises none).
+//!
+//! `EBUSY` from MOVE means the page is shared copy-on-write (after `fork()`):
+//! the reclaimer makes it exclusive again with an atomic add of zero to one of
+//! its words (a write fault whose store is the value already there, atomic
+//! with any concurrent store) and retries later. A racing program access
+//! cannot be lost because the page stays mapped and in our books as resident
+//! throughout.
+//!
+//! The reclaimer runs when resident memory passes the high watermark (or when
+//! a fault kicks it at the hard limit) and evicts down to the low watermark.
+
+use crate::config::AgingPolicy;
+use crate::inner::{AdmitRing, Inner};
+use crate::keep::Worker;
+use crate::state::*;
+use crate::stats::Counters;
+use crate::sys::{self, Errno};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Why a page is being compressed (Zircon's triggers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    Eager,
+    Pressure,
+}
+
+/// Result of trying to take one page out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evict {
+    /// Now STAGED in this slot.
+    Staged(usize),
+    /// Not evictable now (pinned, busy, not resident, shared after fork...).
+    Skipped,
+    /// The page was absent: the program discarded it; it is EMPTY now.
+    Hole,
+    /// No staging slot free.
+    NoSlot,
+    /// Events pending or other transient error: try later.
+    Retry,
+}
+
+/// Moves one resident page into staging. Caller holds `reclaim_lock`.
+pub fn evict_one(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
+    let st = &inner.state[page];
+    let s = st.load(Ordering::Acquire);
+    if tag(s) != RESIDENT || pins(s) != 0 {
+        return Evict::Skipped;
+    }
+    let Some(slot) = inner.alloc_slot(hint) else {
+        return Evict::NoSlot;
+    };
+    if st
+        .compare_exchange(
+            s,
+            with_tag(s, EVICTING),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        inner.free_slot(slot);
+        return Evict::Skipped;
+    }
+    let src = inner.page_addr(page);
+    let dst = inner.slot_addr(slot);
+    match sys::uffd_move(inner.sfd, dst, src, sys::PAGE, 0) {
+        Ok(_) | Err((_, sys::PAGE)) => {
+            let clock = inner.eviction_clock.fetch_add(1, Ordering::AcqRel);
+            inner.evicted_at[page].store(clock, Ordering::Relaxed);
+            inner.staged.fetch_add(1, Ordering::AcqRel);
+            Counters::bump(&inner.counters.evictions);
+            let claimed = with_tag(s, EVICTING);
+            if st
+                .compare_exchange(
+                    claimed,
+                    with_slot(s, STAGED, slot),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_err()
+            {
+                // The program discarded the range while we moved it (DISCARD).
+                inner.drop_staged(slot);
+                st.store(with_tag(s, EMPTY), Ordering::Release);
+                return Evict::Hole;
+            }
+            Evict::Staged(slot)
+        }
+        Err((Errno(libc::ENOENT), _)) => {
+            // Resident in our books but no page there: the program discarded
+            // it (MADV_DONTNEED). Its contents are zeros.
+            inner.free_slot(slot);
+            inner.resident.fetch_sub(1, Ordering::AcqRel);
+            st.store(with_tag(s, EMPTY), Ordering::Release);
+            inner.drop_stale_copy(page);
+            Counters::bump(&inner.counters.holes);
+            Evict::Hole
+        }
+        Err((Errno(libc::EBUSY), _)) => {
+            inner.free_slot(slot);
+            st.store(s, Ordering::Release);
+            // Shared after fork: take exclusive ownership back; MOVE works next time.
+            inner.region.touch_write(page);
+            Counters::bump(&inner.counters.ebusy_fixes);
+            Evict::Retry
+        }
+        Err(_) => {
+            inner.free_slot(slot);
+            st.store(s, Ordering::Release);
+            Evict::Retry
+        }
+    }
+}
+
+/// Staging slots whose pages are stored, waiting to be freed together: one
+/// `MADV_DONTNEED` (and one TLB flush) per run of adjacent slots.
+#[derive(Debug, Default)]
+pub struct Freed {
+    slots: Vec<usize>,
+}
+
+impl Freed {
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Frees the slots and accounts the memory as gone.
+    pub fn flush(&mut self, inner: &Inner) {
+        if self.slots.is_empty() {
+            return;
+        }
+        self.slots.sort_unstable();
+        let mut i = 0;
+        while i < self.slots.len() {
+            let mut j = i + 1;
+            while j < self.slots.len() && self.slots[j] == self.slots[j - 1] + 1 {
+                j += 1;
+            }
+            let _ = sys::discard(inner.slot_addr(self.slots[i]), (j - i) * sys::PAGE);
+            i = j;
+        }
+        for &slot in &self.slots {
+            inner.free_slot(slot);
+        }
+        let n = self.slots.len();
+        inner.staged.fetch_sub(n, Ordering::AcqRel);
+        inner.resident.fetch_sub(n, Ordering::AcqRel);
+        self.slots.clear();
+        inner.signal_room();
+    }
+}
+
+/// Compresses the staged page `page` in `slot`. Caller holds `reclaim_lock`
+/// and must `flush` `freed` soon. Returns false if the page left staging
+/// meanwhile (a fault took it back).
+pub fn compress_one(
+    inner: &Inner,
+    w: &mut Worker,
+    page: usize,
+    slot: usize,
+    trigger: Trigger,
+    freed: &mut Freed,
+) -> bool {
+    let st = &inner.state[page];
+    let s = st.load(Ordering::Acquire);
+    if tag(s) != STAGED || crate::state::slot(s) != slot {
+        return false;
+    }
+    if st
+        .compare_exchange(
+            s,
+            with_slot(s, COMPRESSING, slot),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        return false;
+    }
+    let data = inner.staging.page(slot);
+    match inner.keep.store(w, page, data) {
+        Ok(_) => {
+            let claimed = with_slot(s, COMPRESSING, slot);
+            if st
+                .compare_exchange(
+                    claimed,
+                    with_tag(s, STORED) & !COPY,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_err()
+            {
+                // Discarded by the program meanwhile: the entry is stale.
+                inner.drop_staged(slot);
+                st.store(with_tag(s, EMPTY) | COPY, Ordering::Release);
+                inner.drop_stale_copy(page);
+                return false;
+            }
+            freed.slots.push(slot);
+            Counters::bump(&inner.counters.compressions);
+            Counters::bump(match trigger {
+                Trigger::Eager => &inner.counters.eager_compressions,
+                Trigger::Pressure => &inner.counters.pressure_compressions,
+            });
+            true
+        }
+        Err(_) => {
+            // Could not store: put the page back where it was (Zircon keeps
+            // failed pages resident too).
+            Counters::bump(&inner.counters.compress_failures);
+            inner.put_back(page, with_slot(s, COMPRESSING, slot));
+            false
+        }
+    }
+}
+
+/// The background reclaimer's private state.
+pub struct Reclaimer {
+    inner: Arc<Inner>,
+    worker: Worker,
+    /// Resident pages in admission order, as (page, gen) records.
+    inactive: VecDeque<u64>,
+    /// Pages whose refault distance showed them to be in use.
+    active: VecDeque<u64>,
+    /// Staged pages in eviction order: (page, slot).
+    staged: VecDeque<(usize, usize)>,
+    hint: usize,
+}
+
+impl std::fmt::Debug for Reclaimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reclaimer")
+            .field("inactive", &self.inactive.len())
+            .field("active", &self.active.len())
+            .field("staged", &self.staged.len())
+            .finish()
+    }
+}
+
+impl Reclaimer {
+    pub fn new(inner: Arc<Inner>, worker: Worker) -> Self {
+        Reclaimer {
+            inner,
+            worker,
+            inactive: VecDeque::new(),
+            active: VecDeque::new(),
+            staged: VecDeque::new(),
+            hint: 0,
+        }
+    }
+
+    fn valid(&self, rec: u64) -> bool {
+        let (page, gen, _) = AdmitRing::decode(rec);
+        let s = self.inner.state[page].load(Ordering::Acquire);
+        tag(s) == RESIDENT && (self.inner.gen[page].load(Ordering::Acquire) & 0x7fff_ffff) == gen
+    }
+
+    fn drain(&mut self) {
+        let inner = Arc::clone(&self.inner);
+        while let Some(rec) = inner.admits.pop() {
+            let (page, _, activate) = AdmitRing::decode(rec);
+            // A restored page's compressed copy is of no further use here (no
+            // write tracking yet): free it now.
+            inner.drop_stale_copy(page);
+            if activate && inner.aging == AgingPolicy::Refault {
+                self.active.push_back(rec);
+            } else {
+                self.inactive.push_back(rec);
+            }
+        }
+        while self.active.len() > inner.active_max {
+            if let Some(rec) = self.active.pop_front() {
+                if self.valid(rec) {
+                    self.inactive.push_back(rec);
+                }
+            }
+        }
+        // Drop stale records so the queues stay bounded by the page count.
+        if self.inactive.len() > 2 * inner.pages + 1024 {
+            let inactive = std::mem::take(&mut self.inactive);
+            self.inactive = inactive.into_iter().filter(|&r| self.valid(r)).collect();
+        }
+    }
+
+    fn next_victim(&mut self) -> Option<usize> {
+        loop {
+            let rec = match self.inactive.pop_front() {
+                Some(r) => r,
+                None => self.active.pop_front()?,
+            };
+            if self.valid(rec) {
+                return Some(AdmitRing::decode(rec).0);
+            }
+        }
+    }
+
+    fn compress_staged(&mut self, keep_staged: usize) -> usize {
+        let mut done = 0;
+        let mut freed = Freed::default();
+        while self.inner.staged.load(Ordering::Acquire) - freed.len() > keep_staged {
+            let Some((page, slot)) = self.staged.pop_front() else {
+                break;
+            };
+            if compress_one(
+                &self.inner,
+                &mut self.worker,
+                page,
+                slot,
+                Trigger::Pressure,
+                &mut freed,
+            ) {
+                done += 1;
+            }
+            if freed.len() >= 64 {
+                freed.flush(&self.inner);
+            }
+        }
+        freed.flush(&self.inner);
+        done
+    }
+
+    /// One round: brings resident memory down to the low watermark.
+    pub fn round(&mut self) {
+        let inner = Arc::clone(&self.inner);
+        let _g = inner.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.drain();
+        if inner.fork_pause.load(Ordering::SeqCst) {
+            return;
+        }
+        let resident = inner.resident.load(Ordering::Acquire);
+        if resident <= inner.low_pages {
+            return;
+        }
+        let to_free = resident - inner.low_pages;
+        let staged_now = inner.staged.load(Ordering::Acquire);
+        let want_staged = inner.staging_target;
+        // Move enough pages out that, after compressing `to_free` of the
+        // oldest staged pages, `want_staged` remain on trial.
+        let mut to_move = (to_free + want_staged).saturating_sub(staged_now);
+        let mut attempts = 0usize;
+        while to_move > 0 && attempts < 4 * (to_free + want_staged) + 64 {
+            attempts += 1;
+            let Some(page) = self.next_victim() else {
+                break;
+            };
+            match evict_one(&inner, page, &mut self.hint) {
+                Evict::Staged(slot) => {
+                    self.staged.push_back((page, slot));
+                    to_move -= 1;
+                }
+                Evict::Hole => to_move -= 1,
+                Evict::NoSlot => {
+                    // Put the victim back at the front and make room.
+                    let g = inner.gen[page].load(Ordering::Acquire);
+                    self.inactive.push_front(AdmitRing::encode(page, g, false));
+                    if self.compress_staged(0) == 0 {
+                        break;
+                    }
+                }
+                Evict::Retry => {
+                    let g = inner.gen[page].load(Ordering::Acquire);
+                    self.inactive.push_back(AdmitRing::encode(page, g, false));
+                }
+                Evict::Skipped => {}
+            }
+        }
+        let resident = inner.resident.load(Ordering::Acquire);
+        let excess = resident.saturating_sub(inner.low_pages);
+        let staged = inner.staged.load(Ordering::Acquire);
+        self.compress_staged(staged.saturating_sub(excess).min(want_staged));
+    }
+
+    /// The thread body.
+    pub fn run(mut self) {
+        loop {
+            if self.inner.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let kick = self.inner.kick.load(Ordering::Acquire);
+            let resident = self.inner.resident.load(Ordering::Acquire);
+            if resident > self.inner.high_pages
+                || (resident > self.inner.low_pages && self.kicked(kick))
+            {
+                self.round();
+                continue;
+            }
+            // Keep the admission queue drained even when idle.
+            if !self.inner.admits_empty() {
+                let inner = Arc::clone(&self.inner);
+                let _g = inner.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner());
+                self.drain();
+            }
+            sys::futex_wait(&self.inner.kick, kick, 2_000_000);
+        }
+    }
+
+    fn kicked(&self, seen: u32) -> bool {
+        // A kick counter that moved since the last wait means a fault hit the
+        // hard limit or crossed the high watermark.
+        let _ = seen;
+        self.inner.resident.load(Ordering::Acquire) >= self.inner.budget_pages
+    }
+}

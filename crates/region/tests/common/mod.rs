@@ -1,0 +1,85 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use zpage_region::{Region, PAGE_SIZE};
+
+pub const MIB: usize = 1 << 20;
+
+/// The 8-byte word `w` of page `p` of `region`, as an atomic.
+pub fn word(region: &Region, p: usize, w: usize) -> &AtomicU64 {
+    assert!(p * PAGE_SIZE + w * 8 + 8 <= region.len());
+    // SAFETY: in bounds of the region's live mapping, 8-byte aligned; the
+    // reference lives no longer than the region borrow.
+    unsafe { &*(region.as_ptr().add(p * PAGE_SIZE + w * 8) as *const AtomicU64) }
+}
+
+pub fn read(region: &Region, p: usize, w: usize) -> u64 {
+    word(region, p, w).load(Ordering::Relaxed)
+}
+
+pub fn write(region: &Region, p: usize, w: usize, v: u64) {
+    word(region, p, w).store(v, Ordering::Relaxed)
+}
+
+/// Rss (bytes) of the mapping that starts at `base`, from /proc/self/smaps.
+pub fn rss_of(base: usize) -> usize {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ') {
+            if let Some((start, _)) = range.split_once('-') {
+                if start.chars().all(|c| c.is_ascii_hexdigit()) && !start.is_empty() {
+                    inside = usize::from_str_radix(start, 16).ok() == Some(base);
+                    continue;
+                }
+            }
+        }
+        if inside {
+            if let Some(rest) = line.strip_prefix("Rss:") {
+                let kb: usize = rest
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .unwrap_or(0);
+                return kb * 1024;
+            }
+        }
+    }
+    0
+}
+
+/// A small xorshift generator (deterministic per seed, no allocation).
+#[derive(Debug)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+/// Runs the test named `name` of this test binary in a child process with
+/// `ZPAGE_CHILD=1`, returning its exit status.
+pub fn run_child(name: &str) -> std::process::ExitStatus {
+    let exe = std::env::current_exe().expect("test binary");
+    std::process::Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("ZPAGE_CHILD", "1")
+        .status()
+        .expect("spawn child")
+}
+
+pub fn is_child() -> bool {
+    std::env::var_os("ZPAGE_CHILD").is_some()
+}
