@@ -49,6 +49,9 @@ pub struct RegionConfig {
     pub threshold: RejectThreshold,
     /// Allocator for compressed blobs.
     pub pool: PoolKind,
+    /// Cap on the compressed pool's memory (`None`: unlimited). At the cap,
+    /// evictions are refused and pages stay resident (over budget if need be).
+    pub max_pool_bytes: Option<u64>,
     /// Fault resolution mode.
     pub mode: FaultMode,
     /// Aging policy.
@@ -72,6 +75,7 @@ impl RegionConfig {
             codec: CodecSpec::lz4(),
             threshold: RejectThreshold::default(),
             pool: PoolKind::SizeClass,
+            max_pool_bytes: None,
             mode: FaultMode::Sigbus,
             aging: AgingPolicy::Refault,
             high_watermark_pct: 95,

@@ -44,6 +44,9 @@ pub enum RegionError {
     /// The codec could not be set up.
     #[error("codec: {0}")]
     Codec(#[from] zpage_codec::CodecError),
+    /// The compressed store could not be set up.
+    #[error("store: {0}")]
+    Store(#[from] zpage_store::StoreError),
     /// Too many live regions for the signal handler's fixed table.
     #[error("at most {0} regions may be live at once: drop one first")]
     TooManyRegions(usize),

@@ -15,7 +15,6 @@
 //! and a restoring thread holds nothing another thread waits for.
 
 use crate::config::{AgingPolicy, FaultMode};
-use crate::keep::Keep;
 use crate::slots::WorkerSlots;
 use crate::state::*;
 use crate::stats::Counters;
@@ -126,7 +125,7 @@ pub struct Inner {
     pub evicted_at: Box<[AtomicU32]>,
     pub eviction_clock: AtomicU32,
     pub slot_bits: Box<[AtomicU64]>,
-    pub keep: Keep,
+    pub store: zpage_store::Store,
     pub workers: WorkerSlots,
     pub admits: AdmitRing,
     pub resident: AtomicUsize,
@@ -544,10 +543,14 @@ impl Inner {
         let st = &self.state[page];
         let dst = self.page_addr(page);
         let r = self.workers.with(|w, buf| {
-            match self.keep.load(w, page, buf) {
-                Ok(true) => {}
-                Ok(false) => sys::fatal("zpage: a page marked stored has no entry in the store\n"),
-                Err(_) => sys::fatal("zpage: a stored page failed to decompress; refusing to hand back wrong bytes\n"),
+            match self.store.load(w, page as u64, buf) {
+                Ok(()) => {}
+                Err(zpage_store::StoreError::NotFound(_)) => {
+                    sys::fatal("zpage: a page marked stored has no entry in the store\n")
+                }
+                Err(_) => sys::fatal(
+                    "zpage: a stored page failed to load or decompress; refusing to hand back wrong bytes\n",
+                ),
             }
             self.copy_in(page, dst, buf.as_ptr())
         });
@@ -583,7 +586,7 @@ impl Inner {
                 .compare_exchange(s, s & !COPY, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
         {
-            self.keep.remove(page);
+            self.store.remove(page as u64);
         }
     }
 }

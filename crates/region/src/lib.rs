@@ -98,7 +98,6 @@ mod error;
 mod event;
 mod fork;
 mod inner;
-mod keep;
 mod reclaim;
 mod region;
 mod signal;

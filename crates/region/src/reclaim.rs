@@ -20,13 +20,13 @@
 
 use crate::config::AgingPolicy;
 use crate::inner::{AdmitRing, Inner};
-use crate::keep::Worker;
 use crate::state::*;
 use crate::stats::Counters;
 use crate::sys::{self, Errno};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use zpage_store::{CompressionTrigger, StoreOutcome, Worker};
 
 /// Why a page is being compressed (Zircon's triggers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,8 +189,12 @@ pub fn compress_one(
         return false;
     }
     let data = inner.staging.page(slot);
-    match inner.keep.store(w, page, data) {
-        Ok(_) => {
+    let trig = match trigger {
+        Trigger::Eager => CompressionTrigger::Eager,
+        Trigger::Pressure => CompressionTrigger::MemoryPressure,
+    };
+    match inner.store.store_with_trigger(w, page as u64, data, trig) {
+        Ok(StoreOutcome::SameFilled | StoreOutcome::Compressed { .. } | StoreOutcome::Raw) => {
             let claimed = with_slot(s, COMPRESSING, slot);
             if st
                 .compare_exchange(
@@ -215,9 +219,9 @@ pub fn compress_one(
             });
             true
         }
-        Err(_) => {
-            // Could not store: put the page back where it was (Zircon keeps
-            // failed pages resident too).
+        Ok(StoreOutcome::Rejected(_)) | Err(_) => {
+            // Could not store (pool limit, codec error): put the page back
+            // where it was (Zircon keeps failed pages resident too).
             Counters::bump(&inner.counters.compress_failures);
             inner.put_back(page, with_slot(s, COMPRESSING, slot));
             false

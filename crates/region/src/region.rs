@@ -3,7 +3,6 @@
 use crate::config::{AgingPolicy, FaultMode, RegionConfig};
 use crate::error::RegionError;
 use crate::inner::{AdmitRing, Ctx, Inner};
-use crate::keep::Keep;
 use crate::reclaim::{self, Evict, Reclaimer, Trigger};
 use crate::signal;
 use crate::slots::WorkerSlots;
@@ -134,8 +133,14 @@ impl Region {
         )
         .map_err(|e| close_both(RegionError::sys("UFFDIO_REGISTER(staging)", e)))?;
 
-        let keep = Keep::new(config.codec.clone(), config.threshold, pages)
-            .map_err(|e| close_both(e.into()))?;
+        let store = zpage_store::Store::new(zpage_store::StoreConfig {
+            codec: config.codec.clone(),
+            threshold: config.threshold,
+            pool: config.pool,
+            max_pool_bytes: config.max_pool_bytes,
+            ..zpage_store::StoreConfig::default()
+        })
+        .map_err(|e| close_both(e.into()))?;
         let nworkers = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(2)
@@ -143,9 +148,9 @@ impl Region {
             + 8;
         let mut workers = Vec::with_capacity(nworkers);
         for _ in 0..nworkers {
-            workers.push(keep.worker(false).map_err(|e| close_both(e.into()))?);
+            workers.push(store.worker().map_err(|e| close_both(e.into()))?);
         }
-        let reclaim_worker = keep.worker(true).map_err(|e| close_both(e.into()))?;
+        let reclaim_worker = store.worker().map_err(|e| close_both(e.into()))?;
         let inactive_min = budget_pages / 8;
         let active_max = budget_pages
             .saturating_sub(staging_target + inactive_min)
@@ -168,7 +173,7 @@ impl Region {
             evicted_at: (0..pages).map(|_| AtomicU32::new(0)).collect(),
             eviction_clock: AtomicU32::new(1 << 31),
             slot_bits: (0..staging_pages / 64).map(|_| AtomicU64::new(0)).collect(),
-            keep,
+            store,
             workers: WorkerSlots::new(workers),
             admits: AdmitRing::new(pages * 2),
             resident: AtomicUsize::new(0),
@@ -301,16 +306,19 @@ impl Region {
         let i = &self.inner;
         let c = &i.counters;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let store = i.store.stats();
         RegionStats {
             size_bytes: self.len(),
             budget_bytes: i.budget_pages * PAGE_SIZE,
             resident_bytes: i.resident.load(Ordering::Relaxed) * PAGE_SIZE,
             staged_bytes: i.staged.load(Ordering::Relaxed) * PAGE_SIZE,
             pinned_bytes: i.pinned.load(Ordering::Relaxed) * PAGE_SIZE,
-            compressed_bytes: i.keep.compressed_bytes.load(Ordering::Relaxed),
-            stored_pages: i.keep.stored_pages.load(Ordering::Relaxed),
-            same_filled_pages: i.keep.same_filled_pages.load(Ordering::Relaxed),
-            raw_pages: i.keep.raw_pages.load(Ordering::Relaxed),
+            compressed_bytes: store.contents.compressed_bytes as usize,
+            pool_bytes: store.contents.pool_memory_used_bytes as usize,
+            stored_pages: store.contents.stored_pages as usize,
+            same_filled_pages: store.contents.same_filled_pages as usize,
+            raw_pages: store.contents.raw_pages as usize,
+            store,
             faults: l(&c.faults),
             zero_fills: l(&c.zero_fills),
             restores: l(&c.restores),
@@ -336,7 +344,8 @@ impl Region {
         self.check_live()?;
         let range = self.pages_of(offset, len)?;
         let inner = &self.inner;
-        let mut w = inner.keep.worker(true)?;
+        let mut w = inner.store.worker()?;
+        let _signals = sys::SignalGuard::block_async();
         let _g = inner.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner());
         if inner.fork_pause.load(Ordering::SeqCst) {
             return Ok(());

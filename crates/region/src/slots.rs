@@ -7,10 +7,10 @@
 //! in the middle of a restore, which always finishes).
 #![allow(unsafe_code)]
 
-use crate::keep::Worker;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use zpage_codec::Page;
+use zpage_store::Worker;
 
 struct Slot {
     busy: AtomicBool,

@@ -102,7 +102,7 @@ pub struct LatencySummary {
 }
 
 /// A snapshot of a region's state and counters.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct RegionStats {
     /// Region size.
     pub size_bytes: usize,
@@ -117,6 +117,8 @@ pub struct RegionStats {
     pub pinned_bytes: usize,
     /// Bytes of compressed blobs (and raw pages) held for evicted pages.
     pub compressed_bytes: usize,
+    /// Memory the store's pool uses for them (blobs plus fragmentation).
+    pub pool_bytes: usize,
     /// Pages held in the store.
     pub stored_pages: usize,
     /// Of which same-filled (no blob).
@@ -155,4 +157,7 @@ pub struct RegionStats {
     pub discarded: u64,
     /// Fault handling latency.
     pub fault_latency: LatencySummary,
+    /// The store's own counters (zram / zswap / Zircon names), including
+    /// Zircon's how-long-compressed histogram.
+    pub store: zpage_store::StoreStats,
 }

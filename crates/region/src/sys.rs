@@ -567,6 +567,53 @@ pub(crate) fn exclusive_bytes<'a, T>(m: &Mapping, _exclusive: &'a mut T) -> &'a 
     unsafe { std::slice::from_raw_parts_mut(m.base() as *mut u8, m.len()) }
 }
 
+/// Blocks every asynchronous signal in the calling thread until the guard
+/// drops: code that holds store locks must not be interrupted by a program
+/// signal handler that touches region memory (its fault would wait on those
+/// locks). SIGBUS, SIGSEGV, SIGILL, SIGFPE stay deliverable.
+pub struct SignalGuard {
+    old: libc::sigset_t,
+}
+
+impl std::fmt::Debug for SignalGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SignalGuard")
+    }
+}
+
+impl SignalGuard {
+    pub fn block_async() -> SignalGuard {
+        // SAFETY: sigset_t values initialised by sigfillset/sigemptyset; the
+        // old mask is written into our own struct.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut set);
+            for sig in [
+                libc::SIGBUS,
+                libc::SIGSEGV,
+                libc::SIGILL,
+                libc::SIGFPE,
+                libc::SIGTRAP,
+            ] {
+                libc::sigdelset(&mut set, sig);
+            }
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut old);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            SignalGuard { old }
+        }
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved at construction.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
+        }
+    }
+}
+
 /// `getpid`.
 pub fn getpid() -> i32 {
     // SAFETY: no arguments.
