@@ -2,7 +2,15 @@
 
 use std::time::Duration;
 
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
 use anyhow::Context as _;
+use zpage_kernel::apply::{self, ApplyOptions, PlanOptions, SavedState};
+use zpage_kernel::config::KernelConfig;
+use zpage_kernel::daemon::{Daemon, DaemonConfig};
+use zpage_kernel::export::{export, ExportFormat};
+use zpage_kernel::exporter::{self, Exporter};
 use zpage_kernel::status;
 
 /// Arguments of `zpage kernel`.
@@ -16,6 +24,86 @@ pub struct Args {
 enum KernelCommand {
     /// zram devices, zswap, swap areas, sysctls and memory pressure, with units.
     Status(StatusArgs),
+    /// Configure zram, zswap, disk swap and sysctls from a TOML file (rolls back on failure).
+    Apply(ApplyArgs),
+    /// Restore the state saved before the first `apply`.
+    Revert(RevertArgs),
+    /// Print the boot-time configuration that reproduces a config file.
+    Export(ExportArgs),
+    /// Idle writeback/recompression where the kernel allows it; logs pressure and tier fill levels.
+    Daemon(DaemonArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = CONFIG_HELP)]
+struct ApplyArgs {
+    /// TOML configuration file.
+    config: PathBuf,
+    /// Print the plan and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the plan/result as JSON.
+    #[arg(long)]
+    json: bool,
+    /// State file kept for `revert` (default: $ZPAGE_KERNEL_STATE or /var/lib/zpage/kernel-state.json).
+    #[arg(long)]
+    state: Option<PathBuf>,
+}
+
+const CONFIG_HELP: &str = "Config keys:
+  [[zram]]   index, algorithm, algorithm_params, size (bytes | \"4G\" | \"25%\" | 0.25), mem_limit, swap_priority (default 100)
+  [zswap]    enabled, compressor, max_pool_percent, accept_threshold_percent, shrinker
+  [[swap]]   path, size (creates the file), priority (default 10), encrypted, required (default false = nofail), discard
+  [sysctl]   swappiness (0..200 or \"auto\"), page_cluster, watermark_scale_factor, extfrag_threshold";
+
+#[derive(Debug, clap::Args)]
+struct RevertArgs {
+    /// State file written by `apply`.
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ExportArgs {
+    /// TOML configuration file (the one given to `apply`).
+    config: PathBuf,
+    /// zram-generator, sysctl, nixos or systemd.
+    #[arg(long, value_parser = ["zram-generator", "sysctl", "nixos", "systemd"])]
+    format: String,
+    /// Value for swappiness = "auto" (default: the one measured by the last apply).
+    #[arg(long)]
+    swappiness: Option<u8>,
+    /// State file written by `apply` (for the measured swappiness).
+    #[arg(long)]
+    state: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct DaemonArgs {
+    /// Seconds between ticks.
+    #[arg(long, default_value_t = 10.0)]
+    interval: f64,
+    /// Seconds after which an untouched page counts as idle.
+    #[arg(long, default_value_t = 3600.0)]
+    idle_age: f64,
+    /// Pages written back per round at most.
+    #[arg(long, default_value_t = 25_600)]
+    writeback_budget: u64,
+    /// Pages recompressed per round at most.
+    #[arg(long, default_value_t = 25_600)]
+    recompress_budget: u64,
+    /// Log pressure when tasks stalled on memory longer than this many milliseconds in a tick.
+    #[arg(long, default_value_t = 100)]
+    pressure_threshold_ms: u64,
+    /// Stop after this many ticks (default: run until killed).
+    #[arg(long)]
+    ticks: Option<u64>,
+    /// One JSON object per event.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -35,7 +123,119 @@ struct StatusArgs {
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         KernelCommand::Status(a) => run_status(a),
+        KernelCommand::Apply(a) => run_apply(a),
+        KernelCommand::Revert(a) => run_revert(a),
+        KernelCommand::Export(a) => run_export(a),
+        KernelCommand::Daemon(a) => run_daemon(a),
     }
+}
+
+fn load_config(path: &std::path::Path) -> anyhow::Result<KernelConfig> {
+    KernelConfig::load(path).with_context(|| format!("config {}", path.display()))
+}
+
+fn run_apply(args: ApplyArgs) -> anyhow::Result<()> {
+    let config = load_config(&args.config)?;
+    let options = ApplyOptions {
+        plan: PlanOptions {
+            swappiness_override: None,
+            state_file: args.state,
+        },
+        fail_before_step: None,
+    };
+    if args.dry_run {
+        let plan = apply::plan(&config, &options.plan)?;
+        let text = if args.json {
+            serde_json::to_string_pretty(&plan)? + "\n"
+        } else {
+            format!("dry run, nothing changed; the plan:\n{plan}")
+        };
+        return write_stdout(&text);
+    }
+    let report = apply::apply(&config, &options)?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else if report.plan.steps.is_empty() {
+        format!("{}", report.plan)
+    } else {
+        format!(
+            "applied:\n{}state saved for `zpage kernel revert` in {}\n",
+            report.plan,
+            report.state_file.display()
+        )
+    };
+    write_stdout(&text)
+}
+
+fn run_revert(args: RevertArgs) -> anyhow::Result<()> {
+    let state = args.state.unwrap_or_else(apply::state_file_path);
+    let report = apply::revert(&state)?;
+    let mut text = if args.json {
+        serde_json::to_string_pretty(&report)? + "\n"
+    } else {
+        report
+            .done
+            .iter()
+            .map(|d| format!("done: {d}\n"))
+            .collect::<String>()
+            + &report
+                .failed
+                .iter()
+                .map(|f| format!("FAILED: {f}\n"))
+                .collect::<String>()
+    };
+    if !args.json && report.done.is_empty() && report.failed.is_empty() {
+        text = "nothing to revert\n".into();
+    }
+    write_stdout(&text)?;
+    anyhow::ensure!(
+        report.failed.is_empty(),
+        "{} revert step(s) failed; the state file was kept so you can retry",
+        report.failed.len()
+    );
+    Ok(())
+}
+
+fn run_export(args: ExportArgs) -> anyhow::Result<()> {
+    let config = load_config(&args.config)?;
+    let format: ExportFormat = args.format.parse()?;
+    let state = args.state.unwrap_or_else(apply::state_file_path);
+    let measured = SavedState::load(&state)
+        .ok()
+        .flatten()
+        .and_then(|s| s.auto_swappiness);
+    write_stdout(&export(&config, format, args.swappiness.or(measured)))
+}
+
+fn run_daemon(args: DaemonArgs) -> anyhow::Result<()> {
+    let seconds = |v: f64, flag: &str| -> anyhow::Result<Duration> {
+        anyhow::ensure!(
+            v.is_finite() && v >= 0.01,
+            "--{flag} must be a positive number of seconds"
+        );
+        Ok(Duration::from_secs_f64(v))
+    };
+    let config = DaemonConfig {
+        interval: seconds(args.interval, "interval")?,
+        idle_age: seconds(args.idle_age, "idle-age")?,
+        writeback_budget_pages: args.writeback_budget,
+        recompress_budget_pages: args.recompress_budget,
+        pressure_threshold_us: args.pressure_threshold_ms.saturating_mul(1000),
+    };
+    let mut daemon = Daemon::new(config);
+    let json = args.json;
+    let mut failure = None;
+    daemon.run(args.ticks, |event| {
+        let line = if json {
+            serde_json::to_string(event).unwrap_or_default()
+        } else {
+            event.to_string()
+        };
+        if let Err(e) = write_stdout(&format!("{line}\n")) {
+            failure.get_or_insert(e);
+        }
+    })?;
+    failure.map_or(Ok(()), Err)
 }
 
 fn run_status(args: StatusArgs) -> anyhow::Result<()> {
@@ -84,9 +284,29 @@ fn write_stdout(text: &str) -> anyhow::Result<()> {
 
 /// Arguments of `zpage exporter`.
 #[derive(Debug, clap::Args)]
-pub struct ExporterArgs {}
+pub struct ExporterArgs {
+    /// Address to listen on (loopback by default: metrics reveal memory use).
+    #[arg(long, default_value = exporter::DEFAULT_LISTEN)]
+    listen: String,
+    /// Stop after answering this many requests (default: serve until killed).
+    #[arg(long)]
+    max_requests: Option<u64>,
+    /// Print one scrape to stdout and exit (no server).
+    #[arg(long)]
+    once: bool,
+}
 
 /// Runs `zpage exporter`.
-pub fn run_exporter(_args: ExporterArgs) -> anyhow::Result<()> {
-    anyhow::bail!("zpage exporter is not built yet")
+pub fn run_exporter(args: ExporterArgs) -> anyhow::Result<()> {
+    if args.once {
+        return write_stdout(&exporter::render(&status::collect()));
+    }
+    let server = Exporter::bind(&args.listen)?;
+    eprintln!(
+        "zpage exporter: serving http://{}/metrics",
+        server.local_addr()?
+    );
+    let stop = AtomicBool::new(false);
+    server.serve(args.max_requests, &stop)?;
+    Ok(())
 }

@@ -211,8 +211,11 @@ impl KernelConfig {
             let message = e.message().to_string();
             let key = e
                 .span()
-                .and_then(|span| text.get(span))
-                .map(|s| s.trim().to_string())
+                .and_then(|span| {
+                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    text.get(span)
+                        .map(|s| format!("{} (line {line})", s.trim()))
+                })
                 .unwrap_or_else(|| "(file)".into());
             let fix = if message.contains("unknown field") {
                 "remove or correct the key (see `zpage kernel apply --help` for the keys)"

@@ -12,6 +12,7 @@ mod testlock;
 
 pub mod apply;
 pub mod config;
+pub mod daemon;
 pub mod export;
 pub mod exporter;
 pub mod measure;

@@ -275,3 +275,61 @@ fn invalid_configs_change_nothing() {
         assert_eq!(comparable(&MachineGuard::now()), comparable(&before));
     }
 }
+
+#[test]
+fn apply_needs_root_and_says_so() {
+    let config = KernelConfig::parse("[sysctl]\nwatermark_scale_factor = 3000\n").unwrap();
+    if !zpage_kernel::is_root() {
+        // The unprivileged side (run directly, or by the root test below).
+        let options = ApplyOptions {
+            plan: PlanOptions {
+                swappiness_override: None,
+                state_file: Some("/tmp/zpage-kernel-test-notroot.json".into()),
+            },
+            fail_before_step: None,
+        };
+        let err = apply::apply(&config, &options).unwrap_err();
+        println!("unprivileged apply: {err}");
+        assert!(matches!(err, KernelError::NeedsRoot { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("run as root or with CAP_SYS_ADMIN"),
+            "{err}"
+        );
+        assert!(!std::path::Path::new("/tmp/zpage-kernel-test-notroot.json").exists());
+        return;
+    }
+    let _lock = KernelTestLock::acquire();
+    let before = MachineGuard::now();
+    let exe = std::env::current_exe().unwrap();
+    let output = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&exe)
+        .args([
+            "--exact",
+            "apply_needs_root_and_says_so",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .output();
+    let Ok(output) = output else {
+        println!("SKIP apply_needs_root_and_says_so: setpriv (util-linux) not available");
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if stdout.contains("Permission denied") || (!output.status.success() && stdout.is_empty()) {
+        println!(
+            "SKIP apply_needs_root_and_says_so: nobody cannot run {}",
+            exe.display()
+        );
+        return;
+    }
+    println!("{stdout}");
+    assert!(
+        output.status.success(),
+        "unprivileged run failed: {stdout} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("needs root"), "{stdout}");
+    assert_eq!(comparable(&MachineGuard::now()), comparable(&before));
+}

@@ -118,3 +118,56 @@ fn hot_add_and_remove() {
     added.hot_remove().unwrap();
     assert_eq!(ZramDevice::list().unwrap(), before);
 }
+
+#[test]
+fn daemon_says_exactly_what_is_missing() {
+    use zpage_kernel::daemon::{capabilities, Daemon, DaemonConfig, DaemonEvent};
+    let Ok(device) = ZramDevice::open(0) else {
+        println!("SKIP daemon_says_exactly_what_is_missing: no zram0");
+        return;
+    };
+    let caps = capabilities(&device);
+    println!("{}", DaemonEvent::Capabilities(caps.clone()));
+    // This kernel: no CONFIG_ZRAM_WRITEBACK, no CONFIG_ZRAM_MULTI_COMP.
+    if !device.has_attr("backing_dev") {
+        assert!(
+            caps.missing
+                .iter()
+                .any(|m| m.contains("CONFIG_ZRAM_WRITEBACK") && m.contains("backing_dev")),
+            "{caps:?}"
+        );
+    }
+    if !device.has_attr("recomp_algorithm") {
+        assert!(
+            caps.missing
+                .iter()
+                .any(|m| m.contains("CONFIG_ZRAM_MULTI_COMP")),
+            "{caps:?}"
+        );
+    }
+    let mut daemon = Daemon::new(DaemonConfig {
+        interval: std::time::Duration::from_millis(50),
+        pressure_threshold_us: 0,
+        ..DaemonConfig::default()
+    });
+    let mut events = Vec::new();
+    daemon.run(Some(2), |e| events.push(e.clone())).unwrap();
+    assert!(matches!(events[0], DaemonEvent::Capabilities(_)));
+    // Threshold 0: every tick logs pressure (PSI present here).
+    if std::path::Path::new("/proc/pressure/memory").exists() {
+        assert_eq!(
+            events
+                .iter()
+                .filter(|e| matches!(e, DaemonEvent::Pressure { .. }))
+                .count(),
+            2,
+            "{events:?}"
+        );
+    }
+    // Nothing acts on idle pages here, so the daemon does not touch the device.
+    if !caps.features.writeback && !caps.features.recompress {
+        assert!(!events
+            .iter()
+            .any(|e| matches!(e, DaemonEvent::MarkedIdle { .. })));
+    }
+}
