@@ -1,1 +1,29 @@
-//! zpage-analyze (being built).
+//! `zpage analyze`: what will compression do for this memory?
+//!
+//! Memory comes from raw image files, from a live process's resident
+//! anonymous pages, or from every readable process ([`scan_machine`]). Each
+//! codec is measured as RFC-0219's evaluation measures it (speeds, per-page
+//! decompression latency, sizes, same-filled and incompressible pages), each
+//! codec's blobs are packed into each pool (memory used, effective ratio,
+//! fragmentation), and with root the same pages go through the kernel's zram
+//! for a side-by-side `mm_stat` ([`compare_with_zram`]).
+//!
+//! The JSON form of [`Report`] is a stable interface, documented in
+//! `docs/analyze-json.md`.
+#![forbid(unsafe_code)]
+
+mod analysis;
+mod error;
+mod image;
+mod kernel_compare;
+mod report;
+mod scan;
+
+pub use analysis::{analyze, Analysis, AnalyzeOptions, CodecResult, PoolResult, Progress};
+pub use error::{AnalyzeError, Result};
+pub use image::{
+    all_pids, capture_process, private_writable_mappings, Mapping, MemoryImage, Source,
+};
+pub use kernel_compare::{compare_with_zram, KernelResult};
+pub use report::{Comparison, Report, REPORT_SCHEMA};
+pub use scan::{scan_machine, MachineScan, ProcessSummary};

@@ -7,6 +7,7 @@ mod cmd_analyze;
 mod cmd_bench;
 mod cmd_demo;
 mod cmd_kernel;
+mod table;
 
 #[derive(Debug, Parser)]
 #[command(name = "zpage", version, about, long_about = None)]

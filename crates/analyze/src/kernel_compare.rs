@@ -1,0 +1,131 @@
+//! The same pages written into a zram device, once per algorithm the kernel
+//! offers, so zram's own `mm_stat` stands beside zpage's figures.
+
+use crate::analysis::Progress;
+use crate::{AnalyzeError, Result};
+use serde::Serialize;
+use std::time::Instant;
+use zpage_codec::{Page, PAGE_SIZE};
+use zpage_kernel::zram::{MmStat, ZramDevice};
+use zpage_kernel::KernelTestLock;
+
+/// zram's view of the pages with one algorithm.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelResult {
+    /// The zram algorithm (`lzo-rle`, `lz4`, ...).
+    pub algorithm: String,
+    /// `mm_stat` right after the pages were written, fields by their kernel names.
+    #[serde(flatten)]
+    pub mm_stat: MmStat,
+    /// `orig_data_size / compr_data_size`.
+    pub ratio: f64,
+    /// `orig_data_size / mem_used_total`: what zram really saves.
+    pub effective_ratio: f64,
+    /// Write speed into the device, compression included.
+    pub write_mib_s: f64,
+}
+
+/// Restores the device however the comparison ends: reset, and removed if we added it.
+struct DeviceGuard {
+    device: Option<ZramDevice>,
+    added_by_us: bool,
+}
+
+impl Drop for DeviceGuard {
+    fn drop(&mut self) {
+        if let Some(device) = self.device.take() {
+            let _ = device.reset();
+            if self.added_by_us {
+                let _ = device.hot_remove();
+            }
+        }
+    }
+}
+
+fn pick_device(requested: Option<u32>) -> Result<DeviceGuard> {
+    if let Some(index) = requested {
+        let device = ZramDevice::open(index)?;
+        if let Some(reason) = device.in_use_reason()? {
+            return Err(AnalyzeError::Invalid(format!(
+                "{} is in use ({reason}); zpage will not touch it: pick a free device with --zram-device, or omit it to use a free or new one",
+                device.name()
+            )));
+        }
+        return Ok(DeviceGuard {
+            device: Some(device),
+            added_by_us: false,
+        });
+    }
+    for device in ZramDevice::list()? {
+        if device.in_use_reason()?.is_none() {
+            return Ok(DeviceGuard {
+                device: Some(device),
+                added_by_us: false,
+            });
+        }
+    }
+    Ok(DeviceGuard {
+        device: Some(ZramDevice::hot_add()?),
+        added_by_us: true,
+    })
+}
+
+/// Writes `pages` into a free zram device once per algorithm (all the kernel
+/// offers when `algorithms` is empty) and reads `mm_stat` after each. The
+/// device is reset afterwards, and removed if it was added for this.
+pub fn compare_with_zram(
+    pages: &[Page],
+    algorithms: &[String],
+    device: Option<u32>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(String, Vec<KernelResult>)> {
+    if !zpage_kernel::is_root() {
+        return Err(AnalyzeError::Invalid(
+            "--kernel writes the pages into a zram device, which needs root: run as root, or drop --kernel".into(),
+        ));
+    }
+    if pages.is_empty() {
+        return Ok((String::new(), Vec::new()));
+    }
+    let _lock = KernelTestLock::try_acquire()?;
+    let guard = pick_device(device)?;
+    let device = guard.device.as_ref().expect("set until drop");
+    let algorithms = if algorithms.is_empty() {
+        device.algorithms()?
+    } else {
+        algorithms.to_vec()
+    };
+    const MIB: u64 = 1 << 20;
+    let disksize = (pages.len() as u64 * PAGE_SIZE as u64).div_ceil(MIB) * MIB;
+    let mut results = Vec::new();
+    for algorithm in algorithms {
+        progress(Progress::Phase {
+            name: format!("zram {algorithm}"),
+            total: pages.len() as u64,
+        });
+        device.configure(&algorithm, disksize)?;
+        let started = Instant::now();
+        let written = device.write_pages(pages)?;
+        let elapsed = started.elapsed();
+        progress(Progress::Advance {
+            done: pages.len() as u64,
+        });
+        let mm_stat = device.mm_stat()?;
+        device.reset()?;
+        let ratio = |denominator: u64| {
+            if denominator == 0 {
+                0.0
+            } else {
+                mm_stat.orig_data_size as f64 / denominator as f64
+            }
+        };
+        results.push(KernelResult {
+            ratio: ratio(mm_stat.compr_data_size),
+            effective_ratio: ratio(mm_stat.mem_used_total),
+            write_mib_s: written as f64 / MIB as f64 / elapsed.as_secs_f64().max(1e-9),
+            algorithm,
+            mm_stat,
+        });
+    }
+    Ok((device.name(), results))
+}

@@ -1,0 +1,123 @@
+//! The whole machine: every process the user may read, ranked by the memory
+//! compression would save (a `smem`-like view).
+
+use crate::analysis::{analyze, AnalyzeOptions, Progress};
+use crate::image::{all_pids, capture_process};
+use crate::{AnalyzeError, Result};
+use serde::Serialize;
+use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
+use zpage_pool::PoolKind;
+
+/// One process's anonymous memory and what compression would make of it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcessSummary {
+    /// PID.
+    pub pid: u32,
+    /// Command name.
+    pub command: String,
+    /// Resident private anonymous memory (what swap could compress).
+    pub anonymous_bytes: u64,
+    /// Pages of one repeated word.
+    pub same_filled_pages: u64,
+    /// Memory the pool would use for it.
+    pub compressed_memory_bytes: u64,
+    /// `anonymous_bytes / compressed_memory_bytes`.
+    pub ratio: f64,
+    /// `anonymous_bytes - compressed_memory_bytes`.
+    pub saved_bytes: u64,
+}
+
+/// Every readable process, largest saving first.
+#[derive(Clone, Debug, Serialize)]
+pub struct MachineScan {
+    /// The codec used.
+    pub codec: String,
+    /// The pool used.
+    pub pool: String,
+    /// Processes, largest saving first.
+    pub processes: Vec<ProcessSummary>,
+    /// Processes whose memory could not be read.
+    pub skipped_processes: u64,
+    /// Why, for the first one skipped (they share a reason in practice).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped_reason: Option<String>,
+    /// Sum of `anonymous_bytes`.
+    pub total_anonymous_bytes: u64,
+    /// Sum of `saved_bytes`.
+    pub total_saved_bytes: u64,
+}
+
+/// Analyses every process but this one with `codec` and `pool` (sizes only, no latency).
+pub fn scan_machine(
+    codec: &CodecSpec,
+    pool: PoolKind,
+    threshold: RejectThreshold,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<MachineScan> {
+    let options = AnalyzeOptions {
+        codecs: vec![codec.clone()],
+        pools: vec![pool],
+        threshold,
+        decompress_rounds: 0,
+        ..AnalyzeOptions::default()
+    };
+    let pids: Vec<u32> = all_pids()?
+        .into_iter()
+        .filter(|&pid| pid != std::process::id())
+        .collect();
+    progress(Progress::Phase {
+        name: "processes".into(),
+        total: pids.len() as u64,
+    });
+    let mut scan = MachineScan {
+        codec: codec.to_string(),
+        pool: pool.name().to_string(),
+        processes: Vec::new(),
+        skipped_processes: 0,
+        skipped_reason: None,
+        total_anonymous_bytes: 0,
+        total_saved_bytes: 0,
+    };
+    for (done, pid) in pids.into_iter().enumerate() {
+        progress(Progress::Advance { done: done as u64 });
+        let image = match capture_process(pid, None) {
+            Ok(image) => image,
+            // Exited meanwhile: nothing to report.
+            Err(AnalyzeError::NoSuchProcess { .. }) => continue,
+            Err(error) => {
+                scan.skipped_processes += 1;
+                scan.skipped_reason.get_or_insert_with(|| error.to_string());
+                continue;
+            }
+        };
+        if image.page_count() == 0 {
+            continue; // kernel threads
+        }
+        let analysis = analyze(image.pages(), &options, &mut |_| {})?;
+        let memory = analysis.pools.first().map_or(0, |p| p.memory_used_bytes);
+        let command = match image.source() {
+            crate::Source::Process { command, .. } => command.clone(),
+            crate::Source::File { .. } => String::new(),
+        };
+        let anonymous_bytes = image.page_count() as u64 * PAGE_SIZE as u64;
+        let summary = ProcessSummary {
+            pid,
+            command,
+            anonymous_bytes,
+            same_filled_pages: analysis.same_filled_pages,
+            compressed_memory_bytes: memory,
+            ratio: if memory == 0 {
+                0.0
+            } else {
+                anonymous_bytes as f64 / memory as f64
+            },
+            saved_bytes: anonymous_bytes.saturating_sub(memory),
+        };
+        scan.total_anonymous_bytes += summary.anonymous_bytes;
+        scan.total_saved_bytes += summary.saved_bytes;
+        scan.processes.push(summary);
+    }
+    scan.processes
+        .sort_by(|a, b| b.saved_bytes.cmp(&a.saved_bytes).then(a.pid.cmp(&b.pid)));
+    Ok(scan)
+}

@@ -1,0 +1,279 @@
+//! Analysis of generated images, of a live process started by the test, and
+//! side by side with the kernel's zram (as root).
+
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use zpage_analyze::{
+    analyze, capture_process, compare_with_zram, AnalyzeError, AnalyzeOptions, MemoryImage, Report,
+    Source,
+};
+use zpage_codec::{fill_page, Page, PAGE_SIZE};
+use zpage_pool::PoolKind;
+
+/// A heap-like image: `same` same-filled pages (half zero), text, pointer-heavy and random pages.
+fn generated_pages(count: usize, same: usize) -> Vec<Page> {
+    let mut rng = StdRng::seed_from_u64(3);
+    (0..count)
+        .map(|i| {
+            let mut page = [0u8; PAGE_SIZE];
+            if i < same {
+                fill_page(
+                    &mut page,
+                    if i % 2 == 0 { 0 } else { 0x4141_4141_4141_4141 },
+                );
+                return page;
+            }
+            match i % 4 {
+                0 => {
+                    let text = b"GET /index.html HTTP/1.1 user=alice session=42 ";
+                    for (j, byte) in page.iter_mut().enumerate() {
+                        *byte = text[(j + i) % text.len()];
+                    }
+                    page[rng.gen_range(0..PAGE_SIZE)] = rng.gen();
+                }
+                1 => {
+                    for chunk in page.chunks_exact_mut(8) {
+                        let word = 0x0000_5600_0000_0000u64 | u64::from(rng.gen::<u16>()) << 4;
+                        chunk.copy_from_slice(&word.to_le_bytes());
+                    }
+                }
+                2 => rng.fill(&mut page[..]),
+                _ => {
+                    for (j, byte) in page.iter_mut().enumerate() {
+                        *byte = if j % 7 == 0 {
+                            rng.gen()
+                        } else {
+                            (j / 100) as u8
+                        };
+                    }
+                }
+            }
+            page
+        })
+        .collect()
+}
+
+#[test]
+fn every_page_is_accounted_for_in_every_codec_and_pool() {
+    let pages = generated_pages(2000, 100);
+    let analysis = analyze(&pages, &AnalyzeOptions::default(), &mut |_| {}).unwrap();
+    assert_eq!(analysis.pages, 2000);
+    assert_eq!(analysis.same_filled_pages, 100);
+    assert_eq!(analysis.zero_pages, 50);
+    assert_eq!(analysis.codecs.len(), 4);
+    assert_eq!(analysis.pools.len(), 4 * 3);
+    for codec in &analysis.codecs {
+        assert_eq!(
+            codec.compressed_pages + codec.incompressible_pages + codec.same_filled_pages,
+            2000,
+            "{}",
+            codec.name
+        );
+        assert_eq!(
+            codec.incompressible_pages, 475,
+            "{}: the random quarter",
+            codec.name
+        );
+        assert!(codec.ratio > 1.5, "{} ratio {}", codec.name, codec.ratio);
+        assert!(codec.compress_mib_s > 0.0 && codec.decompress_mib_s > 0.0);
+        assert!(codec.decompress_p50_ns > 0 && codec.decompress_p50_ns <= codec.decompress_p99_ns);
+        assert!(codec.decompress_p99_ns <= codec.decompress_max_ns);
+    }
+    for pool in &analysis.pools {
+        assert!(pool.memory_used_bytes >= pool.stored_bytes, "{pool:?}");
+        assert!((0.0..1.0).contains(&pool.fragmentation));
+    }
+    let memory = |pool: &str| {
+        analysis
+            .pools
+            .iter()
+            .find(|p| p.name == pool && p.codec == "lz4")
+            .unwrap()
+            .memory_used_bytes
+    };
+    // Size classes pack small blobs many to a page; tri-page and zbud hold at most three and two.
+    assert!(memory("zsmalloc") < memory("tri-page"));
+    assert!(memory("zsmalloc") < memory("zbud"));
+    let json = serde_json::to_value(Report::new(Vec::new(), analysis)).unwrap();
+    for key in ["pages", "same_filled_pages", "codecs", "pools", "schema"] {
+        assert!(json.get(key).is_some(), "JSON lacks {key}");
+    }
+    for key in [
+        "name",
+        "level",
+        "compress_mib_s",
+        "decompress_mib_s",
+        "decompress_p50_ns",
+        "decompress_p99_ns",
+        "decompress_max_ns",
+        "compressed_bytes",
+        "incompressible_pages",
+        "ratio",
+    ] {
+        assert!(
+            json["codecs"][0].get(key).is_some(),
+            "codec JSON lacks {key}"
+        );
+    }
+    for key in [
+        "name",
+        "codec",
+        "memory_used_bytes",
+        "ratio",
+        "fragmentation",
+    ] {
+        assert!(json["pools"][0].get(key).is_some(), "pool JSON lacks {key}");
+    }
+}
+
+#[test]
+fn image_files_analyse_whole_pages_and_report_the_rest() {
+    let dir = std::env::temp_dir().join(format!("zpage-analyze-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("image.bin");
+    let mut bytes = generated_pages(10, 2).as_flattened().to_vec();
+    bytes.extend_from_slice(&[7u8; 100]);
+    std::fs::write(&path, &bytes).unwrap();
+    let image = MemoryImage::from_file(&path).unwrap();
+    assert_eq!(image.page_count(), 10);
+    assert!(matches!(
+        image.source(),
+        Source::File {
+            skipped_bytes: 100,
+            ..
+        }
+    ));
+
+    std::fs::write(&path, [1u8; 4000]).unwrap();
+    assert!(matches!(
+        MemoryImage::from_file(&path),
+        Err(AnalyzeError::ImageTooSmall { bytes: 4000, .. })
+    ));
+    let missing = MemoryImage::from_file(&dir.join("missing.bin")).unwrap_err();
+    assert!(missing.to_string().contains("missing.bin"), "{missing}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_pid_that_does_not_exist_is_named_in_the_error() {
+    // Above the largest pid_max Linux allows (2^22).
+    let error = capture_process(5_000_000, None).unwrap_err();
+    assert!(matches!(
+        error,
+        AnalyzeError::NoSuchProcess { pid: 5_000_000 }
+    ));
+    assert!(error.to_string().contains("5000000"));
+}
+
+/// A child holding 16 MiB of a repeated text line and 8 MiB of touched zeros.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_holder() -> Child {
+    let script = "import sys, time\n\
+text = bytearray(b'the same line of text, again and again\\n' * (16 * 1024 * 1024 // 40))\n\
+zeros = bytearray(8 * 1024 * 1024)\n\
+for i in range(0, len(zeros), 4096): zeros[i] = 0\n\
+print('ready', flush=True)\n\
+time.sleep(120)\n";
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs the memory-holding child");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    Child(child)
+}
+
+#[test]
+fn a_live_process_is_captured_and_its_memory_compresses() {
+    let child = spawn_holder();
+    let image = capture_process(child.0.id(), None).unwrap();
+    match image.source() {
+        Source::Process {
+            pid,
+            command,
+            mappings,
+            ..
+        } => {
+            assert_eq!(*pid, child.0.id());
+            assert!(command.starts_with("python"), "{command}");
+            assert!(*mappings > 3);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        image.page_count() >= 6000,
+        "captured only {} pages",
+        image.page_count()
+    );
+    let options = AnalyzeOptions {
+        codecs: vec!["lz4".parse().unwrap()],
+        pools: vec![PoolKind::SizeClass],
+        ..AnalyzeOptions::default()
+    };
+    let analysis = analyze(image.pages(), &options, &mut |_| {}).unwrap();
+    assert!(
+        analysis.zero_pages >= 2000,
+        "zero pages {}",
+        analysis.zero_pages
+    );
+    assert!(
+        analysis.pools[0].ratio > 3.0,
+        "ratio {}",
+        analysis.pools[0].ratio
+    );
+
+    let limited = capture_process(child.0.id(), Some(100)).unwrap();
+    assert_eq!(limited.page_count(), 100);
+}
+
+#[test]
+fn zram_sees_the_same_same_filled_pages_and_uses_about_the_same_memory() {
+    if !zpage_kernel::is_root() {
+        eprintln!("skipped: writing into zram needs root (CI runs as root)");
+        return;
+    }
+    let pages = generated_pages(6000, 600);
+    let options = AnalyzeOptions {
+        codecs: vec!["lz4".parse().unwrap()],
+        pools: vec![PoolKind::SizeClass],
+        decompress_rounds: 1,
+        ..AnalyzeOptions::default()
+    };
+    let analysis = analyze(&pages, &options, &mut |_| {}).unwrap();
+    let zram0_before = std::fs::read_to_string("/sys/block/zram0/disksize").ok();
+    let (device, kernel) = compare_with_zram(
+        &pages,
+        &["lz4".to_string(), "lzo-rle".to_string()],
+        None,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(kernel.len(), 2);
+    assert_eq!(
+        std::fs::read_to_string("/sys/block/zram0/disksize").ok(),
+        zram0_before,
+        "zram0 left as found"
+    );
+    let report = Report::new(Vec::new(), analysis).with_kernel(device, kernel);
+    let comparison = report.comparison.unwrap();
+    assert!(comparison.same_pages_match, "{comparison:?}");
+    let relative = comparison.memory_used_vs_zram.unwrap();
+    assert!(relative <= 1.03, "zpage uses {relative:.3}x zram's memory");
+    for k in report.kernel.unwrap() {
+        assert_eq!(k.mm_stat.orig_data_size, 6000 * PAGE_SIZE as u64);
+        assert_eq!(k.mm_stat.same_pages, 600);
+    }
+}
