@@ -50,11 +50,13 @@ fn discard_page(inner: &Inner, page: usize) {
     loop {
         let s = st.load(Ordering::Acquire);
         let next = match tag(s) {
-            // The kernel's zap takes care of resident pages; stale store
-            // entries (COPY) are removed later under the reclaim lock.
-            EMPTY | RESIDENT => return,
-            STAGED => with_tag(s, EMPTY),
-            STORED => with_tag(s, EMPTY) | COPY,
+            EMPTY => return,
+            // The kernel zaps it after we return; until then a MOVE out by
+            // the reclaimer would carry the old contents past the zap, so
+            // mark it (stale store entries, COPY, go later under the lock).
+            RESIDENT if s & DISCARD != 0 => return,
+            STAGED => empty(s),
+            STORED => empty(s) | COPY,
             _ => s | DISCARD,
         };
         if st
@@ -90,10 +92,21 @@ pub fn run(inner: Arc<Inner>) {
     }; 16];
     let mut stale: Vec<usize> = Vec::new();
     while !inner.stop.load(Ordering::Acquire) {
+        if inner.lost.load(Ordering::Acquire) {
+            sys::sleep_ns(20_000_000);
+            continue;
+        }
         if !sys::poll_in(inner.uffd, 20) {
             if !sys::fd_is_open(inner.uffd) {
                 inner.lost.store(true, Ordering::Release);
             }
+            continue;
+        }
+        // The fd number may have been closed and reused for another file:
+        // only a live uffd with our range registered accepts UFFDIO_WAKE.
+        if sys::uffd_wake(inner.uffd, inner.region.base(), sys::PAGE).is_err() {
+            inner.lost.store(true, Ordering::Release);
+            sys::sleep_ns(20_000_000);
             continue;
         }
         // Step 1.

@@ -156,9 +156,16 @@ pub struct Inner {
     pub installs: AtomicUsize,
     /// Set by the fork prepare hook: no eviction until the parent hook clears it.
     pub fork_pause: AtomicBool,
+    /// Set by `restore_all`: no eviction until `resume_eviction`.
+    pub hold: AtomicBool,
 }
 
 impl Inner {
+    /// Eviction is paused (fork in progress, or `restore_all`).
+    pub fn paused(&self) -> bool {
+        self.fork_pause.load(Ordering::SeqCst) || self.hold.load(Ordering::SeqCst)
+    }
+
     pub fn admits_empty(&self) -> bool {
         self.admits.is_empty()
     }
@@ -230,7 +237,7 @@ impl Inner {
     /// (bounded at 100 ms, after which the fault proceeds over budget rather
     /// than stall forever, e.g. when everything resident is pinned).
     fn throttle(&self) {
-        if self.resident.load(Ordering::Acquire) < self.budget_pages {
+        if self.resident.load(Ordering::Acquire) < self.budget_pages || self.paused() {
             return;
         }
         let t0 = sys::now_ns();
@@ -347,13 +354,19 @@ impl Inner {
                     let filled = match self.fill_zero(page, write) {
                         Ok(f) => f,
                         Err(e) => {
-                            st.store(with_tag(s, tag(s)), Ordering::Release);
+                            self.publish(page, with_tag(s, tag(s)));
                             return Err(e);
                         }
                     };
                     // Zeros are right for a page we never held (EMPTY) and for
-                    // one the program discarded (RESIDENT in our books, absent).
-                    st.store(with_tag(s, RESIDENT), Ordering::Release);
+                    // one the program discarded (RESIDENT in our books, absent);
+                    // after a fill no discard is pending. A page that was
+                    // present keeps its flags (a pending DISCARD included).
+                    if filled {
+                        self.publish(page, with_tag(s, RESIDENT) & !DISCARD);
+                    } else {
+                        self.publish(page, with_tag(s, tag(s)));
+                    }
                     if filled {
                         Counters::bump(&self.counters.zero_fills);
                     }
@@ -413,6 +426,25 @@ impl Inner {
         }
     }
 
+    /// Publishes the end of a claim: `new`, plus a DISCARD the event thread
+    /// may have set meanwhile (the program's zap of this page is then still
+    /// pending, and whatever is installed now must not outlive it).
+    pub fn publish(&self, page: usize, new: u64) {
+        let st = &self.state[page];
+        let mut cur = st.load(Ordering::Acquire);
+        loop {
+            match st.compare_exchange(
+                cur,
+                new | (cur & DISCARD),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     /// The install closure's check: has the event thread discarded this page
     /// while we held it?
     fn discarded(&self, page: usize) -> bool {
@@ -447,7 +479,7 @@ impl Inner {
             Ok(()) => {}
             Err(Errno(libc::ECANCELED)) => {
                 self.drop_staged(slot);
-                st.store(with_tag(s, EMPTY), Ordering::Release);
+                st.store(empty(s), Ordering::Release);
                 return Err(Errno(libc::ECANCELED));
             }
             Err(Errno(libc::EBUSY)) => {
@@ -459,11 +491,11 @@ impl Inner {
                     }
                     Err(Errno(libc::ECANCELED)) => {
                         self.drop_staged(slot);
-                        st.store(with_tag(s, EMPTY), Ordering::Release);
+                        st.store(empty(s), Ordering::Release);
                         return Err(Errno(libc::ECANCELED));
                     }
                     Err(e) => {
-                        st.store(with_slot(s, STAGED, slot), Ordering::Release);
+                        self.publish(page, with_slot(s, STAGED, slot));
                         return Err(e);
                     }
                 }
@@ -472,7 +504,7 @@ impl Inner {
                 sys::fatal("zpage: staged page's destination is already mapped; refusing to guess its contents\n")
             }
             Err(e) => {
-                st.store(with_slot(s, STAGED, slot), Ordering::Release);
+                self.publish(page, with_slot(s, STAGED, slot));
                 return Err(e);
             }
         }
@@ -482,7 +514,7 @@ impl Inner {
         // Installed before any discard event was read: a later zap empties
         // it, and the next fault fills zeros; so publishing RESIDENT is right
         // even if DISCARD was set meanwhile.
-        st.store(with_tag(s, RESIDENT), Ordering::Release);
+        self.publish(page, with_tag(s, RESIDENT));
         Counters::bump(&self.counters.trial_hits);
         self.admitted(page, activate);
         Ok(())
@@ -511,15 +543,15 @@ impl Inner {
                 let _ = sys::discard(src, sys::PAGE);
                 self.free_slot(slot);
                 self.staged.fetch_sub(1, Ordering::AcqRel);
-                st.store(with_tag(s, RESIDENT), Ordering::Release);
+                self.publish(page, with_tag(s, RESIDENT));
             }
             Err(Errno(libc::ECANCELED)) => {
                 self.drop_staged(slot);
-                st.store(with_tag(s, EMPTY), Ordering::Release);
+                st.store(empty(s), Ordering::Release);
             }
             Err(_) => {
                 // Leave it staged; a fault takes it back.
-                st.store(with_slot(s, STAGED, slot), Ordering::Release);
+                self.publish(page, with_slot(s, STAGED, slot));
             }
         }
     }
@@ -559,17 +591,17 @@ impl Inner {
             Err(Errno(libc::ECANCELED)) => {
                 // Discarded by the program: the entry is stale (COPY), the page is zero.
                 Counters::bump(&self.counters.discarded);
-                st.store(with_tag(s, EMPTY) | COPY, Ordering::Release);
+                st.store(empty(s) | COPY, Ordering::Release);
                 return Err(Errno(libc::ECANCELED));
             }
             Err(e) => {
-                st.store(with_tag(s, STORED), Ordering::Release);
+                self.publish(page, with_tag(s, STORED));
                 return Err(e);
             }
         }
         self.resident.fetch_add(1, Ordering::AcqRel);
         let activate = self.refault_activates(page);
-        st.store(with_tag(s, RESIDENT) | COPY, Ordering::Release);
+        self.publish(page, with_tag(s, RESIDENT) | COPY);
         Counters::bump(&self.counters.restores);
         self.admitted(page, activate);
         Ok(())

@@ -77,20 +77,19 @@
 //!
 //! # Hazards
 //!
-//! (Work in progress: the hazard tests named below are being added.)
-//!
 //! | hazard | behaviour | test |
 //! |---|---|---|
 //! | `fork()` | atfork hook restores every page before the fork: the child gets full contents; the parent re-takes exclusivity on `EBUSY` | `hazards::fork_child_sees_evicted_pages` |
-//! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them; reads give zeros | `hazards::dontneed_reads_zeros` |
+//! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them, and pages present at the event are marked so the reclaimer cannot carry their old contents past the zap (see `event.rs`); reads give zeros | `hazards::dontneed_reads_zeros`, `hazards::dontneed_races_with_faults` |
 //! | `munmap` of a live region | `EVENT_UNMAP`: compressed data freed; API calls return `Unmapped`; `Drop` leaves the range alone | `hazards::munmap_frees_and_refuses` |
 //! | `mremap` | refused: `EVENT_REMAP` marks the region unmapped; an evicted page touched at the new address kills the process with SIGBUS (never wrong bytes) | `hazards::mremap_is_refused` |
 //! | uffd closed by the program | detected (`health_check`, event thread): `UffdLost` from every call; evicted pages read as zeros after the close: documented refusal, do not close fds you did not open | `hazards::closed_uffd_is_detected` |
 //! | SIGBUS blocked in the faulting thread | the kernel kills the process (never wrong bytes); `prefault`/`pin` or `HandlerThread` mode for such threads | `hazards::blocked_sigbus_kills_not_corrupts` |
 //! | THP | regions are `MADV_NOHUGEPAGE`; a program `MADV_HUGEPAGE` is still correct (MOVE splits) | `hazards::thp_is_avoided_and_safe` |
-//! | core dumps / debuggers | evicted pages are holes (zeros in cores, `EIO` via `/proc/pid/mem`); `restore_all` (async-signal-safe) before dumping | `hazards::evicted_pages_invisible_to_gup_until_restored` |
+//! | core dumps / debuggers | evicted pages are holes (zeros in cores, `EIO` via `/proc/pid/mem`); `restore_all` (stops eviction, restores everything; async-signal-safe) before dumping | `hazards::evicted_pages_invisible_to_gup_until_restored` |
 //! | syscalls on evicted pages (SIGBUS mode) | `EFAULT`, so `prefault`/`pin` first | `hazards::syscall_needs_prefault` |
 //! | chaining | foreign SIGBUS reaches the previous handler | `hazards::foreign_sigbus_is_chained` |
+//! | latency-sensitive ranges | `pin`/`unpin`: never evicted, touches never fault; at most half the budget | `hazards::pin_keeps_pages_resident` |
 #![deny(unsafe_code)]
 
 mod config;

@@ -92,7 +92,7 @@ pub fn evict_one(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
             {
                 // The program discarded the range while we moved it (DISCARD).
                 inner.drop_staged(slot);
-                st.store(with_tag(s, EMPTY), Ordering::Release);
+                st.store(empty(s), Ordering::Release);
                 return Evict::Hole;
             }
             Evict::Staged(slot)
@@ -102,14 +102,14 @@ pub fn evict_one(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
             // it (MADV_DONTNEED). Its contents are zeros.
             inner.free_slot(slot);
             inner.resident.fetch_sub(1, Ordering::AcqRel);
-            st.store(with_tag(s, EMPTY), Ordering::Release);
+            st.store(empty(s), Ordering::Release);
             inner.drop_stale_copy(page);
             Counters::bump(&inner.counters.holes);
             Evict::Hole
         }
         Err((Errno(libc::EBUSY), _)) => {
             inner.free_slot(slot);
-            st.store(s, Ordering::Release);
+            inner.publish(page, s);
             // Shared after fork: take exclusive ownership back; MOVE works next time.
             inner.region.touch_write(page);
             Counters::bump(&inner.counters.ebusy_fixes);
@@ -117,7 +117,7 @@ pub fn evict_one(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
         }
         Err(_) => {
             inner.free_slot(slot);
-            st.store(s, Ordering::Release);
+            inner.publish(page, s);
             Evict::Retry
         }
     }
@@ -207,7 +207,7 @@ pub fn compress_one(
             {
                 // Discarded by the program meanwhile: the entry is stale.
                 inner.drop_staged(slot);
-                st.store(with_tag(s, EMPTY) | COPY, Ordering::Release);
+                st.store(empty(s) | COPY, Ordering::Release);
                 inner.drop_stale_copy(page);
                 return false;
             }
@@ -339,7 +339,7 @@ impl Reclaimer {
         let inner = Arc::clone(&self.inner);
         let _g = inner.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner());
         self.drain();
-        if inner.fork_pause.load(Ordering::SeqCst) {
+        if inner.paused() {
             return;
         }
         let resident = inner.resident.load(Ordering::Acquire);
@@ -393,6 +393,10 @@ impl Reclaimer {
             }
             let kick = self.inner.kick.load(Ordering::Acquire);
             let resident = self.inner.resident.load(Ordering::Acquire);
+            if self.inner.paused() {
+                sys::futex_wait(&self.inner.kick, kick, 2_000_000);
+                continue;
+            }
             if resident > self.inner.high_pages
                 || (resident > self.inner.low_pages && self.kicked(kick))
             {

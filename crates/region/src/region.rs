@@ -192,6 +192,7 @@ impl Region {
             event_seq: AtomicU64::new(0),
             installs: AtomicUsize::new(0),
             fork_pause: AtomicBool::new(false),
+            hold: AtomicBool::new(false),
             region,
             staging,
         });
@@ -347,7 +348,7 @@ impl Region {
         let mut w = inner.store.worker()?;
         let _signals = sys::SignalGuard::block_async();
         let _g = inner.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner());
-        if inner.fork_pause.load(Ordering::SeqCst) {
+        if inner.paused() {
             return Ok(());
         }
         let mut hint = 0;
@@ -485,10 +486,27 @@ impl Region {
         Ok(())
     }
 
-    /// Restores every page (used before `fork()` and available to crash
-    /// handlers that want complete core dumps). Async-signal-safe.
+    /// Stops eviction and restores every page: for crash handlers that want
+    /// complete core dumps (a dump, like a debugger, sees evicted pages as
+    /// holes), and before handing the whole region to the kernel. The region
+    /// then stays fully resident, over its budget if need be, until
+    /// [`Region::resume_eviction`]. Async-signal-safe.
     pub fn restore_all(&self) -> Result<(), RegionError> {
+        self.inner.hold.store(true, Ordering::SeqCst);
+        // Wait out a round in progress (it checks `hold` at its start).
+        drop(
+            self.inner
+                .reclaim_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         restore_all(&self.inner).map_err(|e| RegionError::sys("restore", e))
+    }
+
+    /// Undoes [`Region::restore_all`]: eviction resumes.
+    pub fn resume_eviction(&self) {
+        self.inner.hold.store(false, Ordering::SeqCst);
+        self.inner.kick_reclaimer();
     }
 
     /// Puts zpage's SIGBUS handler back in front of any installed after it.
@@ -531,9 +549,12 @@ impl Drop for Region {
             }
         }
         signal::unregister(self.table_index);
-        let _ = sys::uffd_unregister(inner.uffd, inner.region.base(), inner.region.len());
+        if !inner.lost.load(Ordering::Acquire) && !forked_child {
+            // (After a loss the fd number may belong to someone else now.)
+            let _ = sys::uffd_unregister(inner.uffd, inner.region.base(), inner.region.len());
+            sys::close(inner.uffd);
+        }
         let _ = sys::uffd_unregister(inner.sfd, inner.staging.base(), inner.staging.len());
-        sys::close(inner.uffd);
         sys::close(inner.sfd);
         // Mappings, the store and the worker slots are freed with the last Arc.
     }

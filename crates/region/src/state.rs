@@ -48,16 +48,23 @@ pub fn slot(s: u64) -> usize {
     (s >> SLOT_SHIFT) as usize
 }
 
-/// `s` with its tag replaced (pins and COPY kept; slot and DISCARD cleared).
+/// `s` with its tag replaced (pins, COPY and DISCARD kept; slot cleared).
+/// Transitions to EMPTY must clear DISCARD themselves (see [`empty`]).
 #[inline]
 pub fn with_tag(s: u64, t: u64) -> u64 {
-    (s & (PIN_MASK | COPY)) | t
+    (s & (PIN_MASK | COPY | DISCARD)) | t
 }
 
-/// `s` with its tag replaced and a staging slot set (DISCARD cleared).
+/// `s` with its tag replaced and a staging slot set.
 #[inline]
 pub fn with_slot(s: u64, t: u64, slot: usize) -> u64 {
-    (s & (PIN_MASK | COPY)) | t | ((slot as u64) << SLOT_SHIFT)
+    (s & (PIN_MASK | COPY | DISCARD)) | t | ((slot as u64) << SLOT_SHIFT)
+}
+
+/// `s` as EMPTY: its contents are zeros, so no discard is pending.
+#[inline]
+pub fn empty(s: u64) -> u64 {
+    with_tag(s, EMPTY) & !DISCARD
 }
 
 #[cfg(test)]

@@ -478,9 +478,26 @@ pub fn fatal(msg: &str) -> ! {
 /// `addr` must be 8-byte aligned and inside a live read-write mapping. If the
 /// page is absent the access faults and is resolved by the region's handler.
 pub unsafe fn touch_write(addr: usize) {
-    // SAFETY: guaranteed by the caller; AtomicU64 has the alignment of u64.
-    let word = unsafe { &*(addr as *const std::sync::atomic::AtomicU64) };
-    word.fetch_add(0, std::sync::atomic::Ordering::SeqCst);
+    // LLVM turns an idempotent atomic RMW (fetch_add(0)) into a fenced load,
+    // which does not break copy-on-write; spell the locked add out.
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: guaranteed by the caller; `lock add [addr], 0` writes the value
+    // already there, atomically with respect to every other store.
+    unsafe {
+        std::arch::asm!("lock add qword ptr [{0}], 0", in(reg) addr, options(nostack));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // SAFETY: guaranteed by the caller; AtomicU64 has the alignment of u64.
+        let word = unsafe { &*(addr as *const std::sync::atomic::AtomicU64) };
+        let v = word.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = word.compare_exchange(
+            v,
+            v,
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
 }
 
 /// A private anonymous mapping owned by this crate, unmapped on drop.

@@ -1,0 +1,450 @@
+//! Done-criterion 5: one test per hazard in the Safety paragraph.
+//! Tests that must kill a process run the hazard in a child process (this
+//! test binary re-run with `ZPAGE_CHILD=1` and an exact test filter).
+mod common;
+
+use common::*;
+use zpage_region::{Region, RegionConfig, RegionError, PAGE_SIZE};
+
+const WORDS: usize = PAGE_SIZE / 8;
+
+fn pattern(p: usize, w: usize) -> u64 {
+    ((p as u64) << 20 | w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+}
+
+fn small_region(mib: usize, budget_mib: usize) -> Region {
+    Region::new(RegionConfig::new(mib * MIB, budget_mib * MIB)).expect("region")
+}
+
+/// Writes the pattern into every page (a few words per page).
+fn fill(region: &Region) {
+    for p in 0..region.len() / PAGE_SIZE {
+        for w in (0..WORDS).step_by(97) {
+            write(region, p, w, pattern(p, w));
+        }
+    }
+}
+
+fn check(region: &Region) -> usize {
+    let mut wrong = 0;
+    for p in 0..region.len() / PAGE_SIZE {
+        for w in (0..WORDS).step_by(97) {
+            if read(region, p, w) != pattern(p, w) {
+                wrong += 1;
+            }
+        }
+    }
+    wrong
+}
+
+fn evict_all(region: &Region) {
+    region.advise_cold(0, region.len()).expect("advise_cold");
+}
+
+#[test]
+fn fork_child_sees_evicted_pages() {
+    let region = small_region(16, 4);
+    fill(&region);
+    evict_all(&region);
+    let before = region.stats();
+    assert!(before.stored_pages > 1000, "{before:?}");
+    // SAFETY: the child only reads memory and calls _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let code = if check(&region) == 0 { 0 } else { 1 };
+        // SAFETY: _exit is async-signal-safe and ends the child at once.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child saw wrong bytes: {status:#x}"
+    );
+    // The parent: every page is now shared copy-on-write with the (gone)
+    // child; eviction must take exclusivity back (EBUSY path) and stay right.
+    assert_eq!(check(&region), 0);
+    evict_all(&region);
+    let after = region.stats();
+    assert!(after.ebusy_fixes > 0, "{after:?}");
+    assert!(after.stored_pages > 1000, "{after:?}");
+    assert_eq!(check(&region), 0);
+}
+
+#[test]
+fn dontneed_reads_zeros() {
+    let region = small_region(8, 2);
+    fill(&region);
+    let pages = region.len() / PAGE_SIZE;
+    // Evict the first half; the second half stays mostly resident.
+    region.advise_cold(0, region.len() / 2).expect("cold");
+    assert!(region.stats().stored_pages > 0);
+    // The program discards a range straddling evicted and resident pages.
+    let (from, to) = (pages / 4, 3 * pages / 4);
+    // SAFETY: discarding part of the region's own mapping; the region must
+    // then read zeros there.
+    let rc = unsafe {
+        libc::madvise(
+            region.as_ptr().add(from * PAGE_SIZE).cast(),
+            (to - from) * PAGE_SIZE,
+            libc::MADV_DONTNEED,
+        )
+    };
+    assert_eq!(rc, 0);
+    for p in 0..pages {
+        for w in (0..WORDS).step_by(97) {
+            let want = if (from..to).contains(&p) {
+                0
+            } else {
+                pattern(p, w)
+            };
+            assert_eq!(read(&region, p, w), want, "page {p} word {w}");
+        }
+    }
+    assert!(region.stats().discarded > 0);
+}
+
+#[test]
+fn dontneed_races_with_faults() {
+    // Threads keep faulting pages back while another thread discards them:
+    // after each discard returns, the discarding thread must read zeros.
+    let region = std::sync::Arc::new(small_region(4, 1));
+    fill(&region);
+    let pages = region.len() / PAGE_SIZE;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|t| {
+            let (region, stop) = (region.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(77 + t);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let p = rng.below(pages);
+                    let _ = read(&region, p, 0);
+                    if rng.below(50) == 0 {
+                        let _ = region.advise_cold(p * PAGE_SIZE, PAGE_SIZE);
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut rng = Rng(5);
+    for _ in 0..2000 {
+        let p = rng.below(pages);
+        // SAFETY: discarding one page of the region's own mapping.
+        let rc = unsafe {
+            libc::madvise(
+                region.as_ptr().add(p * PAGE_SIZE).cast(),
+                PAGE_SIZE,
+                libc::MADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(
+            read(&region, p, 97),
+            0,
+            "page {p} not zero after MADV_DONTNEED"
+        );
+        write(&region, p, 97, pattern(p, 97));
+        assert_eq!(read(&region, p, 97), pattern(p, 97));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        r.join().expect("reader");
+    }
+}
+
+#[test]
+fn munmap_frees_and_refuses() {
+    let region = small_region(8, 2);
+    fill(&region);
+    evict_all(&region);
+    let stored = region.stats().stored_pages;
+    assert!(stored > 1000);
+    // SAFETY: unmapping the second half of the region's mapping; nothing of
+    // ours references it afterwards (the region learns through the event).
+    let rc = unsafe {
+        libc::munmap(
+            region.as_ptr().add(region.len() / 2).cast(),
+            region.len() / 2,
+        )
+    };
+    assert_eq!(rc, 0);
+    // The event is consumed before munmap returns; its effects land right after.
+    let mut refused = false;
+    for _ in 0..200 {
+        if matches!(
+            region.advise_cold(0, PAGE_SIZE),
+            Err(RegionError::Unmapped(_))
+        ) {
+            refused = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(refused, "API calls must refuse after munmap");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let after = region.stats().stored_pages;
+    assert!(
+        after <= stored / 2 + 16,
+        "compressed pages of the unmapped half must be freed: {stored} -> {after}"
+    );
+    // The half still mapped still reads right.
+    for p in 0..region.len() / PAGE_SIZE / 2 {
+        assert_eq!(read(&region, p, 0), pattern(p, 0));
+    }
+}
+
+#[test]
+fn mremap_is_refused() {
+    if !is_child() {
+        let status = run_child("mremap_is_refused");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+        return;
+    }
+    let region = small_region(4, 1);
+    fill(&region);
+    evict_all(&region);
+    // SAFETY: moving the region's mapping (the hazard under test).
+    let new = unsafe {
+        libc::mremap(
+            region.as_ptr().cast(),
+            region.len(),
+            region.len(),
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            0x6000_0000_0000usize as *mut libc::c_void,
+        )
+    };
+    assert_ne!(new, libc::MAP_FAILED);
+    eprintln!("moved; touching an evicted page at the new address must kill us with SIGBUS");
+    // SAFETY: reading the moved mapping: the access under test.
+    let v = unsafe { std::ptr::read_volatile(new as *const u64) };
+    eprintln!("read {v:#x} instead of dying");
+    std::process::exit(0);
+}
+
+#[test]
+fn closed_uffd_is_detected() {
+    if !is_child() {
+        let status = run_child("closed_uffd_is_detected");
+        assert!(status.success(), "{status:?}");
+        return;
+    }
+    let region = small_region(4, 1);
+    fill(&region);
+    assert!(region.health_check().is_ok());
+    // SAFETY: closing the region's uffd behind its back (the hazard under test).
+    unsafe { libc::close(region.raw_uffd()) };
+    assert!(matches!(
+        region.health_check(),
+        Err(RegionError::UffdLost(_))
+    ));
+    assert!(matches!(
+        region.advise_cold(0, PAGE_SIZE),
+        Err(RegionError::UffdLost(_))
+    ));
+    assert!(matches!(
+        region.prefault(0, PAGE_SIZE),
+        Err(RegionError::UffdLost(_))
+    ));
+    std::process::exit(0);
+}
+
+#[test]
+fn blocked_sigbus_kills_not_corrupts() {
+    if !is_child() {
+        let status = run_child("blocked_sigbus_kills_not_corrupts");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGBUS), "{status:?}");
+        return;
+    }
+    let region = small_region(4, 1);
+    fill(&region);
+    evict_all(&region);
+    // SAFETY: blocking SIGBUS in this thread (the hazard under test).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGBUS);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    let v = read(&region, 3, 0);
+    eprintln!("read {v:#x} instead of dying");
+    std::process::exit(0);
+}
+
+#[test]
+fn thp_is_avoided_and_safe() {
+    let region = small_region(16, 4);
+    fill(&region);
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+    let base = format!("{:x}-", region.as_ptr() as usize);
+    let block: String = smaps
+        .split_inclusive('\n')
+        .skip_while(|l| !l.starts_with(&base))
+        .take_while(|l| l.starts_with(&base) || !l.contains('-') || l.contains(':'))
+        .take(30)
+        .collect();
+    assert!(block.contains("AnonHugePages:         0 kB"), "{block}");
+    // The program asks for huge pages anyway: still correct (MOVE splits).
+    // SAFETY: non-destructive advice on the region.
+    let rc = unsafe { libc::madvise(region.as_ptr().cast(), region.len(), libc::MADV_HUGEPAGE) };
+    assert_eq!(rc, 0);
+    fill(&region);
+    evict_all(&region);
+    assert_eq!(check(&region), 0);
+}
+
+#[test]
+fn evicted_pages_invisible_to_gup_until_restored() {
+    // A core dump (and gdb, /proc/pid/mem) reads memory through GUP, which
+    // cannot fault an evicted page in: it sees a hole. restore_all() first.
+    let region = small_region(4, 1);
+    fill(&region);
+    evict_all(&region);
+    let mem = std::fs::File::open("/proc/self/mem").expect("/proc/self/mem");
+    let mut buf = [0u8; 8];
+    use std::os::unix::fs::FileExt;
+    let addr = region.as_ptr() as u64 + 5 * PAGE_SIZE as u64;
+    assert!(
+        mem.read_at(&mut buf, addr).is_err(),
+        "GUP read of an evicted page should fail"
+    );
+    region.restore_all().expect("restore_all");
+    mem.read_exact_at(&mut buf, addr)
+        .expect("read after restore");
+    assert_eq!(u64::from_ne_bytes(buf), pattern(5, 0));
+}
+
+#[test]
+fn syscall_needs_prefault() {
+    let region = small_region(4, 1);
+    fill(&region);
+    evict_all(&region);
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 into a local array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let src = 7 * PAGE_SIZE;
+    // SAFETY: write(2) from region memory (the hazard under test).
+    let n = unsafe { libc::write(fds[1], region.as_ptr().add(src).cast(), 64) };
+    assert_eq!(n, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EFAULT)
+    );
+    region.prefault(src, 64).expect("prefault");
+    // SAFETY: as above, now on a present page.
+    let n = unsafe { libc::write(fds[1], region.as_ptr().add(src).cast(), 64) };
+    assert_eq!(n, 64);
+    let mut buf = [0u8; 8];
+    // SAFETY: read(2) into a local buffer.
+    assert_eq!(unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), 8) }, 8);
+    assert_eq!(u64::from_ne_bytes(buf), pattern(7, 0));
+    // SAFETY: closing our own pipe.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+static FOREIGN_HIT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn program_handler(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    FOREIGN_HIT.store(true, std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(42) };
+}
+
+#[test]
+fn foreign_sigbus_is_chained() {
+    if !is_child() {
+        let status = run_child("foreign_sigbus_is_chained");
+        assert_eq!(status.code(), Some(42), "{status:?}");
+        return;
+    }
+    // The program's own handler, installed before zpage's.
+    // SAFETY: installing a plain SA_SIGINFO handler.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = program_handler as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO;
+        libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut());
+    }
+    let region = small_region(4, 1);
+    fill(&region);
+    evict_all(&region);
+    assert_eq!(check(&region), 0, "zpage's faults are handled, not chained");
+    // A genuine SIGBUS elsewhere: touching a file mapping beyond EOF.
+    let path = std::env::temp_dir().join(format!("zpage-sigbus-{}", std::process::id()));
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .expect("temp file");
+    use std::os::fd::AsRawFd;
+    // SAFETY: mapping an empty file; touching it raises SIGBUS (BUS_ADRERR).
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            PAGE_SIZE,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    let _ = std::fs::remove_file(&path);
+    // SAFETY: the access under test; the program handler exits with 42.
+    let v = unsafe { std::ptr::read_volatile(p as *const u8) };
+    eprintln!("read {v} without a signal");
+    std::process::exit(1);
+}
+
+#[test]
+fn pin_keeps_pages_resident() {
+    let region = small_region(8, 2);
+    fill(&region);
+    region.pin(0, 64 * PAGE_SIZE).expect("pin");
+    let before = region.stats();
+    assert_eq!(before.pinned_bytes, 64 * PAGE_SIZE);
+    evict_all(&region);
+    fill(&region);
+    // Pinned pages never leave: no fault when touching them.
+    let faults = region.stats().faults;
+    for p in 0..64 {
+        assert_eq!(read(&region, p, 0), pattern(p, 0));
+    }
+    assert_eq!(
+        region.stats().faults,
+        faults,
+        "touching pinned pages faulted"
+    );
+    region.unpin(0, 64 * PAGE_SIZE).expect("unpin");
+    assert!(matches!(
+        region.unpin(0, PAGE_SIZE),
+        Err(RegionError::NotPinned(0))
+    ));
+    assert!(matches!(
+        region.pin(0, region.len()),
+        Err(RegionError::PinExceedsBudget { .. })
+    ));
+    assert_eq!(check(&region), 0);
+}
+
+#[test]
+fn config_errors_name_the_fix() {
+    let e = Region::new(RegionConfig::new(MIB, 2 * MIB)).expect_err("budget > size");
+    assert!(e.to_string().contains("larger than size_bytes"), "{e}");
+    let e = Region::new(RegionConfig::new(0, 0)).expect_err("size 0");
+    assert!(e.to_string().contains("size_bytes is 0"), "{e}");
+    let region = small_region(1, 1);
+    let e = region
+        .advise_cold(region.len(), 1)
+        .expect_err("out of range");
+    assert!(matches!(e, RegionError::OutOfRange { .. }), "{e}");
+}
