@@ -32,6 +32,27 @@ enum KernelCommand {
     Export(ExportArgs),
     /// Idle writeback/recompression where the kernel allows it; logs pressure and tier fill levels.
     Daemon(DaemonArgs),
+    /// Sample this system's memory and propose algorithm, zram size, swappiness and page-cluster.
+    Recommend(RecommendArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct RecommendArgs {
+    /// Use a bounded built-in sample (--max-pages) instead of `zpage analyze`'s scan of every process.
+    #[arg(long)]
+    quick: bool,
+    /// With --quick: pages of process memory to sample at most (4 KiB each).
+    #[arg(long, default_value_t = 32_768)]
+    max_pages: usize,
+    /// With --quick: pages per process at most.
+    #[arg(long, default_value_t = 4_096)]
+    max_pages_per_process: usize,
+    /// Do not measure zram vs file speed for swappiness (measuring needs root and a free zram slot).
+    #[arg(long)]
+    no_measure: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -127,7 +148,106 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         KernelCommand::Revert(a) => run_revert(a),
         KernelCommand::Export(a) => run_export(a),
         KernelCommand::Daemon(a) => run_daemon(a),
+        KernelCommand::Recommend(a) => run_recommend(a),
     }
+}
+
+fn run_recommend(args: RecommendArgs) -> anyhow::Result<()> {
+    use zpage_kernel::recommend;
+    let algorithms = recommend::kernel_algorithms()?;
+    let observation = if args.quick {
+        anyhow::ensure!(
+            args.max_pages > 0 && args.max_pages_per_process > 0,
+            "--max-pages and --max-pages-per-process must be positive"
+        );
+        let limits = recommend::SampleLimits {
+            max_pages: args.max_pages,
+            max_pages_per_process: args.max_pages_per_process,
+        };
+        recommend::observe_sample(&limits, &algorithms)?
+    } else {
+        observe_with_analyze(&algorithms, !args.json)?
+    };
+    let recommendation = recommend::recommend(observation, !args.no_measure)?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&recommendation)? + "\n"
+    } else {
+        recommendation.render_text()
+    };
+    write_stdout(&text)
+}
+
+/// `zpage analyze`'s whole-machine scan (zsmalloc pool), once per codec the kernel offers.
+fn observe_with_analyze(
+    kernel_algorithms: &[String],
+    show_progress: bool,
+) -> anyhow::Result<zpage_kernel::recommend::Observation> {
+    let mut codecs = Vec::new();
+    let mut first_scan = None;
+    let mut names = vec!["lz4"];
+    if kernel_algorithms.iter().any(|a| a == "zstd") {
+        names.push("zstd");
+    }
+    for name in names {
+        let spec: zpage_codec::CodecSpec = name.parse()?;
+        let bar = if show_progress {
+            indicatif::ProgressBar::new(0)
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} processes")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(format!("zpage analyze ({name})"));
+        let scan = zpage_analyze::scan_machine(
+            &spec,
+            zpage_pool::PoolKind::SizeClass,
+            zpage_codec::RejectThreshold::default(),
+            &mut |progress| match progress {
+                zpage_analyze::Progress::Phase { total, .. } => bar.set_length(total),
+                zpage_analyze::Progress::Advance { done } => bar.set_position(done),
+            },
+        )?;
+        bar.finish_and_clear();
+        let same_filled_pages = scan.processes.iter().map(|p| p.same_filled_pages).sum();
+        let memory: u64 = scan
+            .processes
+            .iter()
+            .map(|p| p.compressed_memory_bytes)
+            .sum();
+        codecs.push(zpage_kernel::recommend::CodecResult {
+            codec: name.to_string(),
+            kernel_algorithm: name.to_string(),
+            same_filled_pages,
+            incompressible_pages: None,
+            estimated_memory_bytes: memory,
+            ratio: if memory == 0 {
+                1.0
+            } else {
+                scan.total_anonymous_bytes as f64 / memory as f64
+            },
+            compress_mib_per_s: None,
+        });
+        first_scan.get_or_insert(scan);
+    }
+    let scan = first_scan.context("no scan ran")?;
+    anyhow::ensure!(
+        scan.total_anonymous_bytes > 0,
+        "no process memory could be read ({} processes skipped: {}); run as root",
+        scan.skipped_processes,
+        scan.skipped_reason.as_deref().unwrap_or("?")
+    );
+    Ok(zpage_kernel::recommend::Observation {
+        source: format!(
+            "zpage analyze scan of every readable process ({} pool)",
+            scan.pool
+        ),
+        observed_bytes: scan.total_anonymous_bytes,
+        processes: scan.processes.len() as u64,
+        skipped_processes: scan.skipped_processes,
+        codecs,
+    })
 }
 
 fn load_config(path: &std::path::Path) -> anyhow::Result<KernelConfig> {

@@ -72,7 +72,7 @@ fn size_expression(size: &Size) -> String {
 }
 
 fn mib_text(bytes: u64) -> String {
-    if bytes % MIB == 0 {
+    if bytes.is_multiple_of(MIB) {
         (bytes / MIB).to_string()
     } else {
         format!("{:.3}", bytes as f64 / MIB as f64)

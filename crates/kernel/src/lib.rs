@@ -17,6 +17,7 @@ pub mod export;
 pub mod exporter;
 pub mod measure;
 pub mod procfs;
+pub mod recommend;
 pub mod status;
 pub mod swapdev;
 pub mod zram;

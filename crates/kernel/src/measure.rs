@@ -81,7 +81,7 @@ fn sample_page(i: u64) -> [u8; 4096] {
         state = state
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
-        *byte = if n % 4 == 0 {
+        *byte = if n.is_multiple_of(4) {
             (state >> 59) as u8 + b'a'
         } else {
             b"the page "[n % 9]

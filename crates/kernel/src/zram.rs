@@ -331,7 +331,7 @@ impl ZramDevice {
             return Err(self.busy(reason));
         }
         self.check_algorithm(algorithm)?;
-        if disksize_bytes == 0 || disksize_bytes % ZRAM_PAGE as u64 != 0 {
+        if disksize_bytes == 0 || !disksize_bytes.is_multiple_of(ZRAM_PAGE as u64) {
             return Err(KernelError::config(
                 format!("{}.disksize", self.name()),
                 format!("{disksize_bytes} bytes is not a positive multiple of 4096"),

@@ -171,3 +171,44 @@ fn daemon_says_exactly_what_is_missing() {
             .any(|e| matches!(e, DaemonEvent::MarkedIdle { .. })));
     }
 }
+
+#[test]
+fn recommend_samples_real_memory() {
+    use zpage_kernel::recommend::{kernel_algorithms, observe_sample, recommend, SampleLimits};
+    if skip_unless_root("recommend_samples_real_memory") {
+        return;
+    }
+    let limits = SampleLimits {
+        max_pages: 4096,
+        max_pages_per_process: 512,
+    };
+    let result = kernel_algorithms()
+        .and_then(|a| observe_sample(&limits, &a))
+        .and_then(|o| recommend(o, false));
+    let r = match result {
+        Ok(r) => r,
+        Err(zpage_kernel::KernelError::ZramModuleNotLoaded) => {
+            println!("SKIP recommend_samples_real_memory: no zram");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    println!("{}", r.render_text());
+    let pages = r.observation.observed_bytes / 4096;
+    assert!(pages > 0 && pages <= 4096);
+    let lz4 = &r.observation.codecs[0];
+    assert!(lz4.same_filled_pages + lz4.incompressible_pages.unwrap() <= pages);
+    assert!(
+        lz4.ratio > 1.0,
+        "anonymous memory compresses: {}",
+        lz4.ratio
+    );
+    assert!(ZramDevice::open(0)
+        .unwrap()
+        .algorithms()
+        .unwrap()
+        .contains(&r.algorithm));
+    assert_eq!(r.page_cluster, 0);
+    assert!(r.saving_when_full_bytes > 0 && r.saving_when_full_bytes < r.zram_size_bytes);
+    zpage_kernel::config::KernelConfig::parse(&r.config_toml).unwrap();
+}
