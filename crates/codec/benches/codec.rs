@@ -1,6 +1,10 @@
-//! Per-page compression and decompression on 4 KiB pages of a generated,
-//! heap-like data set (text, pointer-heavy words, zeros, random), one page per
-//! iteration. `cargo bench -p zpage-codec`.
+//! Per-page compression and decompression on 4 KiB pages, one page per
+//! iteration: a cycle over a heap-like page set (throughput), and the page of
+//! median compressed size alone (the typical page's latency).
+//!
+//! `cargo bench -p zpage-codec`; set `ZPAGE_BENCH_IMAGE=FILE` to use a real
+//! memory image (`zpage analyze --pid PID --save-image FILE`) instead of the
+//! generated pages.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -21,7 +25,7 @@ fn heap_like_pages(count: usize) -> Vec<Box<Page>> {
                 };
                 chunk.copy_from_slice(&word.to_le_bytes());
             }
-            for byte in page.iter_mut().step_by(rng.gen_range(5..40)) {
+            for byte in page.iter_mut().step_by(rng.gen_range(48..160)) {
                 *byte = rng.gen();
             }
             page
@@ -29,8 +33,22 @@ fn heap_like_pages(count: usize) -> Vec<Box<Page>> {
         .collect()
 }
 
+fn bench_pages() -> Vec<Box<Page>> {
+    let Ok(path) = std::env::var("ZPAGE_BENCH_IMAGE") else {
+        return heap_like_pages(256);
+    };
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("ZPAGE_BENCH_IMAGE={path}: {e}"));
+    let (pages, _) = bytes.as_chunks::<PAGE_SIZE>();
+    pages
+        .iter()
+        .filter(|page| zpage_codec::same_filled_word(page).is_none())
+        .take(4096)
+        .map(|page| Box::new(*page))
+        .collect()
+}
+
 fn codecs(c: &mut Criterion) {
-    let pages = heap_like_pages(256);
+    let pages = bench_pages();
     let mut group = c.benchmark_group("page");
     group.throughput(Throughput::Bytes(PAGE_SIZE as u64));
     for name in ["lz4", "lz4-flex", "zstd:-1", "zstd:3"] {
@@ -57,6 +75,12 @@ fn codecs(c: &mut Criterion) {
                 next = (next + 1) % blobs.len();
                 decoder.decode(&blobs[next], &mut out).unwrap()
             })
+        });
+        let mut by_size: Vec<&Vec<u8>> = blobs.iter().collect();
+        by_size.sort_by_key(|blob| blob.len());
+        let median = by_size[by_size.len() / 2];
+        group.bench_function(BenchmarkId::new("decompress_median_page", name), |b| {
+            b.iter(|| decoder.decode(median, &mut out).unwrap())
         });
     }
     group.finish();
