@@ -414,14 +414,27 @@ pub struct ExporterArgs {
     /// Print one scrape to stdout and exit (no server).
     #[arg(long)]
     once: bool,
+    /// Also serve the `*.prom` files in this directory (zpage regions and other programs write them).
+    #[arg(long, value_name = "DIR")]
+    textfile_dir: Option<PathBuf>,
 }
 
 /// Runs `zpage exporter`.
 pub fn run_exporter(args: ExporterArgs) -> anyhow::Result<()> {
+    let textfile = |text: &mut String| {
+        if let Some(dir) = &args.textfile_dir {
+            text.push_str(&exporter::textfile_metrics(dir));
+        }
+    };
     if args.once {
-        return write_stdout(&exporter::render(&status::collect()));
+        let mut text = exporter::render(&status::collect());
+        textfile(&mut text);
+        return write_stdout(&text);
     }
-    let server = Exporter::bind(&args.listen)?;
+    let mut server = Exporter::bind(&args.listen)?;
+    if let Some(dir) = args.textfile_dir.clone() {
+        server = server.with_extra(Box::new(move || exporter::textfile_metrics(&dir)));
+    }
     eprintln!(
         "zpage exporter: serving http://{}/metrics",
         server.local_addr()?

@@ -373,6 +373,61 @@ pub fn render(snapshot: &KernelStatus) -> String {
     out
 }
 
+/// Metrics files (`*.prom`) that zpage regions or other programs drop into
+/// `dir`, node_exporter textfile-collector style: appended to every scrape.
+/// Files that do not parse are skipped with a comment; at most 100 files of
+/// 1 MiB each are read.
+pub fn textfile_metrics(dir: &std::path::Path) -> String {
+    let mut out = String::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return format!(
+            "# zpage: textfile directory {} is not readable\n",
+            dir.display()
+        );
+    };
+    let mut files: Vec<std::path::PathBuf> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "prom"))
+        .collect();
+    files.sort();
+    for path in files.into_iter().take(100) {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.len() > 1 << 20 {
+            let _ = writeln!(
+                out,
+                "# zpage: skipped {} (larger than 1 MiB)",
+                path.display()
+            );
+            continue;
+        }
+        match std::fs::read_to_string(&path) {
+            Ok(text) => match validate_text_format(&text) {
+                Ok(_) => {
+                    out.push_str(&text);
+                    if !text.ends_with('\n') {
+                        out.push('\n');
+                    }
+                }
+                Err(e) => {
+                    let _ = writeln!(
+                        out,
+                        "# zpage: skipped {}: {}",
+                        path.display(),
+                        e.replace('\n', " ")
+                    );
+                }
+            },
+            Err(e) => {
+                let _ = writeln!(out, "# zpage: skipped {}: {e}", path.display());
+            }
+        }
+    }
+    out
+}
+
 /// A bounded exporter server.
 pub struct Exporter {
     listener: TcpListener,

@@ -148,3 +148,25 @@ fn bind_refuses_a_taken_port_with_a_fix() {
     let err = Exporter::bind(&address).unwrap_err().to_string();
     assert!(err.contains("--listen"), "{err}");
 }
+
+#[test]
+fn textfile_metrics_are_appended_when_valid() {
+    let dir = std::path::PathBuf::from(format!("/tmp/zpage-textfile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("region.prom"), "# HELP zpage_region_stored_bytes Bytes stored.\n# TYPE zpage_region_stored_bytes gauge\nzpage_region_stored_bytes{region=\"cache\"} 4096\n").unwrap();
+    std::fs::write(dir.join("broken.prom"), "not metrics at all\n").unwrap();
+    std::fs::write(dir.join("ignored.txt"), "x 1\n").unwrap();
+    let text = exporter::textfile_metrics(&dir);
+    assert!(
+        text.contains("zpage_region_stored_bytes{region=\"cache\"} 4096"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# zpage: skipped") && text.contains("broken.prom"),
+        "{text}"
+    );
+    assert!(!text.contains("x 1"));
+    exporter::validate_text_format(&text).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
