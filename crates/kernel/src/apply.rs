@@ -67,6 +67,10 @@ pub struct Created {
     pub files: Vec<PathBuf>,
     /// dm-crypt mappings opened.
     pub crypt_mappings: Vec<String>,
+    /// Swap areas turned on (revert turns off only these, plus areas whose
+    /// zram device it must reset, so swap others enabled meanwhile is left alone).
+    #[serde(default)]
+    pub swap_areas: Vec<PathBuf>,
 }
 
 /// What the machine looked like before the first apply.
@@ -404,6 +408,9 @@ impl Step {
                 discard,
             } => {
                 swapdev::swap_on(path, *priority, *discard)?;
+                if !created.swap_areas.contains(path) {
+                    created.swap_areas.push(path.clone());
+                }
                 let now = procfs::swaps()?
                     .into_iter()
                     .find(|s| same_path(&s.path, path))
@@ -416,6 +423,7 @@ impl Step {
             }
             Step::SwapOff { path, priority } => {
                 swapdev::swap_off(path)?;
+                created.swap_areas.retain(|p| p != path);
                 let priority =
                     (*priority >= 0).then(|| i16::try_from(*priority).unwrap_or(i16::MAX));
                 Ok(Some(Step::SwapOn {
@@ -986,13 +994,19 @@ pub fn revert(state_file: &Path) -> Result<RevertReport> {
             _ => false,
         }
     };
-    // 1. swapoff what was not active before (or had another priority, or sits on a changed zram device).
+    // 1. swapoff what apply turned on, what had another priority before, and what sits on a zram device to restore.
     for active in &current_swaps {
         let was = saved.swaps.iter().find(|s| s.path == active.path);
+        let turned_on_by_apply = saved
+            .created
+            .swap_areas
+            .iter()
+            .any(|p| same_path(&active.path, p));
+        let priority_changed = was.is_some_and(|w| w.priority != active.priority);
         let on_changed_zram = devices
             .iter()
             .any(|d| d.dev_path().display().to_string() == active.path && zram_changed(d.index()));
-        if was.map(|w| w.priority) != Some(active.priority) || on_changed_zram {
+        if turned_on_by_apply || priority_changed || on_changed_zram {
             run(
                 Step::SwapOff {
                     path: PathBuf::from(&active.path),

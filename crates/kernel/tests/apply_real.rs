@@ -136,7 +136,26 @@ fn apply_status_revert_round_trip() {
     let again = apply::plan(&config, &opts.plan).unwrap();
     assert!(again.steps.is_empty(), "second plan not empty:\n{again}");
 
+    // A swap area someone else turns on meanwhile is not revert's to turn off.
+    let foreign = std::path::PathBuf::from(format!(
+        "/var/tmp/zpage-test-foreign-swap-{}",
+        std::process::id()
+    ));
+    guard.files.push(foreign.clone());
+    zpage_kernel::swapdev::create_swap_file(&foreign, 8 << 20).unwrap();
+    zpage_kernel::swapdev::swap_on(&foreign, Some(5), false).unwrap();
+
     let revert = apply::revert(&guard.state_file).unwrap();
+    let foreign_still_on = zpage_kernel::procfs::swaps()
+        .unwrap()
+        .iter()
+        .any(|s| std::path::Path::new(&s.path) == foreign);
+    assert!(
+        foreign_still_on,
+        "revert turned off a swap area it did not turn on"
+    );
+    zpage_kernel::swapdev::swap_off(&foreign).unwrap();
+    std::fs::remove_file(&foreign).unwrap();
     println!("revert: {revert:?}");
     assert!(revert.failed.is_empty(), "{revert:?}");
     let after = MachineGuard::now();

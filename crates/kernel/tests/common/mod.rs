@@ -150,6 +150,14 @@ impl Drop for MachineGuard {
                 eprintln!("guard: revert via the test's state file failed: {e}");
             }
         }
+        // Swap areas the test itself turned on (revert leaves foreign ones alone).
+        for area in zpage_kernel::procfs::swaps().unwrap_or_default() {
+            if !self.before.swaps.iter().any(|s| s.path == area.path) {
+                if let Err(e) = zpage_kernel::swapdev::swap_off(std::path::Path::new(&area.path)) {
+                    eprintln!("guard: swapoff {}: {e}", area.path);
+                }
+            }
+        }
         let now = MachineGuard::now();
         if now.swaps != self.before.swaps
             || now.zram != self.before.zram
