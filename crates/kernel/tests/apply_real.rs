@@ -61,6 +61,7 @@ fn apply_status_revert_round_trip() {
         [[zram]]
         index = 0
         algorithm = "lz4"
+        algorithm_params = "level=1"
         size = "64M"
         mem_limit = "32M"
         swap_priority = 100
