@@ -78,9 +78,9 @@ impl RegionConfig {
             max_pool_bytes: None,
             mode: FaultMode::Sigbus,
             aging: AgingPolicy::Refault,
-            high_watermark_pct: 95,
-            low_watermark_pct: 88,
-            staging_pct: 6,
+            high_watermark_pct: 97,
+            low_watermark_pct: 93,
+            staging_pct: 3,
         }
     }
 

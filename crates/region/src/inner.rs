@@ -19,10 +19,16 @@ use crate::slots::WorkerSlots;
 use crate::state::*;
 use crate::stats::Counters;
 use crate::sys::{self, Errno, Mapping};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 static ZERO_PAGE: [u8; sys::PAGE] = [0; sys::PAGE];
+
+const WAS_ACTIVE: u8 = 1;
+const QUICK_ONCE: u8 = 2;
+/// Bits 2-7 of the history byte count activations (saturating at 63); the
+/// reclaimer spends one to let an active page skip a demotion.
+pub const ACT_ONE: u8 = 4;
 
 /// Where a restore request comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +129,8 @@ pub struct Inner {
     pub state: Box<[AtomicU64]>,
     pub gen: Box<[AtomicU32]>,
     pub evicted_at: Box<[AtomicU32]>,
+    /// Per-page refault history: WAS_ACTIVE, QUICK_ONCE.
+    pub history: Box<[AtomicU8]>,
     pub eviction_clock: AtomicU32,
     pub slot_bits: Box<[AtomicU64]>,
     pub store: zpage_store::Store,
@@ -285,10 +293,34 @@ impl Inner {
         }
     }
 
+    /// The refault-distance test, with a second-chance filter: a quick
+    /// refault activates a page that was active before or that refaulted
+    /// quickly last time too; a first quick refault only marks it. A cold
+    /// page that happens to come back soon once does not displace the hot set
+    /// (without access bits the active queue cannot tell its members apart,
+    /// so every wrong activation costs a hot page its place).
     fn refault_activates(&self, page: usize) -> bool {
         let now = self.eviction_clock.load(Ordering::Relaxed);
         let then = self.evicted_at[page].load(Ordering::Relaxed);
-        let activate = now.wrapping_sub(then) <= self.activate_distance;
+        let quick = now.wrapping_sub(then) <= self.activate_distance;
+        let h = &self.history[page];
+        let prev = h.load(Ordering::Relaxed);
+        let activate = quick && prev & (WAS_ACTIVE | QUICK_ONCE) != 0;
+        let count = prev & !(WAS_ACTIVE | QUICK_ONCE);
+        let next = match (quick, activate) {
+            (true, true) => WAS_ACTIVE | count.saturating_add(ACT_ONE).min(0xfc),
+            (true, false) => prev | QUICK_ONCE,
+            // A slow refault: forget the quick one, spend one activation.
+            (false, _) => {
+                let c = count.saturating_sub(ACT_ONE);
+                if c == 0 {
+                    0
+                } else {
+                    c | WAS_ACTIVE
+                }
+            }
+        };
+        h.store(next, Ordering::Relaxed);
         if activate {
             Counters::bump(&self.counters.activations);
         }

@@ -284,11 +284,8 @@ impl Reclaimer {
             }
         }
         while self.active.len() > inner.active_max {
-            if let Some(rec) = self.active.pop_front() {
-                if self.valid(rec) {
-                    self.inactive.push_back(rec);
-                }
-            }
+            let Some(rec) = self.take_active() else { break };
+            self.inactive.push_back(rec);
         }
         // Drop stale records so the queues stay bounded by the page count.
         if self.inactive.len() > 2 * inner.pages + 1024 {
@@ -297,11 +294,37 @@ impl Reclaimer {
         }
     }
 
+    /// Demotes the oldest active page, but lets a page that was activated
+    /// more than once skip its turn by spending one of its activations
+    /// (CLOCK with a counter): a page activated once by a chance quick refault
+    /// goes first, a page that keeps coming back stays.
+    fn take_active(&mut self) -> Option<u64> {
+        let inner = Arc::clone(&self.inner);
+        let mut rotations = 0;
+        loop {
+            let rec = self.active.pop_front()?;
+            if !self.valid(rec) {
+                continue;
+            }
+            let page = AdmitRing::decode(rec).0;
+            let h = &inner.history[page];
+            let cur = h.load(Ordering::Relaxed);
+            if cur >= 2 * crate::inner::ACT_ONE && rotations < self.active.len() + 1 {
+                rotations += 1;
+                h.store(cur - crate::inner::ACT_ONE, Ordering::Relaxed);
+                self.active.push_back(rec);
+                continue;
+            }
+            Counters::bump(&inner.counters.demotions);
+            return Some(rec);
+        }
+    }
+
     fn next_victim(&mut self) -> Option<usize> {
         loop {
             let rec = match self.inactive.pop_front() {
                 Some(r) => r,
-                None => self.active.pop_front()?,
+                None => self.take_active()?,
             };
             if self.valid(rec) {
                 return Some(AdmitRing::decode(rec).0);

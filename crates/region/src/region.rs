@@ -151,7 +151,7 @@ impl Region {
             workers.push(store.worker().map_err(|e| close_both(e.into()))?);
         }
         let reclaim_worker = store.worker().map_err(|e| close_both(e.into()))?;
-        let inactive_min = budget_pages / 8;
+        let inactive_min = (budget_pages / 64).max(16);
         let active_max = budget_pages
             .saturating_sub(staging_target + inactive_min)
             .max(1);
@@ -171,6 +171,9 @@ impl Region {
             state: (0..pages).map(|_| AtomicU64::new(EMPTY)).collect(),
             gen: (0..pages).map(|_| AtomicU32::new(0)).collect(),
             evicted_at: (0..pages).map(|_| AtomicU32::new(0)).collect(),
+            history: (0..pages)
+                .map(|_| std::sync::atomic::AtomicU8::new(0))
+                .collect(),
             eviction_clock: AtomicU32::new(1 << 31),
             slot_bits: (0..staging_pages / 64).map(|_| AtomicU64::new(0)).collect(),
             store,
@@ -302,6 +305,11 @@ impl Region {
         Ok(offset / PAGE_SIZE..end.div_ceil(PAGE_SIZE))
     }
 
+    /// Faults resolved so far (cheap: one atomic load; `stats()` gathers everything).
+    pub fn fault_count(&self) -> u64 {
+        self.inner.counters.faults.load(Ordering::Relaxed)
+    }
+
     /// A snapshot of the region's counters.
     pub fn stats(&self) -> RegionStats {
         let i = &self.inner;
@@ -325,6 +333,7 @@ impl Region {
             restores: l(&c.restores),
             trial_hits: l(&c.trial_hits),
             activations: l(&c.activations),
+            demotions: l(&c.demotions),
             evictions: l(&c.evictions),
             compressions: l(&c.compressions),
             eager_compressions: l(&c.eager_compressions),

@@ -11,6 +11,7 @@ pub struct Counters {
     pub restores: AtomicU64,
     pub trial_hits: AtomicU64,
     pub activations: AtomicU64,
+    pub demotions: AtomicU64,
     pub evictions: AtomicU64,
     pub compressions: AtomicU64,
     pub compress_failures: AtomicU64,
@@ -135,6 +136,8 @@ pub struct RegionStats {
     pub trial_hits: u64,
     /// Refaults (restores + trial hits) whose refault distance marked the page active.
     pub activations: u64,
+    /// Active pages moved back to the inactive queue (the active queue was full).
+    pub demotions: u64,
     /// Pages taken out of the region (moved to staging).
     pub evictions: u64,
     /// Pages compressed into the store.

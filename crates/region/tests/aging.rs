@@ -1,0 +1,91 @@
+//! Done-criterion 4: on a hot/cold workload whose hot set fits in the budget,
+//! the share of touches that fault under zpage's policy (refault distance +
+//! trial eviction) is at most half of FIFO's.
+mod common;
+
+use common::*;
+use zpage_region::{AgingPolicy, Region, RegionConfig, PAGE_SIZE};
+
+/// The bench's hot/cold pattern (zpage-bench `HOT_COLD_80_20`): `hot_pct`% of
+/// touches go to a hot set of `hot_pages` pages spread over the region, the
+/// rest to the other pages. A warm-up of `touches` touches, then `touches`
+/// measured ones; returns the faulting share of the measured touches.
+fn faulting_share(
+    aging: AgingPolicy,
+    size: usize,
+    budget: usize,
+    hot_pages: usize,
+    hot_pct: usize,
+    touches: usize,
+) -> f64 {
+    let mut cfg = RegionConfig::new(size, budget);
+    cfg.aging = aging;
+    let region = Region::new(cfg).expect("region");
+    let pages = region.len() / PAGE_SIZE;
+    // The hot set is spread over the region (every k-th page), as hot objects are.
+    let stride = pages / hot_pages;
+    let mut rng = Rng(0xC0FFEE);
+    let mut hot_faults = 0u64;
+    let mut touch = |rng: &mut Rng, hot_faults: &mut u64| {
+        let f0 = region.fault_count();
+        let p = if rng.below(100) < hot_pct {
+            rng.below(hot_pages) * stride
+        } else {
+            // A cold page: any page off the hot stride.
+            let q = rng.below(pages);
+            if q % stride == 0 {
+                (q + 1) % pages
+            } else {
+                q
+            }
+        };
+        let w = rng.below(PAGE_SIZE / 8);
+        if rng.below(4) == 0 {
+            write(&region, p, w, p as u64);
+        } else {
+            let v = read(&region, p, w);
+            assert!(v == 0 || v == p as u64, "page {p}: {v:#x}");
+        }
+        if p % stride == 0 && region.fault_count() != f0 {
+            *hot_faults += 1;
+        }
+    };
+    for _ in 0..touches {
+        touch(&mut rng, &mut hot_faults);
+    }
+    let before = region.stats().faults;
+    hot_faults = 0;
+    for _ in 0..touches {
+        touch(&mut rng, &mut hot_faults);
+    }
+    eprintln!("{aging:?}: hot-page faults {hot_faults}");
+    let st = region.stats();
+    let share = (st.faults - before) as f64 / touches as f64;
+    eprintln!(
+        "{aging:?}: faulting share {share:.4} (faults {}, restores {}, trial hits {}, activations {}, demotions {}, resident {} of {} budget)",
+        st.faults - before,
+        st.restores,
+        st.trial_hits,
+        st.activations,
+        st.demotions,
+        st.resident_bytes,
+        st.budget_bytes
+    );
+    share
+}
+
+#[test]
+fn hot_cold_refault_policy_halves_fifo_faults() {
+    let (size, budget) = (64 * MIB, 16 * MIB);
+    let budget_pages = budget / PAGE_SIZE;
+    // 80% of touches on 20% of the pages: the hot set is 80% of the budget.
+    let hot = budget_pages * 4 / 5;
+    let touches = 1_000_000;
+    let fifo = faulting_share(AgingPolicy::Fifo, size, budget, hot, 80, touches);
+    let zpage = faulting_share(AgingPolicy::Refault, size, budget, hot, 80, touches);
+    eprintln!(
+        "hot/cold: zpage {zpage:.4} vs FIFO {fifo:.4}: ratio {:.3}",
+        zpage / fifo
+    );
+    assert!(zpage <= fifo / 2.0, "zpage {zpage} vs fifo {fifo}");
+}
