@@ -1,4 +1,4 @@
-use crate::StoreError;
+use crate::{BackingConfig, StoreError};
 use zpage_codec::{CodecSpec, RejectThreshold};
 use zpage_pool::PoolKind;
 
@@ -24,6 +24,10 @@ pub struct StoreConfig {
     pub pool_shards: usize,
     /// Base unit of the how-long-compressed histogram (Zircon's `pages_decompressed_unit_ns`).
     pub age_unit_ns: u64,
+    /// A file to write the oldest pages back to, when asked or when the pool
+    /// limit is hit (zswap in front of its swap device); `None` keeps
+    /// everything in memory and refuses stores at the limit.
+    pub backing: Option<BackingConfig>,
 }
 
 impl Default for StoreConfig {
@@ -37,6 +41,7 @@ impl Default for StoreConfig {
             accept_threshold_percent: 90,
             pool_shards: 1,
             age_unit_ns: 1_000_000_000,
+            backing: None,
         }
     }
 }

@@ -19,9 +19,47 @@ pub enum StoreError {
         "this worker belongs to another store: create one with Store::worker on the store you call"
     )]
     ForeignWorker,
+    /// The backing file failed.
+    #[error("backing file {path}: {action} failed: {source} (check the disk and the file's permissions; pages stay in memory)")]
+    Backing {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The backing file has no free slot.
+    #[error("backing file {path} is full: give it a larger max_bytes; pages stay in memory")]
+    BackingFull {
+        /// The file.
+        path: std::path::PathBuf,
+    },
+    /// A page read back from the backing file does not match its checksum.
+    #[error("backing file {path}: slot {slot} does not match its checksum (the file was modified or the disk is failing); the page is not returned")]
+    BackingCorrupt {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The slot.
+        slot: u32,
+    },
     /// A configuration value that cannot work.
     #[error("invalid store configuration: {0}")]
     InvalidConfig(String),
+}
+
+impl StoreError {
+    pub(crate) fn backing(
+        path: &std::path::Path,
+        action: &'static str,
+        source: std::io::Error,
+    ) -> Self {
+        StoreError::Backing {
+            path: path.to_path_buf(),
+            action,
+            source,
+        }
+    }
 }
 
 /// Result with a [`StoreError`].

@@ -13,11 +13,13 @@
 //! state and a buffer), so neither path allocates per call.
 #![forbid(unsafe_code)]
 
+mod backing;
 mod config;
 mod error;
 mod stats;
 mod store;
 
+pub use backing::BackingConfig;
 pub use config::StoreConfig;
 pub use error::{Result, StoreError};
 pub use stats::{age_bucket, CompressionTrigger, Contents, EventCounts, StoreStats, AGE_BUCKETS};

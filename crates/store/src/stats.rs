@@ -124,7 +124,7 @@ pub fn age_bucket(age_ns: u64, unit_ns: u64) -> Option<usize> {
 /// What the store holds right now (gauges), with units in the names.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Contents {
-    /// Pages held in any form (zswap `stored_pages`).
+    /// Pages held in any form, in memory or in the backing file.
     pub stored_pages: u64,
     /// Pages held as a same-filled word (zram `same_pages`).
     pub same_filled_pages: u64,
@@ -134,7 +134,9 @@ pub struct Contents {
     pub raw_pages: u64,
     /// Pages held in the backing file.
     pub written_back_pages: u64,
-    /// Uncompressed size of everything held in memory (zram `orig_data_size`, Zircon `uncompressed_content_bytes`).
+    /// Bytes of the backing file in use (one 4 KiB slot per page).
+    pub backing_used_bytes: u64,
+    /// Uncompressed size of the pages held in memory (zram `orig_data_size`, Zircon `uncompressed_content_bytes`).
     pub uncompressed_bytes: u64,
     /// Sum of blob sizes in the pool, raw pages counting 4096 (zram `compr_data_size`).
     pub compressed_bytes: u64,

@@ -35,12 +35,25 @@ enum Location {
     },
     /// The page itself, 4096 bytes, in pool `shard`.
     Raw { shard: u8, handle: Handle },
+    /// In the backing file: slot, blob length, codec (`RAW_CODEC` for a raw page) and CRC-32.
+    WrittenBack {
+        slot: u32,
+        len: u16,
+        codec: u8,
+        crc: u32,
+    },
 }
+
+/// Codec number of a raw page in the backing file.
+const RAW_CODEC: u8 = u8::MAX;
+
+/// Pages written back per batch when the pool limit is hit.
+const WRITEBACK_BATCH: usize = 32;
 
 impl Location {
     fn pool_object(self) -> Option<(usize, Handle)> {
         match self {
-            Location::SameFilled(_) => None,
+            Location::SameFilled(_) | Location::WrittenBack { .. } => None,
             Location::Compressed { shard, handle, .. } | Location::Raw { shard, handle } => {
                 Some((usize::from(shard), handle))
             }
@@ -49,7 +62,7 @@ impl Location {
 
     fn blob_bytes(self) -> u64 {
         match self {
-            Location::SameFilled(_) => 0,
+            Location::SameFilled(_) | Location::WrittenBack { .. } => 0,
             Location::Compressed { len, .. } => u64::from(len),
             Location::Raw { .. } => PAGE_SIZE as u64,
         }
@@ -74,6 +87,8 @@ pub enum EntryKind {
     Compressed,
     /// The raw page.
     Raw,
+    /// In the backing file.
+    WrittenBack,
 }
 
 /// A description of one stored page, for tools and policies.
@@ -81,7 +96,7 @@ pub enum EntryKind {
 pub struct EntryInfo {
     /// The form it is kept in.
     pub kind: EntryKind,
-    /// Bytes it takes in the pool (0 for same-filled, 4096 for raw).
+    /// Bytes it takes in the pool (0 for same-filled and written-back pages, 4096 for raw).
     pub stored_bytes: u64,
     /// The codec of a compressed entry.
     pub codec: Option<CodecSpec>,
@@ -160,6 +175,8 @@ pub struct Store {
     compressed_pages: AtomicU64,
     raw_pages: AtomicU64,
     compressed_bytes: AtomicU64,
+    written_back_pages: AtomicU64,
+    backing: Option<crate::backing::BackingFile>,
     counters: Counters,
     epoch: Instant,
 }
@@ -183,6 +200,11 @@ impl Store {
         config.validate()?;
         // Build one encoder now so a bad codec is reported here, not on the first store.
         Encoder::new(&config.codec, config.threshold)?;
+        let backing = config
+            .backing
+            .as_ref()
+            .map(crate::backing::BackingFile::create)
+            .transpose()?;
         let pools = (0..config.pool_shards)
             .map(|_| RwLock::new(config.pool.build()))
             .collect();
@@ -203,6 +225,8 @@ impl Store {
             compressed_pages: AtomicU64::new(0),
             raw_pages: AtomicU64::new(0),
             compressed_bytes: AtomicU64::new(0),
+            written_back_pages: AtomicU64::new(0),
+            backing,
             counters: Counters::default(),
             epoch: Instant::now(),
             config,
@@ -320,34 +344,36 @@ impl Store {
             started.elapsed().as_nanos() as u64,
         );
         let placed = match encoded {
-            Ok(Encoded::SameFilled(word)) => Ok(Location::SameFilled(word)),
+            Ok(Encoded::SameFilled(word)) => {
+                Ok((Location::SameFilled(word), StoreOutcome::SameFilled))
+            }
             Ok(Encoded::Compressed(len)) => self
                 .place(worker.pool_shard, &worker.buffer[..len])
-                .map(|handle| Location::Compressed {
-                    shard: worker.pool_shard as u8,
-                    handle,
-                    len: len as u16,
-                    codec: 0,
+                .map(|handle| {
+                    let location = Location::Compressed {
+                        shard: worker.pool_shard as u8,
+                        handle,
+                        len: len as u16,
+                        codec: 0,
+                    };
+                    (location, StoreOutcome::Compressed { bytes: len })
                 }),
-            Ok(Encoded::Incompressible) if self.config.keep_incompressible => self
-                .place(worker.pool_shard, page)
-                .map(|handle| Location::Raw {
-                    shard: worker.pool_shard as u8,
-                    handle,
-                }),
+            Ok(Encoded::Incompressible) if self.config.keep_incompressible => {
+                self.place(worker.pool_shard, page).map(|handle| {
+                    let location = Location::Raw {
+                        shard: worker.pool_shard as u8,
+                        handle,
+                    };
+                    (location, StoreOutcome::Raw)
+                })
+            }
             Ok(Encoded::Incompressible) => Err(RejectReason::CompressPoor),
             Err(_) => Err(RejectReason::CompressFail),
         };
         match placed {
-            Ok(location) => {
+            Ok((location, outcome)) => {
                 self.insert(key, location);
-                Ok(match location {
-                    Location::SameFilled(_) => StoreOutcome::SameFilled,
-                    Location::Compressed { len, .. } => StoreOutcome::Compressed {
-                        bytes: usize::from(len),
-                    },
-                    Location::Raw { .. } => StoreOutcome::Raw,
-                })
+                Ok(outcome)
             }
             Err(reason) => {
                 let counter = match reason {
@@ -369,7 +395,11 @@ impl Store {
     /// Puts a blob in the pool, subject to the limit.
     fn place(&self, shard: usize, blob: &[u8]) -> std::result::Result<Handle, RejectReason> {
         if self.pool_over_limit() {
-            return Err(RejectReason::PoolLimit);
+            // With a backing file, make room as zswap's shrinker would; without one, refuse.
+            let made_room = self.shrink_to_accept_threshold() && !self.pool_over_limit();
+            if !made_room {
+                return Err(RejectReason::PoolLimit);
+            }
         }
         self.allocate(shard, blob)
             .map_err(|_| RejectReason::AllocFail)
@@ -385,7 +415,10 @@ impl Store {
             let mut shard = self.table[Self::shard_of(key)].write();
             let previous = shard.insert(key, entry);
             let mut lru = self.lru.lock();
-            lru.insert(entry.lru_seq, key);
+            // Same-filled pages hold no pool memory: nothing to write back or recompress.
+            if !matches!(location, Location::SameFilled(_)) {
+                lru.insert(entry.lru_seq, key);
+            }
             if let Some(old) = previous {
                 lru.remove(&old.lru_seq);
             }
@@ -396,6 +429,7 @@ impl Store {
             Location::SameFilled(_) => Counters::add(&self.counters.same_filled_stores, 1),
             Location::Compressed { .. } => Counters::add(&self.counters.compressed_stores, 1),
             Location::Raw { .. } => Counters::add(&self.counters.raw_stores, 1),
+            Location::WrittenBack { .. } => {}
         }
         if let Some(old) = previous {
             Counters::add(&self.counters.duplicate_entry_count, 1);
@@ -408,6 +442,7 @@ impl Store {
             Location::SameFilled(_) => &self.same_filled_pages,
             Location::Compressed { .. } => &self.compressed_pages,
             Location::Raw { .. } => &self.raw_pages,
+            Location::WrittenBack { .. } => &self.written_back_pages,
         }
     }
 
@@ -426,6 +461,9 @@ impl Store {
             // A handle from our own table is always live; an error here means a pool bug,
             // and leaking the object is the safe reaction.
             let _ = self.with_pool(shard, |pool| pool.free(handle));
+        }
+        if let (Location::WrittenBack { slot, .. }, Some(backing)) = (location, &self.backing) {
+            backing.release(slot);
         }
     }
 
@@ -470,6 +508,31 @@ impl Store {
                     return Err(error.into());
                 }
                 Counters::add(&self.counters.decompressions, 1);
+            }
+            Location::WrittenBack {
+                slot,
+                len,
+                codec,
+                crc,
+            } => {
+                let backing = self
+                    .backing
+                    .as_ref()
+                    .expect("written-back entries imply a backing file");
+                let fail = |error: StoreError| {
+                    Counters::add(&self.counters.decompress_fail_count, 1);
+                    error
+                };
+                if codec == RAW_CODEC {
+                    backing.read(slot, crc, dst).map_err(fail)?;
+                } else {
+                    let blob = &mut worker.buffer[..usize::from(len)];
+                    backing.read(slot, crc, blob).map_err(fail)?;
+                    worker.decoders[usize::from(codec)]
+                        .decode(blob, dst)
+                        .map_err(|e| fail(e.into()))?;
+                    Counters::add(&self.counters.decompressions, 1);
+                }
             }
         }
         Ok(())
@@ -555,6 +618,10 @@ impl Store {
                 Some(self.codecs[usize::from(codec)].clone()),
             ),
             Location::Raw { .. } => (EntryKind::Raw, None),
+            Location::WrittenBack { codec, .. } => (
+                EntryKind::WrittenBack,
+                self.codecs.get(usize::from(codec)).cloned(),
+            ),
         };
         Some(EntryInfo {
             kind,
@@ -564,9 +631,118 @@ impl Store {
         })
     }
 
-    /// Up to `n` keys, least recently stored first (writeback and recompression candidates).
+    /// Up to `n` keys of pages in pool memory, least recently stored first
+    /// (writeback and recompression candidates; same-filled pages are not listed).
     pub fn oldest_keys(&self, n: usize) -> Vec<u64> {
         self.lru.lock().values().take(n).copied().collect()
+    }
+
+    /// Moves up to `max_pages` of the least recently stored in-memory pages
+    /// (compressed or raw) to the backing file, as zswap's shrinker does;
+    /// returns how many moved. Same-filled pages stay: they take no pool memory.
+    ///
+    /// A page replaced or dropped while its blob was being written is left
+    /// alone and its slot freed. On a write error the page stays in memory,
+    /// `writeback_fail_count` counts it, and the error is returned.
+    pub fn write_back(&self, max_pages: usize) -> Result<usize> {
+        let backing = self.backing.as_ref().ok_or_else(|| {
+            StoreError::InvalidConfig(
+                "write_back needs a backing file: set StoreConfig::backing".into(),
+            )
+        })?;
+        let candidates: Vec<(u64, u64)> = self
+            .lru
+            .lock()
+            .iter()
+            .map(|(&seq, &key)| (seq, key))
+            .take(max_pages.saturating_mul(2))
+            .collect();
+        let mut blob = Vec::with_capacity(PAGE_SIZE);
+        let mut moved = 0;
+        for (seq, key) in candidates {
+            if moved == max_pages {
+                break;
+            }
+            let shard_index = Self::shard_of(key);
+            // Copy the blob under the table lock, as loads do: the entry cannot be freed meanwhile.
+            let (location, codec) = {
+                let table = self.table[shard_index].read();
+                let location = match table.get(&key) {
+                    Some(entry) if entry.lru_seq == seq => entry.location,
+                    _ => continue,
+                };
+                let (codec, shard, handle) = match location {
+                    Location::Compressed {
+                        codec,
+                        shard,
+                        handle,
+                        ..
+                    } => (codec, shard, handle),
+                    Location::Raw { shard, handle } => (RAW_CODEC, shard, handle),
+                    Location::SameFilled(_) | Location::WrittenBack { .. } => continue,
+                };
+                blob.clear();
+                blob.extend_from_slice(self.pools[usize::from(shard)].read().get(handle)?);
+                (location, codec)
+            };
+            let (slot, crc) = match backing.write(&blob) {
+                Ok(written) => written,
+                Err(error) => {
+                    Counters::add(&self.counters.writeback_fail_count, 1);
+                    return Err(error);
+                }
+            };
+            let written_back = Location::WrittenBack {
+                slot,
+                len: blob.len() as u16,
+                codec,
+                crc,
+            };
+            let replaced = {
+                let mut table = self.table[shard_index].write();
+                match table.get_mut(&key) {
+                    Some(entry) if entry.lru_seq == seq && entry.location == location => {
+                        entry.location = written_back;
+                        self.lru.lock().remove(&seq);
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if replaced {
+                self.release(location);
+                self.count_in(written_back);
+                Counters::add(&self.counters.written_back_pages, 1);
+                moved += 1;
+            } else {
+                backing.release(slot);
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Writes back until the pool is under the accept threshold; false when it could not get there.
+    fn shrink_to_accept_threshold(&self) -> bool {
+        let (Some(max_bytes), Some(_)) = (self.config.max_pool_bytes, &self.backing) else {
+            return false;
+        };
+        let max_pages = max_bytes.div_ceil(PAGE_SIZE as u64);
+        let accept_pages = max_pages * u64::from(self.config.accept_threshold_percent) / 100;
+        while self.pool_pages.load(Relaxed) > accept_pages {
+            match self.write_back(WRITEBACK_BATCH) {
+                Ok(0) | Err(_) => {
+                    // Nothing left to move, or the file failed: compaction is the last resort.
+                    self.compact();
+                    return self.pool_pages.load(Relaxed) <= accept_pages;
+                }
+                Ok(_) => {}
+            }
+            if self.pool_pages.load(Relaxed) > accept_pages {
+                // Freed objects may leave sparse spans; compaction turns them into free pages.
+                self.compact();
+            }
+        }
+        true
     }
 
     /// Compacts every pool shard (zram's `compact`); counts released pages in `pages_compacted`.
@@ -595,7 +771,9 @@ impl Store {
         let same = self.same_filled_pages.load(Relaxed);
         let compressed = self.compressed_pages.load(Relaxed);
         let raw = self.raw_pages.load(Relaxed);
-        let stored = same + compressed + raw;
+        let written_back = self.written_back_pages.load(Relaxed);
+        let in_memory = same + compressed + raw;
+        let stored = in_memory + written_back;
         let compressed_bytes = self.compressed_bytes.load(Relaxed);
         let used = self.pool_memory_used_bytes();
         let table_entry_bytes = (std::mem::size_of::<(u64, Entry)>() + 1) as u64;
@@ -606,8 +784,9 @@ impl Store {
                 same_filled_pages: same,
                 compressed_pages: compressed,
                 raw_pages: raw,
-                written_back_pages: 0,
-                uncompressed_bytes: stored * PAGE_SIZE as u64,
+                written_back_pages: written_back,
+                backing_used_bytes: self.backing.as_ref().map_or(0, |b| b.used_bytes()),
+                uncompressed_bytes: in_memory * PAGE_SIZE as u64,
                 compressed_bytes,
                 pool_memory_used_bytes: used,
                 pool_memory_used_max_bytes: self.pool_pages_max.load(Relaxed) * PAGE_SIZE as u64,

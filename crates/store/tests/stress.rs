@@ -15,14 +15,16 @@ const KEYS_PER_THREAD: u64 = 256;
 const OPS_PER_THREAD: usize = 40_000;
 
 fn stress(pool: PoolKind, pool_shards: usize) {
-    let store = Arc::new(
-        Store::new(StoreConfig {
-            pool,
-            pool_shards,
-            ..StoreConfig::default()
-        })
-        .unwrap(),
-    );
+    stress_with(StoreConfig {
+        pool,
+        pool_shards,
+        ..StoreConfig::default()
+    });
+}
+
+fn stress_with(config: StoreConfig) {
+    let writes_back = config.backing.is_some();
+    let store = Arc::new(Store::new(config).unwrap());
     let threads: Vec<_> = (0..THREADS)
         .map(|thread| {
             let store = Arc::clone(&store);
@@ -75,6 +77,9 @@ fn stress(pool: PoolKind, pool_shards: usize) {
                         8 if op % 500 == 0 => {
                             store.compact();
                         }
+                        8 if writes_back && op % 50 == 0 => {
+                            store.write_back(16).unwrap();
+                        }
                         _ => {
                             let foreign = rng.gen_range(0..KEYS_PER_THREAD * THREADS);
                             if store.load(&mut worker, foreign, &mut out).is_ok() {
@@ -125,4 +130,18 @@ fn concurrent_tri_page() {
 #[test]
 fn concurrent_zbud() {
     stress(PoolKind::TwoSlot, 2);
+}
+
+#[test]
+fn concurrent_with_writeback_to_a_file() {
+    let path = std::env::temp_dir().join(format!("zpage-stress-backing-{}", std::process::id()));
+    stress_with(StoreConfig {
+        pool_shards: 2,
+        backing: Some(zpage_store::BackingConfig {
+            path: path.clone(),
+            max_bytes: 64 << 20,
+        }),
+        ..StoreConfig::default()
+    });
+    std::fs::remove_file(path).unwrap();
 }

@@ -1,0 +1,218 @@
+//! The backing-file tier: pages written back read back exactly; a tampered,
+//! full or failing file is reported and never turns into wrong bytes or lost pages.
+
+#[path = "pages_support/mod.rs"]
+mod pages;
+
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use zpage_codec::PAGE_SIZE;
+use zpage_store::{BackingConfig, EntryKind, Store, StoreConfig, StoreError, StoreOutcome};
+
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> Self {
+        Self(std::env::temp_dir().join(format!("zpage-{name}-{}", std::process::id())))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn store_with_backing(path: &TempFile, max_bytes: u64) -> Store {
+    Store::new(StoreConfig {
+        backing: Some(BackingConfig {
+            path: path.0.clone(),
+            max_bytes,
+        }),
+        ..StoreConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn written_back_pages_read_back_exactly_and_free_their_memory() {
+    let file = TempFile::new("wb-roundtrip");
+    let store = store_with_backing(&file, 16 << 20);
+    let mut worker = store.worker().unwrap();
+    for key in 0..300 {
+        store
+            .store(&mut worker, key, &pages::page_for(key, 1))
+            .unwrap();
+    }
+    let before = store.stats().contents;
+    let moved = store.write_back(200).unwrap();
+    let after = store.stats().contents;
+    let same_filled_among_oldest = (0..200)
+        .filter(|k| store.entry_info(*k).unwrap().kind == EntryKind::SameFilled)
+        .count();
+    assert_eq!(
+        moved, 200,
+        "the oldest 200 movable pages, skipping same-filled ones"
+    );
+    assert!(same_filled_among_oldest > 0);
+    assert_eq!(after.written_back_pages, 200);
+    assert_eq!(after.stored_pages, 300);
+    assert_eq!(after.backing_used_bytes, 200 * PAGE_SIZE as u64);
+    assert!(after.pool_memory_used_bytes < before.pool_memory_used_bytes / 2);
+    assert_eq!(store.stats().events.written_back_pages, 200);
+
+    let mut out = Box::new([0u8; PAGE_SIZE]);
+    for key in 0..300 {
+        store.load(&mut worker, key, &mut out).unwrap();
+        assert_eq!(pages::identify(&out), Some((key, 1)), "key {key}");
+    }
+    // Taking and removing written-back pages frees their slots.
+    let written: Vec<u64> = (0..300)
+        .filter(|k| store.entry_info(*k).unwrap().kind == EntryKind::WrittenBack)
+        .collect();
+    store.take(&mut worker, written[0], &mut out).unwrap();
+    assert!(store.remove(written[1]));
+    assert_eq!(
+        store.stats().contents.backing_used_bytes,
+        198 * PAGE_SIZE as u64
+    );
+    // A replaced page lives in memory again.
+    store
+        .store(&mut worker, written[2], &pages::page_for(written[2], 2))
+        .unwrap();
+    store.load(&mut worker, written[2], &mut out).unwrap();
+    assert_eq!(pages::identify(&out), Some((written[2], 2)));
+    assert_eq!(store.stats().contents.written_back_pages, 197);
+}
+
+#[test]
+fn a_tampered_backing_file_is_an_error_not_wrong_bytes() {
+    let file = TempFile::new("wb-tamper");
+    let store = store_with_backing(&file, 1 << 20);
+    let mut worker = store.worker().unwrap();
+    // Key 1 makes a text page (not same-filled).
+    let key = (0..100)
+        .find(|k| {
+            !matches!(
+                store
+                    .store(&mut worker, *k, &pages::page_for(*k, 0))
+                    .unwrap(),
+                StoreOutcome::SameFilled
+            )
+        })
+        .unwrap();
+    for other in 0..100 {
+        if other != key {
+            store.remove(other);
+        }
+    }
+    assert_eq!(store.write_back(10).unwrap(), 1);
+    let handle = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file.0)
+        .unwrap();
+    handle.write_all_at(&[0xff; 16], 20).unwrap();
+    let mut out = Box::new([0u8; PAGE_SIZE]);
+    let error = store.load(&mut worker, key, &mut out).unwrap_err();
+    assert!(
+        matches!(error, StoreError::BackingCorrupt { slot: 0, .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("checksum"));
+    assert_eq!(store.stats().events.decompress_fail_count, 1);
+}
+
+#[test]
+fn a_full_or_failing_backing_file_keeps_pages_in_memory() {
+    let file = TempFile::new("wb-full");
+    let store = store_with_backing(&file, 2 * PAGE_SIZE as u64);
+    let mut worker = store.worker().unwrap();
+    let keys: Vec<u64> = (0..40)
+        .filter(|k| {
+            !matches!(
+                store
+                    .store(&mut worker, *k, &pages::page_for(*k, 0))
+                    .unwrap(),
+                StoreOutcome::SameFilled
+            )
+        })
+        .collect();
+    let error = store.write_back(10).unwrap_err();
+    assert!(matches!(error, StoreError::BackingFull { .. }), "{error}");
+    assert_eq!(store.stats().contents.written_back_pages, 2);
+    assert_eq!(store.stats().events.writeback_fail_count, 1);
+
+    // /dev/full accepts the open and fails every write with ENOSPC.
+    let failing = Store::new(StoreConfig {
+        backing: Some(BackingConfig {
+            path: "/dev/full".into(),
+            max_bytes: 1 << 20,
+        }),
+        ..StoreConfig::default()
+    })
+    .unwrap();
+    let mut failing_worker = failing.worker().unwrap();
+    for &key in &keys {
+        failing
+            .store(&mut failing_worker, key, &pages::page_for(key, 0))
+            .unwrap();
+    }
+    let error = failing.write_back(5).unwrap_err();
+    assert!(error.to_string().contains("/dev/full"), "{error}");
+    let mut out = Box::new([0u8; PAGE_SIZE]);
+    for (stores, worker) in [(&store, &mut worker), (&failing, &mut failing_worker)] {
+        for &key in &keys {
+            stores.load(worker, key, &mut out).unwrap();
+            assert_eq!(pages::identify(&out), Some((key, 0)));
+        }
+    }
+}
+
+#[test]
+fn an_unusable_backing_path_is_an_error_naming_it() {
+    let error = Store::new(StoreConfig {
+        backing: Some(BackingConfig {
+            path: "/nonexistent-dir/zpage.swap".into(),
+            max_bytes: 1 << 20,
+        }),
+        ..StoreConfig::default()
+    })
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("/nonexistent-dir/zpage.swap"),
+        "{error}"
+    );
+}
+
+#[test]
+fn hitting_the_pool_limit_writes_back_instead_of_refusing() {
+    let file = TempFile::new("wb-limit");
+    let store = Store::new(StoreConfig {
+        max_pool_bytes: Some(64 * PAGE_SIZE as u64),
+        backing: Some(BackingConfig {
+            path: file.0.clone(),
+            max_bytes: 64 << 20,
+        }),
+        ..StoreConfig::default()
+    })
+    .unwrap();
+    let mut worker = store.worker().unwrap();
+    for key in 0..2000 {
+        let outcome = store
+            .store(&mut worker, key, &pages::page_for(key, 3))
+            .unwrap();
+        assert!(
+            !matches!(outcome, StoreOutcome::Rejected(_)),
+            "key {key}: {outcome:?}"
+        );
+    }
+    let stats = store.stats();
+    assert!(stats.contents.pool_memory_used_bytes <= 64 * PAGE_SIZE as u64);
+    assert!(stats.contents.written_back_pages > 1000);
+    assert!(stats.events.pool_limit_hit_count > 0);
+    let mut out = Box::new([0u8; PAGE_SIZE]);
+    for key in 0..2000 {
+        store.load(&mut worker, key, &mut out).unwrap();
+        assert_eq!(pages::identify(&out), Some((key, 3)));
+    }
+}
