@@ -26,14 +26,14 @@ fn faulting_share(
     let stride = pages / hot_pages;
     let mut rng = Rng(0xC0FFEE);
     let mut hot_faults = 0u64;
-    let mut touch = |rng: &mut Rng, hot_faults: &mut u64| {
+    let touch = |rng: &mut Rng, hot_faults: &mut u64| {
         let f0 = region.fault_count();
         let p = if rng.below(100) < hot_pct {
             rng.below(hot_pages) * stride
         } else {
             // A cold page: any page off the hot stride.
             let q = rng.below(pages);
-            if q % stride == 0 {
+            if q / stride * stride == q {
                 (q + 1) % pages
             } else {
                 q
@@ -46,7 +46,7 @@ fn faulting_share(
             let v = read(&region, p, w);
             assert!(v == 0 || v == p as u64, "page {p}: {v:#x}");
         }
-        if p % stride == 0 && region.fault_count() != f0 {
+        if p / stride * stride == p && region.fault_count() != f0 {
             *hot_faults += 1;
         }
     };
