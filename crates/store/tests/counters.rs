@@ -253,18 +253,7 @@ fn invalid_configs_are_errors_naming_the_field() {
 fn every_pool_and_codec_round_trips_generated_pages() {
     for pool in PoolKind::all() {
         for codec in ["lz4", "lz4-flex", "zstd:-1", "zstd:3"] {
-            let store = Store::new(StoreConfig {
-                pool,
-                codec: codec.parse().unwrap(),
-                ..StoreConfig::default()
-            })
-            .unwrap();
-            let mut worker = store.worker().unwrap();
-            for key in 0..200 {
-                store
-                    .store(&mut worker, key, &pages::page_for(key, 1))
-                    .unwrap();
-            }
+            let (store, mut worker) = pages::filled_store(pool, codec, 200, 1);
             let mut out = Box::new([0u8; PAGE_SIZE]);
             for key in 0..200 {
                 store.load(&mut worker, key, &mut out).unwrap();

@@ -7,7 +7,7 @@ mod pages;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use zpage_codec::PAGE_SIZE;
-use zpage_store::{PoolKind, Store, StoreConfig};
+use zpage_store::PoolKind;
 
 struct CountingAllocator;
 
@@ -40,18 +40,7 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 fn load_neither_allocates_nor_frees() {
     for pool in PoolKind::all() {
         for codec in ["lz4", "lz4-flex", "zstd:3"] {
-            let store = Store::new(StoreConfig {
-                pool,
-                codec: codec.parse().unwrap(),
-                ..StoreConfig::default()
-            })
-            .unwrap();
-            let mut worker = store.worker().unwrap();
-            for key in 0..100 {
-                store
-                    .store(&mut worker, key, &pages::page_for(key, 0))
-                    .unwrap();
-            }
+            let (store, mut worker) = pages::filled_store(pool, codec, 100, 0);
             let mut out = Box::new([0u8; PAGE_SIZE]);
             // Warm every lazily built piece of state first.
             for key in 0..100 {
