@@ -448,3 +448,37 @@ fn config_errors_name_the_fix() {
         .expect_err("out of range");
     assert!(matches!(e, RegionError::OutOfRange { .. }), "{e}");
 }
+
+#[test]
+fn handler_thread_mode_serves_syscalls() {
+    let mut cfg = RegionConfig::new(4 * MIB, MIB);
+    cfg.mode = zpage_region::FaultMode::HandlerThread;
+    let region = match Region::new(cfg) {
+        Ok(r) => r,
+        Err(e @ RegionError::UffdUnavailable { .. }) => {
+            // Unprivileged: the error must name the fix.
+            assert!(e.to_string().contains("CAP_SYS_PTRACE"), "{e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    fill(&region);
+    evict_all(&region);
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 into a local array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // No prefault: the handler thread resolves the kernel's access.
+    // SAFETY: write(2) from region memory.
+    let n = unsafe { libc::write(fds[1], region.as_ptr().add(9 * PAGE_SIZE).cast(), 8) };
+    assert_eq!(n, 8);
+    let mut buf = [0u8; 8];
+    // SAFETY: read(2) into a local buffer.
+    assert_eq!(unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), 8) }, 8);
+    assert_eq!(u64::from_ne_bytes(buf), pattern(9, 0));
+    // SAFETY: closing our own pipe.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    assert_eq!(check(&region), 0);
+}

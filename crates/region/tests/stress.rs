@@ -172,3 +172,15 @@ fn stress_sigbus_fifo_shadow_checked() {
     );
     check(&o);
 }
+
+#[test]
+fn stress_handler_thread_shadow_checked() {
+    // FaultMode::HandlerThread needs a privileged uffd (root here; CI runs as root).
+    let o = stress(
+        FaultMode::HandlerThread,
+        AgingPolicy::Refault,
+        env_usize("ZPAGE_STRESS_OPS", 2_000_000) / 8,
+        16,
+    );
+    check(&o);
+}
