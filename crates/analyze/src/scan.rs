@@ -47,11 +47,13 @@ pub struct MachineScan {
     pub total_saved_bytes: u64,
 }
 
-/// Analyses every process but this one with `codec` and `pool` (sizes only, no latency).
+/// Analyses every process but this one with `codec` and `pool` (sizes only,
+/// no latency), reading at most `max_pages_per_process` pages of each.
 pub fn scan_machine(
     codec: &CodecSpec,
     pool: PoolKind,
     threshold: RejectThreshold,
+    max_pages_per_process: Option<u64>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<MachineScan> {
     let options = AnalyzeOptions {
@@ -80,7 +82,7 @@ pub fn scan_machine(
     };
     for (done, pid) in pids.into_iter().enumerate() {
         progress(Progress::Advance { done: done as u64 });
-        let image = match capture_process(pid, None) {
+        let image = match capture_process(pid, max_pages_per_process) {
             Ok(image) => image,
             // Exited meanwhile: nothing to report.
             Err(AnalyzeError::NoSuchProcess { .. }) => continue,

@@ -340,7 +340,7 @@ fn run_machine(args: &Args) -> Result<()> {
     let codec = args.codecs.first().cloned().unwrap_or_else(CodecSpec::lz4);
     let pool = args.pools.first().copied().unwrap_or(PoolKind::SizeClass);
     let mut progress = progress_bar();
-    let scan = scan_machine(&codec, pool, args.threshold, &mut progress)?;
+    let scan = scan_machine(&codec, pool, args.threshold, args.max_pages, &mut progress)?;
     progress(Progress::Phase {
         name: String::new(),
         total: 0,

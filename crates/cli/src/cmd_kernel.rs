@@ -38,15 +38,12 @@ enum KernelCommand {
 
 #[derive(Debug, clap::Args)]
 struct RecommendArgs {
-    /// Use a bounded built-in sample (--max-pages) instead of `zpage analyze`'s scan of every process.
+    /// Read at most --max-pages-per-process pages of each process instead of all of its memory.
     #[arg(long)]
     quick: bool,
-    /// With --quick: pages of process memory to sample at most (4 KiB each).
-    #[arg(long, default_value_t = 32_768)]
-    max_pages: usize,
-    /// With --quick: pages per process at most.
+    /// With --quick: pages per process at most (4 KiB each).
     #[arg(long, default_value_t = 4_096)]
-    max_pages_per_process: usize,
+    max_pages_per_process: u64,
     /// Do not measure zram vs file speed for swappiness (measuring needs root and a free zram slot).
     #[arg(long)]
     no_measure: bool,
@@ -155,19 +152,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 fn run_recommend(args: RecommendArgs) -> anyhow::Result<()> {
     use zpage_kernel::recommend;
     let algorithms = recommend::kernel_algorithms()?;
-    let observation = if args.quick {
-        anyhow::ensure!(
-            args.max_pages > 0 && args.max_pages_per_process > 0,
-            "--max-pages and --max-pages-per-process must be positive"
-        );
-        let limits = recommend::SampleLimits {
-            max_pages: args.max_pages,
-            max_pages_per_process: args.max_pages_per_process,
-        };
-        recommend::observe_sample(&limits, &algorithms)?
-    } else {
-        observe_with_analyze(&algorithms, !args.json)?
-    };
+    anyhow::ensure!(
+        args.max_pages_per_process > 0,
+        "--max-pages-per-process must be positive"
+    );
+    let max_pages_per_process = args.quick.then_some(args.max_pages_per_process);
+    let observation = observe_with_analyze(&algorithms, max_pages_per_process, !args.json)?;
     let recommendation = recommend::recommend(observation, !args.no_measure)?;
     let text = if args.json {
         serde_json::to_string_pretty(&recommendation)? + "\n"
@@ -180,6 +170,7 @@ fn run_recommend(args: RecommendArgs) -> anyhow::Result<()> {
 /// `zpage analyze`'s whole-machine scan (zsmalloc pool), once per codec the kernel offers.
 fn observe_with_analyze(
     kernel_algorithms: &[String],
+    max_pages_per_process: Option<u64>,
     show_progress: bool,
 ) -> anyhow::Result<zpage_kernel::recommend::Observation> {
     let mut codecs = Vec::new();
@@ -204,6 +195,7 @@ fn observe_with_analyze(
             &spec,
             zpage_pool::PoolKind::SizeClass,
             zpage_codec::RejectThreshold::default(),
+            max_pages_per_process,
             &mut |progress| match progress {
                 zpage_analyze::Progress::Phase { total, .. } => bar.set_length(total),
                 zpage_analyze::Progress::Advance { done } => bar.set_position(done),
