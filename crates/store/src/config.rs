@@ -7,6 +7,9 @@ use zpage_pool::PoolKind;
 pub struct StoreConfig {
     /// The codec new pages are compressed with.
     pub codec: CodecSpec,
+    /// A stronger codec that [`Store::recompress`](crate::Store::recompress)
+    /// applies to old pages (zram's `recomp_algorithm`); entries record which codec made them.
+    pub recompress_codec: Option<CodecSpec>,
     /// Blobs at or above this size are not kept compressed.
     pub threshold: RejectThreshold,
     /// Whether pages over the threshold are kept raw (zram's huge pages, zswap
@@ -34,6 +37,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             codec: CodecSpec::lz4(),
+            recompress_codec: None,
             threshold: RejectThreshold::default(),
             keep_incompressible: true,
             pool: PoolKind::SizeClass,

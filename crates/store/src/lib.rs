@@ -23,6 +23,6 @@ pub use backing::BackingConfig;
 pub use config::StoreConfig;
 pub use error::{Result, StoreError};
 pub use stats::{age_bucket, CompressionTrigger, Contents, EventCounts, StoreStats, AGE_BUCKETS};
-pub use store::{EntryInfo, EntryKind, RejectReason, Store, StoreOutcome, Worker};
+pub use store::{EntryInfo, EntryKind, RecompressStats, RejectReason, Store, StoreOutcome, Worker};
 pub use zpage_codec::{CodecSpec, Page, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;

@@ -99,6 +99,10 @@ counters! {
     writeback_fail_count,
     /// Pool pages released by compaction (zram `pages_compacted`).
     pages_compacted,
+    /// Old pages now held with the recompression codec (zram `recompress`).
+    recompressed_pages,
+    /// Old pages the recompression codec could not move to a smaller size class (zram's `incompressible` mark).
+    recompress_no_gain_pages,
 }
 
 impl Counters {

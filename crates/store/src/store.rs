@@ -76,6 +76,19 @@ struct Entry {
     stored_at_ns: u64,
     /// Position in the LRU: smaller is older.
     lru_seq: u64,
+    /// The recompression codec was tried on this page and did not save a size class.
+    recompress_tried: bool,
+}
+
+/// What one [`Store::recompress`] call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecompressStats {
+    /// Pages looked at.
+    pub examined: u64,
+    /// Pages now held with the recompression codec.
+    pub recompressed: u64,
+    /// Blob bytes saved by them.
+    pub bytes_saved: u64,
 }
 
 /// What kind of entry holds a page.
@@ -140,6 +153,8 @@ pub enum StoreOutcome {
 pub struct Worker {
     store_id: u64,
     encoder: Encoder,
+    /// The stronger codec for old pages, when the store has one.
+    recompressor: Option<Encoder>,
     decoders: Vec<Decoder>,
     buffer: Box<Page>,
     pool_shard: usize,
@@ -200,6 +215,9 @@ impl Store {
         config.validate()?;
         // Build one encoder now so a bad codec is reported here, not on the first store.
         Encoder::new(&config.codec, config.threshold)?;
+        if let Some(codec) = &config.recompress_codec {
+            Encoder::new(codec, config.threshold)?;
+        }
         let backing = config
             .backing
             .as_ref()
@@ -210,7 +228,9 @@ impl Store {
             .collect();
         Ok(Self {
             id: NEXT_STORE_ID.fetch_add(1, Relaxed),
-            codecs: vec![config.codec.clone()],
+            codecs: std::iter::once(config.codec.clone())
+                .chain(config.recompress_codec.clone())
+                .collect(),
             table: (0..TABLE_SHARDS)
                 .map(|_| RwLock::new(HashMap::new()))
                 .collect(),
@@ -248,6 +268,12 @@ impl Store {
         Ok(Worker {
             store_id: self.id,
             encoder: Encoder::new(&self.config.codec, self.config.threshold)?,
+            recompressor: self
+                .config
+                .recompress_codec
+                .as_ref()
+                .map(|codec| Encoder::new(codec, self.config.threshold))
+                .transpose()?,
             decoders,
             buffer: zpage_codec::zeroed_page(),
             pool_shard: self.next_worker.fetch_add(1, Relaxed) % self.pools.len(),
@@ -410,6 +436,7 @@ impl Store {
             location,
             stored_at_ns: self.now_ns(),
             lru_seq: self.next_lru_seq.fetch_add(1, Relaxed),
+            recompress_tried: false,
         };
         let previous = {
             let mut shard = self.table[Self::shard_of(key)].write();
@@ -719,6 +746,103 @@ impl Store {
             }
         }
         Ok(moved)
+    }
+
+    /// Recompresses up to `max_pages` of the oldest pages (compressed with the
+    /// primary codec, or raw) with the configured `recompress_codec`, keeping
+    /// a result only when it lands in a smaller 16-byte size class, as zram's
+    /// `recompress` does. A page that does not gain is not tried again.
+    pub fn recompress(&self, worker: &mut Worker, max_pages: usize) -> Result<RecompressStats> {
+        self.check_worker(worker)?;
+        if worker.recompressor.is_none() {
+            return Err(StoreError::InvalidConfig(
+                "recompress needs a second codec: set StoreConfig::recompress_codec".into(),
+            ));
+        }
+        const SECONDARY: u8 = 1;
+        let size_class = |len: u64| len.div_ceil(16);
+        let candidates: Vec<(u64, u64)> = self
+            .lru
+            .lock()
+            .iter()
+            .map(|(&seq, &key)| (seq, key))
+            .collect();
+        let mut page = zpage_codec::zeroed_page();
+        let mut stats = RecompressStats::default();
+        for (seq, key) in candidates {
+            if stats.examined == max_pages as u64 {
+                break;
+            }
+            let shard_index = Self::shard_of(key);
+            let location = {
+                let table = self.table[shard_index].read();
+                let entry = match table.get(&key) {
+                    Some(entry) if entry.lru_seq == seq && !entry.recompress_tried => *entry,
+                    _ => continue,
+                };
+                match entry.location {
+                    Location::Compressed { codec, .. } if codec != SECONDARY => {}
+                    Location::Raw { .. } => {}
+                    _ => continue,
+                }
+                self.read_location(worker, entry.location, &mut page)?;
+                entry.location
+            };
+            stats.examined += 1;
+            let recompressor = worker.recompressor.as_mut().expect("checked above");
+            let shard = worker.pool_shard;
+            let gained = match recompressor.compress(&page, &mut worker.buffer)? {
+                Encoded::Compressed(len)
+                    if size_class(len as u64) < size_class(location.blob_bytes()) =>
+                {
+                    Some(len)
+                }
+                _ => None,
+            };
+            let new_location = match gained {
+                Some(len) => match self.allocate(shard, &worker.buffer[..len]) {
+                    Ok(handle) => Some(Location::Compressed {
+                        shard: shard as u8,
+                        handle,
+                        len: len as u16,
+                        codec: SECONDARY,
+                    }),
+                    Err(_) => None,
+                },
+                None => None,
+            };
+            let installed = {
+                let mut table = self.table[shard_index].write();
+                match table.get_mut(&key) {
+                    Some(entry) if entry.lru_seq == seq && entry.location == location => {
+                        match new_location {
+                            Some(new_location) => entry.location = new_location,
+                            None => entry.recompress_tried = true,
+                        }
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            match (installed, new_location) {
+                (true, Some(new_location)) => {
+                    stats.recompressed += 1;
+                    stats.bytes_saved += location.blob_bytes() - new_location.blob_bytes();
+                    self.release(location);
+                    self.count_in(new_location);
+                    Counters::add(&self.counters.recompressed_pages, 1);
+                }
+                (true, None) => Counters::add(&self.counters.recompress_no_gain_pages, 1),
+                (false, Some(new_location)) => {
+                    // The page changed meanwhile: the new blob is not wanted.
+                    if let Some((shard, handle)) = new_location.pool_object() {
+                        let _ = self.with_pool(shard, |pool| pool.free(handle));
+                    }
+                }
+                (false, None) => {}
+            }
+        }
+        Ok(stats)
     }
 
     /// Writes back until the pool is under the accept threshold; false when it could not get there.

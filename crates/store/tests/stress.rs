@@ -80,6 +80,9 @@ fn stress_with(config: StoreConfig) {
                         8 if writes_back && op % 50 == 0 => {
                             store.write_back(16).unwrap();
                         }
+                        8 if writes_back && op % 70 == 0 => {
+                            store.recompress(&mut worker, 16).unwrap();
+                        }
                         _ => {
                             let foreign = rng.gen_range(0..KEYS_PER_THREAD * THREADS);
                             if store.load(&mut worker, foreign, &mut out).is_ok() {
@@ -133,10 +136,11 @@ fn concurrent_zbud() {
 }
 
 #[test]
-fn concurrent_with_writeback_to_a_file() {
+fn concurrent_with_writeback_and_recompression() {
     let path = std::env::temp_dir().join(format!("zpage-stress-backing-{}", std::process::id()));
     stress_with(StoreConfig {
         pool_shards: 2,
+        recompress_codec: Some("zstd:1".parse().unwrap()),
         backing: Some(zpage_store::BackingConfig {
             path: path.clone(),
             max_bytes: 64 << 20,
