@@ -3,6 +3,20 @@
 /// Result of pool operations.
 pub type Result<T> = std::result::Result<T, PoolError>;
 
+/// The blob lengths every pool accepts: 1 to `PAGE_SIZE` bytes.
+pub(crate) fn check_blob_len(len: usize) -> Result<()> {
+    if len == 0 {
+        return Err(PoolError::EmptyBlob);
+    }
+    if len > crate::PAGE_SIZE {
+        return Err(PoolError::BlobTooLarge {
+            len,
+            max: crate::PAGE_SIZE,
+        });
+    }
+    Ok(())
+}
+
 /// Everything a pool can refuse. Every variant leaves the pool unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {

@@ -489,15 +489,7 @@ impl Pool for SizeClassPool {
     }
 
     fn store(&mut self, blob: &[u8]) -> Result<Handle> {
-        if blob.is_empty() {
-            return Err(PoolError::EmptyBlob);
-        }
-        if blob.len() > PAGE_SIZE {
-            return Err(PoolError::BlobTooLarge {
-                len: blob.len(),
-                max: PAGE_SIZE,
-            });
-        }
+        crate::error::check_blob_len(blob.len())?;
         let class = class_table().class_of_index[size_class_index(blob.len() + HANDLE_SIZE)];
         let zspage_id = match self.fullest_with_room(class) {
             Some(id) => id,

@@ -282,15 +282,7 @@ impl Pool for TriPagePool {
 
     fn store(&mut self, blob: &[u8]) -> Result<Handle> {
         let len = blob.len();
-        if len == 0 {
-            return Err(PoolError::EmptyBlob);
-        }
-        if len > PAGE_SIZE {
-            return Err(PoolError::BlobTooLarge {
-                len,
-                max: PAGE_SIZE,
-            });
-        }
+        crate::error::check_blob_len(len)?;
         let (id, slot) = match self.take_page_that_fits(len) {
             Some(id) => {
                 let slot = self.pages[id as usize].select_slot(len);

@@ -184,15 +184,7 @@ impl Pool for TwoSlotPool {
 
     fn store(&mut self, blob: &[u8]) -> Result<Handle> {
         let len = blob.len();
-        if len == 0 {
-            return Err(PoolError::EmptyBlob);
-        }
-        if len > PAGE_SIZE {
-            return Err(PoolError::BlobTooLarge {
-                len,
-                max: PAGE_SIZE,
-            });
-        }
+        crate::error::check_blob_len(len)?;
         let (id, bud) = if len > MAX_BUDDY_BYTES {
             (self.new_page(), Bud::Dedicated)
         } else {
