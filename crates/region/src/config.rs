@@ -54,6 +54,13 @@ pub struct RegionConfig {
     pub max_pool_bytes: Option<u64>,
     /// Fault resolution mode.
     pub mode: FaultMode,
+    /// Write tracking: restored pages are mapped write-protected (sync
+    /// uffd-wp); the first write costs one more fault, and a page never
+    /// written since its restore is evicted again without compressing (the
+    /// store still holds it), as the kernel drops clean swap-cache pages.
+    /// In `Sigbus` mode the kernel cannot write a protected page either:
+    /// `prefault` lifts the protection.
+    pub track_writes: bool,
     /// Aging policy.
     pub aging: AgingPolicy,
     /// The reclaimer starts when resident memory exceeds this percentage of the budget.
@@ -77,6 +84,7 @@ impl RegionConfig {
             pool: PoolKind::SizeClass,
             max_pool_bytes: None,
             mode: FaultMode::Sigbus,
+            track_writes: true,
             aging: AgingPolicy::Refault,
             high_watermark_pct: 97,
             low_watermark_pct: 93,

@@ -160,8 +160,9 @@ pub fn run(inner: Arc<Inner>) {
                 let base = inner.region.base();
                 if addr >= base && addr < base + inner.region.len() {
                     let write = m.a & sys::PAGEFAULT_FLAG_WRITE != 0;
+                    let wp = m.a & sys::PAGEFAULT_FLAG_WP != 0;
                     if inner
-                        .resolve((addr - base) / sys::PAGE, write, Ctx::Thread)
+                        .resolve((addr - base) / sys::PAGE, write, wp, Ctx::Thread)
                         .is_err()
                     {
                         let _ = sys::uffd_wake(inner.uffd, addr & !(sys::PAGE - 1), sys::PAGE);

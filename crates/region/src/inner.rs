@@ -136,6 +136,11 @@ pub struct Inner {
     pub store: zpage_store::Store,
     pub workers: WorkerSlots,
     pub admits: AdmitRing,
+    /// Pages whose first write after a restore made the store's copy stale
+    /// (the reclaimer frees those copies).
+    pub dirtied: AdmitRing,
+    /// Restore pages write-protected and track their first write (CLEAN).
+    pub track_writes: bool,
     pub resident: AtomicUsize,
     pub staged: AtomicUsize,
     pub pinned: AtomicUsize,
@@ -348,9 +353,11 @@ impl Inner {
     /// Makes the page at index `page` present with its right contents.
     /// Returns `Err` only when the mapping is gone (munmap in flight, process
     /// exiting); the access then fails the way it would without zpage.
-    pub fn resolve(&self, page: usize, write: bool, ctx: Ctx) -> Result<(), Errno> {
+    /// `wp`: the fault is a write to a present, write-protected page (or, for
+    /// `Ctx::Api`, the caller needs the page writable by the kernel).
+    pub fn resolve(&self, page: usize, write: bool, wp: bool, ctx: Ctx) -> Result<(), Errno> {
         let t0 = sys::now_ns();
-        let r = self.resolve_inner(page, write, ctx);
+        let r = self.resolve_inner(page, write, wp, ctx);
         if ctx != Ctx::Api {
             Counters::bump(&self.counters.faults);
             self.counters.record_fault_ns(sys::now_ns() - t0);
@@ -358,12 +365,44 @@ impl Inner {
         r
     }
 
-    fn resolve_inner(&self, page: usize, write: bool, ctx: Ctx) -> Result<(), Errno> {
+    fn resolve_inner(&self, page: usize, write: bool, mut wp: bool, ctx: Ctx) -> Result<(), Errno> {
         let st = &self.state[page];
         let mut throttled = ctx == Ctx::Api;
         loop {
             let s = st.load(Ordering::Acquire);
             match tag(s) {
+                RESIDENT if wp && s & CLEAN != 0 => {
+                    // First write since the restore: lift the protection; the
+                    // store's copy is stale from now on.
+                    if st
+                        .compare_exchange(
+                            s,
+                            with_tag(s, RESTORING),
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    let addr = self.page_addr(page);
+                    match self.install(|| sys::uffd_writeprotect(self.uffd, addr, false)) {
+                        Ok(()) => {
+                            self.publish(page, with_tag(s, RESIDENT) & !CLEAN);
+                            Counters::bump(&self.counters.first_writes);
+                            self.dirtied.push(AdmitRing::encode(page, 0, false));
+                        }
+                        Err(e) => {
+                            self.publish(page, with_tag(s, RESIDENT));
+                            return Err(e);
+                        }
+                    }
+                    if ctx != Ctx::Api {
+                        return Ok(());
+                    }
+                    // An API caller also needs the page present: look again.
+                    wp = false;
+                }
                 EMPTY | RESIDENT => {
                     if tag(s) == EMPTY && !throttled {
                         self.throttle();
@@ -395,7 +434,7 @@ impl Inner {
                     // after a fill no discard is pending. A page that was
                     // present keeps its flags (a pending DISCARD included).
                     if filled {
-                        self.publish(page, with_tag(s, RESIDENT) & !DISCARD);
+                        self.publish(page, with_tag(s, RESIDENT) & !(DISCARD | CLEAN));
                     } else {
                         self.publish(page, with_tag(s, tag(s)));
                     }
@@ -517,7 +556,7 @@ impl Inner {
             Err(Errno(libc::EBUSY)) => {
                 // The staged page is shared with a child (fork): copy it
                 // instead, then drop our copy.
-                match self.copy_in(page, dst, src as *const u8) {
+                match self.copy_in(page, dst, src as *const u8, 0) {
                     Ok(()) => {
                         let _ = sys::discard(src, sys::PAGE);
                     }
@@ -546,7 +585,8 @@ impl Inner {
         // Installed before any discard event was read: a later zap empties
         // it, and the next fault fills zeros; so publishing RESIDENT is right
         // even if DISCARD was set meanwhile.
-        self.publish(page, with_tag(s, RESIDENT));
+        // MOVE maps the page writable: its store copy (if any) is stale now.
+        self.publish(page, with_tag(s, RESIDENT) & !CLEAN);
         Counters::bump(&self.counters.trial_hits);
         self.admitted(page, activate);
         Ok(())
@@ -575,7 +615,7 @@ impl Inner {
                 let _ = sys::discard(src, sys::PAGE);
                 self.free_slot(slot);
                 self.staged.fetch_sub(1, Ordering::AcqRel);
-                self.publish(page, with_tag(s, RESIDENT));
+                self.publish(page, with_tag(s, RESIDENT) & !CLEAN);
             }
             Err(Errno(libc::ECANCELED)) => {
                 self.drop_staged(slot);
@@ -588,12 +628,12 @@ impl Inner {
         }
     }
 
-    fn copy_in(&self, page: usize, dst: usize, src: *const u8) -> Result<(), Errno> {
+    fn copy_in(&self, page: usize, dst: usize, src: *const u8, mode: u64) -> Result<(), Errno> {
         let r = self.install(|| {
             if self.discarded(page) {
                 return Err(Errno(libc::ECANCELED));
             }
-            sys::uffd_copy(self.uffd, dst, src, 0)
+            sys::uffd_copy(self.uffd, dst, src, mode)
         });
         match r {
             Err(Errno(libc::EEXIST)) => sys::fatal(
@@ -616,7 +656,7 @@ impl Inner {
                     "zpage: a stored page failed to load or decompress; refusing to hand back wrong bytes\n",
                 ),
             }
-            self.copy_in(page, dst, buf.as_ptr())
+            self.copy_in(page, dst, buf.as_ptr(), if self.track_writes { sys::COPY_MODE_WP } else { 0 })
         });
         match r {
             Ok(()) => {}
@@ -633,7 +673,11 @@ impl Inner {
         }
         self.resident.fetch_add(1, Ordering::AcqRel);
         let activate = self.refault_activates(page);
-        self.publish(page, with_tag(s, RESIDENT) | COPY);
+        // The store keeps its entry (zswap's non-exclusive load); with write
+        // tracking the page is mapped write-protected and stays CLEAN until
+        // its first write, so evicting it again needs no compression.
+        let clean = if self.track_writes { CLEAN } else { 0 };
+        self.publish(page, with_tag(s, RESIDENT) | COPY | clean);
         Counters::bump(&self.counters.restores);
         self.admitted(page, activate);
         Ok(())
@@ -645,6 +689,7 @@ impl Inner {
         let st = &self.state[page];
         let s = st.load(Ordering::Acquire);
         if s & COPY != 0
+            && s & CLEAN == 0
             && matches!(tag(s), EMPTY | RESIDENT)
             && st
                 .compare_exchange(s, s & !COPY, Ordering::AcqRel, Ordering::Acquire)

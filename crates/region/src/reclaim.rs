@@ -188,6 +188,27 @@ pub fn compress_one(
     {
         return false;
     }
+    if s & CLEAN != 0 {
+        // Unwritten since its restore: the store's entry is still exact.
+        let claimed = with_slot(s, COMPRESSING, slot);
+        if st
+            .compare_exchange(
+                claimed,
+                with_tag(s, STORED) & !(COPY | CLEAN),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
+            inner.drop_staged(slot);
+            st.store(empty(s) | COPY, Ordering::Release);
+            inner.drop_stale_copy(page);
+            return false;
+        }
+        freed.slots.push(slot);
+        Counters::bump(&inner.counters.clean_evictions);
+        return true;
+    }
     let data = inner.staging.page(slot);
     let trig = match trigger {
         Trigger::Eager => CompressionTrigger::Eager,
@@ -272,10 +293,13 @@ impl Reclaimer {
 
     fn drain(&mut self) {
         let inner = Arc::clone(&self.inner);
+        while let Some(rec) = inner.dirtied.pop() {
+            inner.drop_stale_copy(AdmitRing::decode(rec).0);
+        }
         while let Some(rec) = inner.admits.pop() {
             let (page, _, activate) = AdmitRing::decode(rec);
-            // A restored page's compressed copy is of no further use here (no
-            // write tracking yet): free it now.
+            // A restored page's store entry is stale unless the page is
+            // CLEAN (write tracking): free stale ones now.
             inner.drop_stale_copy(page);
             if activate && inner.aging == AgingPolicy::Refault {
                 self.active.push_back(rec);

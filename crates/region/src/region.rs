@@ -118,13 +118,13 @@ impl Region {
             sys::close(sfd);
             e
         };
-        sys::uffd_register(
-            uffd,
-            region.base(),
-            region.len(),
-            sys::REGISTER_MODE_MISSING,
-        )
-        .map_err(|e| close_both(RegionError::sys("UFFDIO_REGISTER(region)", e)))?;
+        let region_mode = if config.track_writes {
+            sys::REGISTER_MODE_MISSING | sys::REGISTER_MODE_WP
+        } else {
+            sys::REGISTER_MODE_MISSING
+        };
+        sys::uffd_register(uffd, region.base(), region.len(), region_mode)
+            .map_err(|e| close_both(RegionError::sys("UFFDIO_REGISTER(region)", e)))?;
         sys::uffd_register(
             sfd,
             staging.base(),
@@ -179,6 +179,8 @@ impl Region {
             store,
             workers: WorkerSlots::new(workers),
             admits: AdmitRing::new(pages * 2),
+            dirtied: AdmitRing::new(pages * 2),
+            track_writes: config.track_writes,
             resident: AtomicUsize::new(0),
             staged: AtomicUsize::new(0),
             pinned: AtomicUsize::new(0),
@@ -334,6 +336,8 @@ impl Region {
             trial_hits: l(&c.trial_hits),
             activations: l(&c.activations),
             demotions: l(&c.demotions),
+            first_writes: l(&c.first_writes),
+            clean_evictions: l(&c.clean_evictions),
             evictions: l(&c.evictions),
             compressions: l(&c.compressions),
             eager_compressions: l(&c.eager_compressions),
@@ -405,7 +409,7 @@ impl Region {
             let s = self.inner.state[page].load(Ordering::Acquire);
             if matches!(tag(s), STAGED | STORED | EVICTING | COMPRESSING) {
                 self.inner
-                    .resolve(page, false, Ctx::Api)
+                    .resolve(page, false, false, Ctx::Api)
                     .map_err(|e| RegionError::sys("restore", e))?;
             }
         }
@@ -421,7 +425,7 @@ impl Region {
         self.check_live()?;
         for page in self.pages_of(offset, len)? {
             self.inner
-                .resolve(page, true, Ctx::Api)
+                .resolve(page, true, true, Ctx::Api)
                 .map_err(|e| RegionError::sys("prefault", e))?;
         }
         Ok(())
@@ -449,7 +453,7 @@ impl Region {
         for page in range {
             loop {
                 inner
-                    .resolve(page, true, Ctx::Api)
+                    .resolve(page, true, true, Ctx::Api)
                     .map_err(|e| RegionError::sys("pin", e))?;
                 let st = &inner.state[page];
                 let s = st.load(Ordering::Acquire);
@@ -535,7 +539,7 @@ pub(crate) fn restore_all(inner: &Inner) -> Result<(), sys::Errno> {
     for page in 0..inner.pages {
         let s = inner.state[page].load(Ordering::Acquire);
         if matches!(tag(s), STAGED | STORED | EVICTING | COMPRESSING) {
-            inner.resolve(page, false, Ctx::Api)?;
+            inner.resolve(page, false, false, Ctx::Api)?;
         }
     }
     Ok(())

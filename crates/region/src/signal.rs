@@ -162,7 +162,7 @@ pub fn for_each_region(mut f: impl FnMut(&Inner)) {
 }
 
 /// Looks `addr` up and resolves the fault; false if it is not ours.
-fn dispatch(addr: usize, write: bool) -> bool {
+fn dispatch(addr: usize, (write, wp): (bool, bool)) -> bool {
     for e in TABLE.iter() {
         let base = e.base.load(Ordering::Acquire);
         if base == 0 || addr < base || addr >= e.end.load(Ordering::Acquire) {
@@ -180,9 +180,13 @@ fn dispatch(addr: usize, write: bool) -> bool {
             if inner.owner_pid == sys::getpid() {
                 let page = (addr - base) / sys::PAGE;
                 if page < inner.pages {
-                    // A failure means the mapping is going away: returning
-                    // lets the access fault again and fail as it would without us.
-                    let _ = inner.resolve(page, write, Ctx::Signal);
+                    match inner.resolve(page, write, wp, Ctx::Signal) {
+                        // ENOENT/ESRCH: the mapping or the process is going
+                        // away; returning lets the access fault again and fail
+                        // as it would without us.
+                        Ok(()) | Err(sys::Errno(libc::ENOENT | libc::ESRCH)) => {}
+                        Err(_) => sys::fatal("zpage: a userfaultfd ioctl failed while resolving a fault; aborting rather than looping\n"),
+                    }
                     handled = true;
                 }
             }
@@ -193,24 +197,30 @@ fn dispatch(addr: usize, write: bool) -> bool {
     false
 }
 
-fn fault_is_write(ctx: *mut libc::c_void) -> bool {
+/// (write, protection fault) from the page-fault error code.
+fn fault_kind(ctx: *mut libc::c_void) -> (bool, bool) {
     #[cfg(target_arch = "x86_64")]
     {
         if ctx.is_null() {
-            return false;
+            return (false, false);
         }
         // SAFETY: for an SA_SIGINFO handler the third argument is the
-        // interrupted ucontext; REG_ERR holds the page-fault error code, whose
-        // bit 1 is set for writes.
-        unsafe {
+        // interrupted ucontext; REG_ERR holds the page-fault error code: bit 0
+        // set for a protection fault on a present page, bit 1 for a write.
+        let err = unsafe {
             let uc = &*(ctx as *const libc::ucontext_t);
-            uc.uc_mcontext.gregs[libc::REG_ERR as usize] & 2 != 0
-        }
+            uc.uc_mcontext.gregs[libc::REG_ERR as usize]
+        };
+        let write = err & 2 != 0;
+        (write, write && err & 1 != 0)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
+        // Without the error code, treat every fault as a write to a
+        // protected page: resolve() then lifts a protection if there is one
+        // and otherwise restores.
         let _ = ctx;
-        false
+        (true, true)
     }
 }
 
@@ -218,7 +228,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     let saved_errno = sys::last_errno();
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    let ours = code == libc::BUS_ADRERR && dispatch(addr, fault_is_write(ctx));
+    let ours = code == libc::BUS_ADRERR && dispatch(addr, fault_kind(ctx));
     sys::set_errno(saved_errno);
     if !ours {
         chain(sig, info, ctx);

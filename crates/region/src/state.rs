@@ -29,6 +29,10 @@ pub const COPY: u64 = 1 << 4;
 /// COMPRESSING, RESTORING) when the program discarded its range: the owner
 /// must drop the data instead of publishing it.
 pub const DISCARD: u64 = 1 << 5;
+/// The page is resident, write-protected since it was restored, and the
+/// store's entry (COPY) still holds its exact contents: evicting it needs no
+/// compression. The first write faults (sync uffd-wp) and clears it.
+pub const CLEAN: u64 = 1 << 6;
 pub const PIN_ONE: u64 = 1 << 8;
 pub const PIN_MASK: u64 = 0xff << 8;
 pub const SLOT_SHIFT: u32 = 32;
@@ -52,19 +56,19 @@ pub fn slot(s: u64) -> usize {
 /// Transitions to EMPTY must clear DISCARD themselves (see [`empty`]).
 #[inline]
 pub fn with_tag(s: u64, t: u64) -> u64 {
-    (s & (PIN_MASK | COPY | DISCARD)) | t
+    (s & (PIN_MASK | COPY | DISCARD | CLEAN)) | t
 }
 
 /// `s` with its tag replaced and a staging slot set.
 #[inline]
 pub fn with_slot(s: u64, t: u64, slot: usize) -> u64 {
-    (s & (PIN_MASK | COPY | DISCARD)) | t | ((slot as u64) << SLOT_SHIFT)
+    (s & (PIN_MASK | COPY | DISCARD | CLEAN)) | t | ((slot as u64) << SLOT_SHIFT)
 }
 
 /// `s` as EMPTY: its contents are zeros, so no discard is pending.
 #[inline]
 pub fn empty(s: u64) -> u64 {
-    with_tag(s, EMPTY) & !DISCARD
+    with_tag(s, EMPTY) & !(DISCARD | CLEAN)
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@ pub struct Counters {
     pub trial_hits: AtomicU64,
     pub activations: AtomicU64,
     pub demotions: AtomicU64,
+    pub first_writes: AtomicU64,
+    pub clean_evictions: AtomicU64,
     pub evictions: AtomicU64,
     pub compressions: AtomicU64,
     pub compress_failures: AtomicU64,
@@ -136,6 +138,11 @@ pub struct RegionStats {
     pub trial_hits: u64,
     /// Refaults (restores + trial hits) whose refault distance marked the page active.
     pub activations: u64,
+    /// Write faults on restored pages (write tracking: their store copy became stale).
+    pub first_writes: u64,
+    /// Evictions of pages unwritten since their restore: the store's copy was
+    /// still exact, so nothing was compressed.
+    pub clean_evictions: u64,
     /// Active pages moved back to the inactive queue (the active queue was full).
     pub demotions: u64,
     /// Pages taken out of the region (moved to staging).

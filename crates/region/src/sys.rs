@@ -53,6 +53,9 @@ pub const UFFDIO_WAKE: u64 = 0x8010_aa02;
 pub const UFFDIO_COPY: u64 = 0xc028_aa03;
 pub const UFFDIO_ZEROPAGE: u64 = 0xc020_aa04;
 pub const UFFDIO_MOVE: u64 = 0xc028_aa05;
+pub const UFFDIO_WRITEPROTECT: u64 = 0xc018_aa06;
+pub const COPY_MODE_WP: u64 = 2;
+pub const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 pub const USERFAULTFD_IOC_NEW: u64 = 0xaa00;
 
 pub const FEATURE_EVENT_REMAP: u64 = 1 << 2;
@@ -62,6 +65,7 @@ pub const FEATURE_SIGBUS: u64 = 1 << 7;
 pub const FEATURE_MOVE: u64 = 1 << 16;
 
 pub const REGISTER_MODE_MISSING: u64 = 1;
+pub const REGISTER_MODE_WP: u64 = 2;
 
 pub const EVENT_PAGEFAULT: u8 = 0x12;
 pub const EVENT_REMAP: u8 = 0x14;
@@ -220,6 +224,25 @@ pub fn uffd_copy(fd: i32, dst: usize, src: *const u8, mode: u64) -> Result<(), E
         copy: 0,
     };
     ioctl(fd, UFFDIO_COPY, &mut copy)
+}
+
+#[repr(C)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
+}
+
+/// `UFFDIO_WRITEPROTECT` of one page: `protect` or lift the protection
+/// (which also wakes a handler-thread-mode waiter).
+pub fn uffd_writeprotect(fd: i32, addr: usize, protect: bool) -> Result<(), Errno> {
+    let mut wp = UffdioWriteprotect {
+        range: UffdioRange {
+            start: addr as u64,
+            len: PAGE as u64,
+        },
+        mode: protect as u64,
+    };
+    ioctl(fd, UFFDIO_WRITEPROTECT, &mut wp)
 }
 
 /// `UFFDIO_ZEROPAGE` of one page.
