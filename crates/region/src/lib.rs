@@ -59,21 +59,38 @@
 //!
 //! # Aging
 //!
-//! The kernel exposes no accessed bits here, so the policy works from faults:
+//! The kernel exposes no accessed bits here, so the policy works from what
+//! user space sees: faults.
 //!
 //! - **Refault distance** (as `mm/workingset.c`): each eviction stamps the
-//!   page with an eviction clock; on refault, if fewer than a quarter of the
-//!   budget's pages were evicted in between, the page was evicted too early
-//!   and goes to the *active* queue, which is protected: victims come from
-//!   the *inactive* queue (admission order) first; active pages are demoted
-//!   oldest-first only when the active queue outgrows its share.
+//!   page with an eviction clock; a refault whose distance is under a quarter
+//!   of the budget's pages is *quick*. A quick refault activates a page that
+//!   was active before or refaulted quickly last time too (a first quick
+//!   refault only marks it: cold pages that come back soon by chance do not
+//!   displace the hot set). Active pages are protected: victims come from the
+//!   *inactive* queue (admission order) first.
+//! - **CLOCK with a counter on the active queue**: when the active queue must
+//!   shrink, a page activated more than once spends one activation and goes
+//!   round again; a page activated once is demoted. Without access bits the
+//!   active queue cannot tell members apart otherwise, and every wrong
+//!   demotion costs a hot page a fault.
 //! - **Trial eviction**: evicted pages wait uncompressed in staging
 //!   (`staging_pct` of the budget). A touch brings one back with a MOVE (no
-//!   decompression) and, its distance being small, activates it.
-//! - Write tracking (WP_ASYNC) is not used yet (see "Not done").
+//!   decompression) and counts as a quick refault.
+//! - **Write tracking** (`track_writes`, sync uffd-wp in the same context as
+//!   SIGBUS and MOVE): restored pages are mapped write-protected and the
+//!   store keeps their entry; the first write costs a fault and marks the
+//!   entry stale. A page unwritten since its restore is evicted again with
+//!   no compression (`clean_evictions`), as the kernel drops clean
+//!   swap-cache pages. (Sync rather than `WP_ASYNC`: the "clean" state must
+//!   be exact at the moment of the MOVE, which a later PAGEMAP_SCAN cannot
+//!   guarantee because MOVE drops the uffd-wp bit.)
 //!
 //! [`AgingPolicy::Fifo`] evicts in admission order and compresses at once.
-//! The `hot_cold_*` tests and the `aging` bench compare the two.
+//! `tests/aging.rs` runs the bench's 80/20 hot/cold pattern (hot set = 80% of
+//! the budget, region = 4x budget, a quarter of touches write). Faulting
+//! share, every fault counted: 0.26 (zpage) vs 0.60 (FIFO), ratio 0.43, with
+//! write tracking (the default); 0.20 vs 0.41, ratio 0.49, without it.
 //!
 //! # Hazards
 //!
