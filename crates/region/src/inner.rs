@@ -106,6 +106,65 @@ impl AdmitRing {
     }
 }
 
+/// Clean eviction candidates the reclaimer sets aside for faults that hit
+/// the hard limit: a faulting thread can evict a CLEAN page itself (MOVE out,
+/// free the slot; no compression, no allocation) instead of waiting. Slots
+/// hold `AdmitRing::encode(page, gen, false)`; 0 is empty. Any thread takes
+/// with one compare-and-swap; only the reclaimer (under its lock) puts.
+#[derive(Debug)]
+pub struct VictimPool {
+    slots: Box<[AtomicU64]>,
+    cursor: AtomicUsize,
+}
+
+impl VictimPool {
+    pub fn new(capacity: usize) -> Self {
+        VictimPool {
+            slots: (0..capacity.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            cursor: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes one candidate (async-signal-safe).
+    pub fn take(&self) -> Option<u64> {
+        let n = self.slots.len();
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
+        for i in 0..n {
+            let slot = &self.slots[(start + i) % n];
+            let v = slot.load(Ordering::Acquire);
+            if v != 0
+                && slot
+                    .compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Puts candidates into empty slots; returns those that did not fit.
+    pub fn put(&self, mut recs: Vec<u64>) -> Vec<u64> {
+        for slot in self.slots.iter() {
+            let Some(&v) = recs.last() else { break };
+            if slot
+                .compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+            {
+                recs.pop();
+            }
+        }
+        recs
+    }
+
+    pub fn free_slots(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.load(Ordering::Relaxed) == 0)
+            .count()
+    }
+}
+
 /// Everything the fault path, the reclaimer and the API share.
 #[derive(Debug)]
 pub struct Inner {
@@ -136,6 +195,11 @@ pub struct Inner {
     pub store: zpage_store::Store,
     pub workers: WorkerSlots,
     pub admits: AdmitRing,
+    /// Clean candidates for synchronous eviction by faults at the hard limit.
+    pub victims: VictimPool,
+    /// Candidates a fault took but could not evict (no longer clean): back
+    /// to the reclaimer's queue.
+    pub returned: AdmitRing,
     /// Pages whose first write after a restore made the store's copy stale
     /// (the reclaimer frees those copies).
     pub dirtied: AdmitRing,
@@ -255,6 +319,15 @@ impl Inner {
         }
         let t0 = sys::now_ns();
         Counters::bump(&self.counters.throttles);
+        // First, reclaim synchronously what needs no compression.
+        while self.resident.load(Ordering::Acquire) >= self.budget_pages {
+            let Some(rec) = self.victims.take() else {
+                break;
+            };
+            if !self.evict_clean_now(rec) {
+                self.returned.push(rec);
+            }
+        }
         self.room_waiters.fetch_add(1, Ordering::SeqCst);
         while self.resident.load(Ordering::SeqCst) >= self.budget_pages
             && !self.stop.load(Ordering::Relaxed)
@@ -271,6 +344,80 @@ impl Inner {
         self.counters
             .throttle_ns
             .fetch_add(sys::now_ns() - t0, Ordering::Relaxed);
+    }
+
+    /// Evicts a CLEAN candidate on the calling thread: MOVE it out (so a
+    /// racing access faults and waits, and nothing can write it meanwhile:
+    /// it is write-protected), drop the moved page (the store's entry is
+    /// exact), done. Async-signal-safe. False if the page is not a clean,
+    /// unpinned resident page of this admission any more.
+    fn evict_clean_now(&self, rec: u64) -> bool {
+        let (page, gen, _) = AdmitRing::decode(rec);
+        let st = &self.state[page];
+        let s = st.load(Ordering::Acquire);
+        if tag(s) != RESIDENT
+            || s & (CLEAN | COPY) != (CLEAN | COPY)
+            || s & DISCARD != 0
+            || pins(s) != 0
+            || self.gen[page].load(Ordering::Acquire) & 0x7fff_ffff != gen
+        {
+            return false;
+        }
+        let mut hint = page / 64;
+        let Some(slot) = self.alloc_slot(&mut hint) else {
+            return false;
+        };
+        let claimed = with_tag(s, EVICTING);
+        if st
+            .compare_exchange(s, claimed, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            self.free_slot(slot);
+            return false;
+        }
+        let src = self.page_addr(page);
+        let dst = self.slot_addr(slot);
+        match sys::uffd_move(self.sfd, dst, src, sys::PAGE, 0) {
+            Ok(_) | Err((_, sys::PAGE)) => {
+                let clock = self.eviction_clock.fetch_add(1, Ordering::AcqRel);
+                self.evicted_at[page].store(clock, Ordering::Relaxed);
+                let _ = sys::discard(dst, sys::PAGE);
+                self.free_slot(slot);
+                if st
+                    .compare_exchange(
+                        claimed,
+                        with_tag(s, STORED) & !(COPY | CLEAN),
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_err()
+                {
+                    // The program discarded the range meanwhile: zeros; the
+                    // entry is stale (the reclaimer frees it).
+                    st.store(empty(s) | COPY, Ordering::Release);
+                    self.dirtied.push(AdmitRing::encode(page, 0, false));
+                }
+                self.resident.fetch_sub(1, Ordering::AcqRel);
+                Counters::bump(&self.counters.evictions);
+                Counters::bump(&self.counters.clean_evictions);
+                Counters::bump(&self.counters.sync_evictions);
+                true
+            }
+            Err((Errno(libc::ENOENT), _)) => {
+                // Discarded by the program: zeros; the entry is stale.
+                self.free_slot(slot);
+                st.store(empty(s) | COPY, Ordering::Release);
+                self.dirtied.push(AdmitRing::encode(page, 0, false));
+                self.resident.fetch_sub(1, Ordering::AcqRel);
+                Counters::bump(&self.counters.holes);
+                true
+            }
+            Err(_) => {
+                self.free_slot(slot);
+                self.publish(page, s);
+                false
+            }
+        }
     }
 
     /// Reclaimer side: wake throttled faults if there is room now.

@@ -44,9 +44,14 @@
 //! A background reclaimer keeps resident memory (resident pages plus staged
 //! pages, both uncompressed) between watermarks: it starts above
 //! `high_watermark_pct` of the budget and evicts down to `low_watermark_pct`.
-//! A fault that would go over the budget (the hard limit) wakes the reclaimer
-//! and waits for room (bounded, counted in `throttles`); this is the only
-//! cross-thread wait on the fault path, and it happens only over the limit.
+//! A fault that would go over the budget (the hard limit) first reclaims
+//! synchronously what needs no compression: the reclaimer keeps a small pool
+//! of clean candidates (pages unwritten since their restore, whose store
+//! entry is still exact), and the faulting thread MOVEs one out and frees it
+//! (`sync_evictions`; no allocation, so it is allowed in the handler). Only
+//! if none is left does it wake the reclaimer and wait for room (bounded at
+//! 100 ms, counted in `throttles`/`throttle_ns`). That is the only
+//! cross-thread wait on the fault path, and it happens only at the limit.
 //!
 //! Eviction is `UFFDIO_MOVE` of the page into a staging area registered with
 //! a second uffd (MOVE's destination must be registered; the second uffd has

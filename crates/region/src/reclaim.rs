@@ -296,6 +296,9 @@ impl Reclaimer {
         while let Some(rec) = inner.dirtied.pop() {
             inner.drop_stale_copy(AdmitRing::decode(rec).0);
         }
+        while let Some(rec) = inner.returned.pop() {
+            self.inactive.push_front(rec);
+        }
         while let Some(rec) = inner.admits.pop() {
             let (page, _, activate) = AdmitRing::decode(rec);
             // A restored page's store entry is stale unless the page is
@@ -344,11 +347,48 @@ impl Reclaimer {
         }
     }
 
+    /// Sets the next clean candidates aside for faults at the hard limit.
+    fn refill_victims(&mut self) {
+        let inner = Arc::clone(&self.inner);
+        if !inner.track_writes {
+            return;
+        }
+        let want = inner.victims.free_slots();
+        let mut recs = Vec::with_capacity(want);
+        let mut skipped = Vec::new();
+        while recs.len() < want {
+            let Some(rec) = self.inactive.pop_front() else {
+                break;
+            };
+            if !self.valid(rec) {
+                continue;
+            }
+            let s = inner.state[AdmitRing::decode(rec).0].load(Ordering::Acquire);
+            if s & CLEAN != 0 && pins(s) == 0 {
+                recs.push(rec);
+            } else {
+                skipped.push(rec);
+            }
+            if skipped.len() > 4 * want {
+                break;
+            }
+        }
+        for rec in skipped.into_iter().rev() {
+            self.inactive.push_front(rec);
+        }
+        for rec in inner.victims.put(recs).into_iter().rev() {
+            self.inactive.push_front(rec);
+        }
+    }
+
     fn next_victim(&mut self) -> Option<usize> {
         loop {
             let rec = match self.inactive.pop_front() {
                 Some(r) => r,
-                None => self.take_active()?,
+                None => match self.inner.victims.take() {
+                    Some(r) => r,
+                    None => self.take_active()?,
+                },
             };
             if self.valid(rec) {
                 return Some(AdmitRing::decode(rec).0);
@@ -426,6 +466,7 @@ impl Reclaimer {
                 Evict::Skipped => {}
             }
         }
+        self.refill_victims();
         let resident = inner.resident.load(Ordering::Acquire);
         let excess = resident.saturating_sub(inner.low_pages);
         let staged = inner.staged.load(Ordering::Acquire);

@@ -177,7 +177,9 @@ fn dispatch(addr: usize, (write, wp): (bool, bool)) -> bool {
         if still && !p.is_null() {
             // SAFETY: as in for_each_region.
             let inner = unsafe { &*p };
-            if inner.owner_pid == sys::getpid() {
+            // (A forked child never gets here: its copy of the region is not
+            // registered, so it takes no userfaultfd faults.)
+            {
                 let page = (addr - base) / sys::PAGE;
                 if page < inner.pages {
                     match inner.resolve(page, write, wp, Ctx::Signal) {

@@ -14,6 +14,7 @@ pub struct Counters {
     pub demotions: AtomicU64,
     pub first_writes: AtomicU64,
     pub clean_evictions: AtomicU64,
+    pub sync_evictions: AtomicU64,
     pub evictions: AtomicU64,
     pub compressions: AtomicU64,
     pub compress_failures: AtomicU64,
@@ -143,6 +144,9 @@ pub struct RegionStats {
     /// Evictions of pages unwritten since their restore: the store's copy was
     /// still exact, so nothing was compressed.
     pub clean_evictions: u64,
+    /// Of the clean evictions, those a fault did itself at the hard limit
+    /// (instead of waiting for the reclaimer).
+    pub sync_evictions: u64,
     /// Active pages moved back to the inactive queue (the active queue was full).
     pub demotions: u64,
     /// Pages taken out of the region (moved to staging).

@@ -35,3 +35,9 @@ fn round_trip_through_compression() {
     eprintln!("{st:#?}");
     let _ = AgingPolicy::Fifo;
 }
+
+#[test]
+fn region_is_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Region>();
+}
