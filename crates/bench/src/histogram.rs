@@ -223,7 +223,7 @@ mod tests {
         let mut both = LatencyHistogram::new();
         for v in 0..1000u64 {
             let value = v * v;
-            if v % 3 == 0 {
+            if v.is_multiple_of(3) {
                 a.record(value);
             } else {
                 b.record(value);

@@ -515,7 +515,7 @@ pub fn fill(
         for index in 0..pages {
             source.fill_page(index, &mut page)?;
             memory.write_page(index, &page);
-            if index % 1024 == 0 {
+            if index.is_multiple_of(1024) {
                 observer.progress(index);
                 if stop_requested() {
                     return Err(BenchError::Interrupted);
@@ -576,7 +576,7 @@ pub fn run_phase(
                 }
             }
             latency.record(t0.elapsed().as_nanos() as u64);
-            if n % PROGRESS_EVERY == 0 {
+            if n.is_multiple_of(PROGRESS_EVERY) {
                 observer.progress(n);
                 if stop_requested() {
                     return Err(BenchError::Interrupted);

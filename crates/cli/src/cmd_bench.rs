@@ -1,9 +1,463 @@
-//! `zpage bench` (not built yet: see the open issue).
+//! `zpage bench`: the seeds' workloads on a zpage region, optionally side by
+//! side with the kernel's zram and zswap (`--vs-kernel`), with a final table,
+//! zpage/kernel ratios and `--json`.
+
+#[path = "bench_progress.rs"]
+pub mod bench_progress;
+
+use anyhow::{bail, Context, Result};
+use bench_progress::BarObserver;
+use std::path::{Path, PathBuf};
+use zpage_bench::kernel::{self, KernelTier, MachineGuard};
+use zpage_bench::report::{self, BenchResult};
+use zpage_bench::units::mib;
+use zpage_bench::{AgingPolicy, DataSource, FaultMode, WorkloadKind, WorkloadSpec, ZpageOptions};
 
 /// Arguments of `zpage bench`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Workloads to run (repeatable or comma-separated): replay (fill, then
+    /// sequential, uniform and hot/cold touches), bench-c (seed 000: high and
+    /// low entropy), swapdemo (seed 003: mmap'd library plus data), all.
+    #[arg(long = "workload", value_enum, value_delimiter = ',', default_values_t = [WorkloadArg::Replay])]
+    pub workloads: Vec<WorkloadArg>,
+    /// Raw memory image to fill the region from (whole 4 KiB pages); default:
+    /// a generated realistic data set (text, pointer-heavy structs, numbers, zero and random pages).
+    #[arg(long, value_name = "FILE")]
+    pub image: Option<PathBuf>,
+    /// First capture --image from this live process's private writable memory (/proc/PID/mem).
+    #[arg(long, value_name = "PID", requires = "image")]
+    pub capture_pid: Option<u32>,
+    /// Data size (e.g. 2G, 512M). Default: the image's size, or 256M.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Resident budget: the region's budget and the kernel tiers' cgroup limit. Default: a quarter of the size.
+    #[arg(long, value_parser = parse_size)]
+    pub budget: Option<u64>,
+    /// Touches of each random phase. Default: one per page (hot/cold gets at least 16 per hot page).
+    #[arg(long)]
+    pub touches: Option<u64>,
+    /// Seed of the access sequences and of the generated data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also run the same workloads, on the same pages and access sequences, in
+    /// a memory cgroup limited to the budget swapping to zram (each algorithm)
+    /// and to zswap in front of a swapfile. Needs root; restores the swap state afterwards.
+    #[arg(long)]
+    pub vs_kernel: bool,
+    /// Kernel tiers for --vs-kernel (comma-separated, e.g. zram-lz4,zswap-lzo). Default: all this machine has.
+    #[arg(long = "kernel-tier", value_delimiter = ',')]
+    pub kernel_tiers: Vec<String>,
+    /// Skip the FIFO-aging region that the hot/cold phases are compared with.
+    #[arg(long)]
+    pub no_fifo: bool,
+    /// How the region resolves faults.
+    #[arg(long, value_enum, default_value_t = FaultModeArg::Sigbus)]
+    pub fault_mode: FaultModeArg,
+    /// Codec of the region's evicted pages (lz4, lz4-flex, zstd, zstd:LEVEL).
+    #[arg(long, default_value = "lz4")]
+    pub codec: String,
+    /// swapdemo's library file size. Default: half the budget.
+    #[arg(long, value_parser = parse_size)]
+    pub library_size: Option<u64>,
+    /// Directory for zswap's swapfile and swapdemo's library (a filesystem that supports swapfiles).
+    #[arg(long, default_value = "/var/tmp")]
+    pub scratch_dir: PathBuf,
+    /// Print the results as JSON on stdout (one object per tier × workload × pattern); tables go to stderr.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("zpage bench is not built yet")
+/// `--workload` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum WorkloadArg {
+    /// Fill, then sequential, uniform and hot/cold touches.
+    Replay,
+    /// Seed 000's bench.c access test.
+    BenchC,
+    /// Seed 003's swapdemo.
+    Swapdemo,
+    /// All of them.
+    All,
+}
+
+/// `--fault-mode` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FaultModeArg {
+    /// The faulting thread resolves its fault (no privilege needed).
+    Sigbus,
+    /// A handler thread resolves faults.
+    HandlerThread,
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    zpage_bench::parse_size(text).map_err(|e| e.to_string())
+}
+
+/// Deletes swapdemo's library file when the run ends.
+struct ScratchFile(PathBuf);
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn write_library(path: &Path, bytes: u64, seed: u64) -> Result<ScratchFile> {
+    use std::io::Write;
+    let guard = ScratchFile(path.to_path_buf());
+    let file = std::fs::File::create(path).with_context(|| format!("create {}", path.display()))?;
+    let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
+    let mut page = vec![0u8; zpage_bench::PAGE_SIZE];
+    for index in 0..bytes / zpage_bench::PAGE_SIZE as u64 {
+        // "Code": the realistic generator with another seed (text and pointer tables).
+        zpage_bench::dataset::generate_realistic_page(seed ^ 0x11b, index, &mut page);
+        writer.write_all(&page)?;
+    }
+    writer.flush()?;
+    writer.get_ref().sync_all()?;
+    Ok(guard)
+}
+
+/// Emits a line for humans: stdout normally, stderr when stdout carries JSON.
+fn say(json: bool, text: &str) {
+    if json {
+        eprintln!("{text}");
+    } else {
+        println!("{text}");
+    }
+}
+
+pub fn run(args: Args) -> Result<()> {
+    // A kernel tier's child is this same program, started with a request in its environment.
+    if kernel::run_child_if_requested() {
+        return Ok(());
+    }
+    zpage_bench::install_interrupt_handler().context("install the Ctrl-C handler")?;
+    let results = measure(&args)?;
+    print_report(&args, &results)
+}
+
+/// Runs every requested workload on every tier; returns one result per tier × workload × phase.
+fn measure(args: &Args) -> Result<Vec<BenchResult>> {
+    if let (Some(pid), Some(image)) = (args.capture_pid, &args.image) {
+        let max = args.size.unwrap_or(u64::MAX);
+        let summary = zpage_bench::capture::capture_process(pid, image, max)
+            .with_context(|| format!("capture process {pid}"))?;
+        say(
+            args.json,
+            &format!(
+                "captured {} of process {pid} ({} mappings) into {}",
+                mib(summary.pages * 4096),
+                summary.mappings,
+                image.display()
+            ),
+        );
+    }
+
+    let page = zpage_bench::PAGE_SIZE as u64;
+    let (source, default_size) = match &args.image {
+        Some(path) => {
+            let (pages, warning) = zpage_bench::dataset::image_pages(path)?;
+            if let Some(warning) = warning {
+                eprintln!("zpage bench: warning: {warning}");
+            }
+            if pages == 0 {
+                bail!("{} holds no whole page", path.display());
+            }
+            (DataSource::Image { path: path.clone() }, pages * page)
+        }
+        None => (DataSource::Realistic { seed: args.seed }, 256 << 20),
+    };
+    let size = args.size.unwrap_or(default_size) / page * page;
+    if args.image.is_some() && size > default_size {
+        eprintln!(
+            "zpage bench: warning: --size {} is larger than the image ({}): the image repeats",
+            mib(size),
+            mib(default_size)
+        );
+    }
+    let budget = args.budget.unwrap_or(size / 4) / page * page;
+    if size == 0 || budget == 0 || budget >= size {
+        bail!("need 0 < --budget < --size (got size {size}, budget {budget})");
+    }
+    let touches = args.touches.unwrap_or(size / page);
+
+    let mut workloads: Vec<WorkloadArg> = args.workloads.clone();
+    if workloads.contains(&WorkloadArg::All) {
+        workloads = vec![
+            WorkloadArg::Replay,
+            WorkloadArg::BenchC,
+            WorkloadArg::Swapdemo,
+        ];
+    }
+    workloads.dedup();
+
+    let base = |kind: WorkloadKind, source: DataSource| WorkloadSpec {
+        kind,
+        source,
+        size_bytes: size,
+        touches,
+        seed: args.seed,
+        only_phases: vec![],
+    };
+    let mut specs = Vec::new();
+    let mut scratch = Vec::new();
+    for workload in &workloads {
+        match workload {
+            WorkloadArg::Replay => specs.push(base(WorkloadKind::Replay, source.clone())),
+            WorkloadArg::BenchC => {
+                specs.push(base(
+                    WorkloadKind::BenchC,
+                    DataSource::HighEntropy { seed: args.seed },
+                ));
+                specs.push(base(WorkloadKind::BenchC, DataSource::LowEntropy));
+            }
+            WorkloadArg::Swapdemo => {
+                let library_bytes = args.library_size.unwrap_or(budget / 2) / page * page;
+                let path = args
+                    .scratch_dir
+                    .join(format!("zpage-bench-library-{}.bin", std::process::id()));
+                scratch.push(write_library(&path, library_bytes, args.seed)?);
+                specs.push(base(
+                    WorkloadKind::SwapDemo { library_path: path },
+                    source.clone(),
+                ));
+            }
+            WorkloadArg::All => unreachable!("expanded above"),
+        }
+    }
+
+    let codec = args
+        .codec
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--codec {}: {e}", args.codec))?;
+    let mode = match args.fault_mode {
+        FaultModeArg::Sigbus => FaultMode::Sigbus,
+        FaultModeArg::HandlerThread => FaultMode::HandlerThread,
+    };
+    let zpage = ZpageOptions {
+        aging: AgingPolicy::Refault,
+        mode,
+        codec,
+    };
+    let fifo = ZpageOptions {
+        aging: AgingPolicy::Fifo,
+        ..zpage.clone()
+    };
+
+    // Take the machine first, so a busy zram0 or a missing privilege fails before a long run.
+    let mut machine = if args.vs_kernel {
+        Some(MachineGuard::take(&args.scratch_dir)?)
+    } else {
+        None
+    };
+    let tiers: Vec<KernelTier> = if !args.vs_kernel {
+        vec![]
+    } else if args.kernel_tiers.is_empty() {
+        KernelTier::all_available()?
+    } else {
+        args.kernel_tiers
+            .iter()
+            .map(|t| KernelTier::parse(t))
+            .collect::<Result<_, _>>()?
+    };
+
+    say(
+        args.json,
+        &format!(
+            "zpage bench: data {} ({}), budget {}, {} touches per random phase, seed {}, codec {}, fault mode {:?}",
+            mib(size),
+            source.describe(),
+            mib(budget),
+            touches,
+            args.seed,
+            args.codec,
+            args.fault_mode
+        ),
+    );
+    if let Some(machine) = &machine {
+        say(
+            args.json,
+            &format!(
+                "kernel tiers: {} in a memory cgroup limited to {} (memory.swappiness {}, memsw unlimited), vm.page-cluster 0 (was {}); swap state restored afterwards",
+                tiers.iter().map(KernelTier::name).collect::<Vec<_>>().join(", "),
+                mib(budget),
+                kernel::CGROUP_SWAPPINESS,
+                machine.saved().page_cluster
+            ),
+        );
+    }
+
+    let mut results: Vec<BenchResult> = Vec::new();
+    let launcher = || {
+        let mut command = std::process::Command::new(std::env::current_exe().expect("own path"));
+        command.arg("bench");
+        command
+    };
+    for spec in &specs {
+        let workload = spec.name();
+        // zpage with its aging policy, then FIFO aging on the hot/cold phases for comparison.
+        let mut zpage_runs = vec![(zpage.clone(), spec.clone())];
+        if spec.kind == WorkloadKind::Replay && !args.no_fifo {
+            let mut hot_cold = spec.clone();
+            hot_cold.only_phases = vec!["hotcold".into()];
+            zpage_runs.push((fifo.clone(), hot_cold));
+        }
+        for (options, spec) in zpage_runs {
+            let tier_name = options.tier_name();
+            let mut observer = BarObserver::new(format!("{tier_name} {workload}"));
+            results.extend(zpage_bench::run_zpage_tier(
+                &spec,
+                budget,
+                &options,
+                &mut observer,
+            )?);
+            eprintln!("  done: {tier_name} {workload}");
+        }
+        if let Some(machine) = machine.as_mut() {
+            for tier in &tiers {
+                let mut observer = BarObserver::new(format!("{} {workload}", tier.name()));
+                let tier_results =
+                    kernel::run_kernel_tier(machine, tier, spec, budget, &launcher, &mut observer)?;
+                eprintln!("  done: {} {workload}", tier.name());
+                results.extend(tier_results);
+            }
+        }
+    }
+    if let Some(mut machine) = machine.take() {
+        machine.restore()?;
+        say(
+            args.json,
+            "machine swap state restored and checked (swaps, zram0, zswap, page-cluster, cgroups)",
+        );
+    }
+
+    drop(scratch);
+    Ok(results)
+}
+
+fn print_report(args: &Args, results: &[BenchResult]) -> Result<()> {
+    let results = results.to_vec();
+    let mut text = String::new();
+    text.push_str(&report::results_table(&results));
+    let ratios = report::ratios_table(&results, "zpage");
+    if !ratios.is_empty() {
+        text.push_str("\nzpage / kernel (touches/s above 1x: zpage faster; latency below 1x: zpage shorter)\n");
+        text.push_str(&ratios);
+    }
+    let shares = report::fault_share_table(&results);
+    if !shares.is_empty() {
+        text.push_str("\nhot/cold: share of touches that faulted\n");
+        text.push_str(&shares);
+    }
+    for tier in ["zpage", "zpage-fifo"] {
+        if let Some(peak) = report::budget_overshoot(&results, tier) {
+            text.push_str(&format!(
+                "\nbudget check {tier}: highest resident memory sampled = {:.3} x budget ({})",
+                peak,
+                if peak <= 1.05 {
+                    "within 5%"
+                } else {
+                    "OVER the 5% allowance"
+                }
+            ));
+        }
+    }
+    say(args.json, text.trim_end());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct TestCli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(argv: &[&str]) -> Args {
+        TestCli::parse_from(std::iter::once("bench").chain(argv.iter().copied())).args
+    }
+
+    #[test]
+    fn tiny_bench_runs_every_workload_on_a_region_within_budget() {
+        let _watchdog =
+            zpage_bench::Watchdog::arm(std::time::Duration::from_secs(150), "tiny bench");
+        let scratch = std::env::temp_dir();
+        let args = parse(&[
+            "--size",
+            "8M",
+            "--budget",
+            "2M",
+            "--touches",
+            "2000",
+            "--workload",
+            "all",
+            "--scratch-dir",
+            scratch.to_str().unwrap(),
+        ]);
+        let results = measure(&args).unwrap();
+        let rows: Vec<(String, String, String)> = results
+            .iter()
+            .map(|r| (r.tier.clone(), r.workload.clone(), r.pattern.clone()))
+            .collect();
+        for expected in [
+            ("zpage", "replay", "random-read"),
+            ("zpage", "replay", "hotcold-write"),
+            ("zpage-fifo", "replay", "hotcold-read"),
+            ("zpage", "bench-c-high-entropy", "sequential-scan"),
+            ("zpage", "bench-c-low-entropy", "random-read"),
+            ("zpage", "swapdemo", "library-random+data-sequential"),
+        ] {
+            let expected = (
+                expected.0.to_string(),
+                expected.1.to_string(),
+                expected.2.to_string(),
+            );
+            assert!(
+                rows.contains(&expected),
+                "{expected:?} missing from {rows:?}"
+            );
+        }
+        assert_eq!(results.len(), 6 + 2 + 2 + 2 + 1);
+        for r in &results {
+            assert!(
+                r.touches >= 2000 || r.pattern.starts_with("sequential"),
+                "{r:?}"
+            );
+            assert!(r.p50_us <= r.p99_us && r.p99_us <= r.max_us, "{r:?}");
+            assert!(
+                r.resident_max_bytes.max(r.fill_resident_max_bytes) <= r.budget_bytes * 105 / 100,
+                "{} {} {}: resident {} over budget {}",
+                r.tier,
+                r.workload,
+                r.pattern,
+                r.resident_max_bytes,
+                r.budget_bytes
+            );
+        }
+        // 8 MiB through a 2 MiB budget: random touches must fault and the store must hold data.
+        let random = results
+            .iter()
+            .find(|r| r.tier == "zpage" && r.pattern == "random-read")
+            .unwrap();
+        assert!(
+            random.fault_share > 0.3 && random.compressed_bytes > 0,
+            "{random:?}"
+        );
+        print_report(&args, &results).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_budget_not_below_the_size() {
+        let args = parse(&["--size", "4M", "--budget", "4M"]);
+        assert!(measure(&args).unwrap_err().to_string().contains("--budget"));
+    }
 }

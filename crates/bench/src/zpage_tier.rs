@@ -1,0 +1,124 @@
+//! The zpage tier: the workload on a [`Region`] in this process.
+
+use crate::report::BenchResult;
+use crate::workload::{
+    self, FileMapping, Memory, MemoryProbe, Observer, WorkloadKind, WorkloadSpec,
+};
+use crate::{BenchError, PAGE_SIZE};
+use zpage_region::{AgingPolicy, CodecSpec, FaultMode, Region, RegionConfig};
+
+/// How the zpage tier's region is configured.
+#[derive(Clone, Debug)]
+pub struct ZpageOptions {
+    /// Aging policy (zpage's refault policy, or FIFO for comparison).
+    pub aging: AgingPolicy,
+    /// Fault mode.
+    pub mode: FaultMode,
+    /// Codec of evicted pages.
+    pub codec: CodecSpec,
+}
+
+impl Default for ZpageOptions {
+    fn default() -> Self {
+        ZpageOptions {
+            aging: AgingPolicy::Refault,
+            mode: FaultMode::Sigbus,
+            codec: CodecSpec::lz4(),
+        }
+    }
+}
+
+impl ZpageOptions {
+    /// "zpage" for the default policy, "zpage-fifo" for FIFO aging.
+    pub fn tier_name(&self) -> String {
+        match self.aging {
+            AgingPolicy::Refault => "zpage".into(),
+            AgingPolicy::Fifo => "zpage-fifo".into(),
+        }
+    }
+}
+
+/// Probes a region: resident memory is the larger of the region's own count
+/// (resident + staged pages) and an outside count (mincore over the region
+/// plus the staged pages), so the budget check does not rest on self-reporting.
+pub struct RegionProbe<'a> {
+    /// The region.
+    pub region: &'a Region,
+    /// The region as benchmark memory.
+    pub memory: Memory,
+    /// swapdemo's library mapping, counted as resident too.
+    pub library: Option<&'a FileMapping>,
+}
+
+impl std::fmt::Debug for RegionProbe<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegionProbe")
+            .field("memory", &self.memory)
+            .finish()
+    }
+}
+
+impl MemoryProbe for RegionProbe<'_> {
+    fn resident_bytes(&self) -> u64 {
+        let stats = self.region.stats();
+        let outside = self.memory.resident_bytes().unwrap_or(0) + stats.staged_bytes as u64;
+        outside.max(stats.resident_bytes as u64) + self.library.map_or(0, |l| l.resident_bytes())
+    }
+    fn compressed_bytes(&self) -> u64 {
+        self.region.stats().compressed_bytes as u64
+    }
+    fn faults(&self) -> u64 {
+        self.region.stats().faults
+    }
+}
+
+/// Creates the region a workload runs on. For swapdemo the library's pages
+/// share the budget (the kernel's cgroup charges both), so the region gets
+/// the budget minus the library's size.
+pub fn create_region(
+    spec: &WorkloadSpec,
+    budget_bytes: u64,
+    library_bytes: u64,
+    options: &ZpageOptions,
+) -> Result<Region, BenchError> {
+    let region_budget = budget_bytes.checked_sub(library_bytes).filter(|b| *b >= 64 * PAGE_SIZE as u64).ok_or_else(|| {
+        BenchError::Invalid(format!(
+            "the budget ({budget_bytes} bytes) must exceed swapdemo's library ({library_bytes} bytes) by at least 256 KiB"
+        ))
+    })?;
+    let mut config = RegionConfig::new(spec.size_bytes as usize, region_budget as usize);
+    config.aging = options.aging;
+    config.mode = options.mode;
+    config.codec = options.codec.clone();
+    Region::new(config).map_err(|e| BenchError::Region(e.to_string()))
+}
+
+/// Runs `spec` on a fresh region with `budget_bytes` resident at most.
+pub fn run_zpage_tier(
+    spec: &WorkloadSpec,
+    budget_bytes: u64,
+    options: &ZpageOptions,
+    observer: &mut dyn Observer,
+) -> Result<Vec<BenchResult>, BenchError> {
+    let library = match &spec.kind {
+        WorkloadKind::SwapDemo { library_path } => Some(FileMapping::open_cold(library_path)?),
+        _ => None,
+    };
+    let library_bytes = library.as_ref().map_or(0, |l| l.pages() * PAGE_SIZE as u64);
+    let region = create_region(spec, budget_bytes, library_bytes, options)?;
+    // SAFETY: the region is a page-aligned mapping of `len()` bytes, readable and
+    // writable, alive until `region` drops at the end of this function, after
+    // the last use of `memory`; we only touch it with volatile word accesses.
+    let memory = unsafe { Memory::new(region.as_ptr(), region.len()) };
+    let probe = RegionProbe {
+        region: &region,
+        memory,
+        library: library.as_ref(),
+    };
+    let (fill, phases) = workload::execute(&memory, library.as_ref(), spec, &probe, observer)?;
+    let tier = options.tier_name();
+    Ok(phases
+        .iter()
+        .map(|outcome| BenchResult::new(&tier, spec, budget_bytes, &fill, outcome))
+        .collect())
+}

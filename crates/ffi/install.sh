@@ -1,0 +1,26 @@
+#!/bin/sh
+# Installs zpage's C API into a prefix:
+#   PREFIX/include/zpage.h, PREFIX/lib/libzpage.so, PREFIX/lib/libzpage.a,
+#   PREFIX/lib/pkgconfig/zpage.pc
+# Usage: crates/ffi/install.sh PREFIX [BUILD_DIR]
+#   BUILD_DIR holds libzpage.so and libzpage.a (default: target/release, after
+#   `cargo build --release -p zpage-ffi`).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+prefix=${1:?usage: install.sh PREFIX [BUILD_DIR]}
+build_dir=${2:-$root/target/release}
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
+
+mkdir -p "$prefix/include" "$prefix/lib/pkgconfig"
+cp "$root/include/zpage.h" "$prefix/include/zpage.h"
+for lib in libzpage.so libzpage.a; do
+    if [ -f "$build_dir/$lib" ]; then
+        cp "$build_dir/$lib" "$prefix/lib/$lib"
+    else
+        echo "install.sh: $build_dir/$lib not found (build zpage-ffi first)" >&2
+        exit 1
+    fi
+done
+sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" "$here/zpage.pc.in" > "$prefix/lib/pkgconfig/zpage.pc"
+echo "installed zpage $version C API into $prefix"

@@ -1,0 +1,112 @@
+//! The C example, built as a C user would: header, library and zpage.pc
+//! installed into a prefix, `cc $(pkg-config --cflags --libs zpage)`, run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where cargo put libzpage.so and libzpage.a: `cargo test` leaves them in
+/// target/<profile>/deps (next to this test), `cargo build` in target/<profile>.
+fn build_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("target/<profile>/deps").to_path_buf();
+    if deps.join("libzpage.so").exists() {
+        deps
+    } else {
+        deps.parent().expect("target/<profile>").to_path_buf()
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn run(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{command:?} failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+fn install(prefix: &Path) {
+    run(Command::new("sh")
+        .arg(repo_root().join("crates/ffi/install.sh"))
+        .arg(prefix)
+        .arg(build_dir()));
+}
+
+fn compile_and_run(prefix: &Path, pkg_config_flags: &str, extra: &str, exe: &Path) -> String {
+    let source = repo_root().join("examples/c/bench_region.c");
+    let script = format!(
+        "cc -O2 -Wall -Wextra -Werror {} -o {} $(pkg-config {pkg_config_flags} --cflags --libs zpage) {extra}",
+        source.display(),
+        exe.display()
+    );
+    run(Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")));
+    // `timeout`: a hung example must fail the test, not hang CI.
+    run(Command::new("timeout")
+        .args(["-s", "KILL", "120"])
+        .arg(exe)
+        .args(["16", "4"]))
+}
+
+#[test]
+fn c_example_builds_and_runs() {
+    if !have("cc") || !have("pkg-config") {
+        panic!("the C example needs cc and pkg-config (listed in .ci/apt-packages)");
+    }
+    for lib in ["libzpage.so", "libzpage.a"] {
+        assert!(
+            build_dir().join(lib).exists(),
+            "{lib} was not built in {}",
+            build_dir().display()
+        );
+    }
+    let scratch = std::env::temp_dir().join(format!("zpage-ffi-c-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+
+    // Shared library, found at run time through the rpath.
+    let shared = scratch.join("shared");
+    install(&shared);
+    let pc = std::fs::read_to_string(shared.join("lib/pkgconfig/zpage.pc")).unwrap();
+    assert!(pc.contains(&format!("prefix={}", shared.display())) && !pc.contains('@'));
+    let rpath = format!("-Wl,-rpath,{}", shared.join("lib").display());
+    let out = compile_and_run(&shared, "", &rpath, &scratch.join("bench_region_shared"));
+    assert!(
+        out.contains("error reporting works: zpage_region_create: out is NULL"),
+        "{out}"
+    );
+    assert!(
+        out.contains("Sequential Access Low Entropy") && out.contains("Random Access High Entropy"),
+        "{out}"
+    );
+    assert!(out.trim_end().ends_with("zpage C example: OK"), "{out}");
+
+    // Static library only: pkg-config --static adds what the Rust runtime needs.
+    let fixed = scratch.join("static");
+    install(&fixed);
+    std::fs::remove_file(fixed.join("lib/libzpage.so")).unwrap();
+    let out = compile_and_run(&fixed, "--static", "", &scratch.join("bench_region_static"));
+    assert!(out.trim_end().ends_with("zpage C example: OK"), "{out}");
+
+    std::fs::remove_dir_all(&scratch).unwrap();
+}
