@@ -25,6 +25,7 @@ mod error;
 mod handle;
 mod lists;
 mod size_class;
+mod slotted;
 mod stats;
 mod tri_page;
 mod two_slot;

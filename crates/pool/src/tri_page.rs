@@ -15,15 +15,12 @@
 //! bucket's guaranteed free slot `(bucket + 1) * 64`, plus a row with
 //! `class_size` 0 for full pages (no free slot of 64 B or more).
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::mem::size_of;
 
-use crate::handle::{Generation, HandleCodec};
 use crate::lists::IdLists;
-use crate::stats::{fullness_column, Counters};
+use crate::slotted::{SlottedPage, SlottedPages};
 use crate::PAGE_SIZE;
-use crate::{ClassStats, CompactStats, Handle, Pool, PoolError, PoolKind, PoolStats, Result};
+use crate::{ClassStats, CompactStats, Handle, Pool, PoolKind, PoolStats, Result};
 
 /// Width of one bucket (`kBucketSize = PAGE_SIZE / 64`).
 const BUCKET_BYTES: usize = PAGE_SIZE / 64;
@@ -35,17 +32,6 @@ enum Slot {
     Left = 0,
     Mid = 1,
     Right = 2,
-}
-
-impl Slot {
-    fn from_tag(tag: u8) -> Option<Slot> {
-        match tag {
-            0 => Some(Slot::Left),
-            1 => Some(Slot::Mid),
-            2 => Some(Slot::Right),
-            _ => None,
-        }
-    }
 }
 
 /// Start of a middle blob of `len` bytes; rounding `len` up to even keeps the
@@ -64,113 +50,91 @@ fn mid_room_with(left: usize, right: usize) -> usize {
     }
 }
 
-/// Per-page record (what Zircon keeps in `vm_page_t::zram`).
-struct TriPage {
-    /// `None` while the page id is free for reuse.
-    memory: Option<Box<[u8]>>,
-    /// Blob length per slot; 0 means free.
-    lens: [u16; 3],
-    /// Bumped on each store into the slot, so old handles go stale.
-    generations: [Generation; 3],
+fn len(page: &SlottedPage, slot: Slot) -> usize {
+    page.len(slot as usize)
 }
 
-impl TriPage {
-    fn len(&self, slot: Slot) -> usize {
-        usize::from(self.lens[slot as usize])
+/// Where a blob of `len` bytes starts in `slot`.
+fn offset(slot: usize, len: usize) -> usize {
+    match slot {
+        0 => 0,
+        1 => mid_offset_for_len(len),
+        _ => PAGE_SIZE - len,
     }
+}
 
-    fn room(&self, slot: Slot) -> usize {
-        let (left, mid, right) = (
-            self.len(Slot::Left),
-            self.len(Slot::Mid),
-            self.len(Slot::Right),
-        );
-        if self.len(slot) != 0 {
-            return 0;
-        }
-        match slot {
-            Slot::Left if mid != 0 => mid_offset_for_len(mid),
-            Slot::Left => PAGE_SIZE - right,
-            Slot::Right if mid != 0 => mid_offset_for_len(mid),
-            Slot::Right => PAGE_SIZE - left,
-            Slot::Mid => mid_room_with(left, right),
-        }
+fn room(page: &SlottedPage, slot: Slot) -> usize {
+    let (left, mid, right) = (
+        len(page, Slot::Left),
+        len(page, Slot::Mid),
+        len(page, Slot::Right),
+    );
+    if len(page, slot) != 0 {
+        return 0;
     }
+    match slot {
+        Slot::Left if mid != 0 => mid_offset_for_len(mid),
+        Slot::Left => PAGE_SIZE - right,
+        Slot::Right if mid != 0 => mid_offset_for_len(mid),
+        Slot::Right => PAGE_SIZE - left,
+        Slot::Mid => mid_room_with(left, right),
+    }
+}
 
-    fn largest_room(&self) -> usize {
-        [Slot::Left, Slot::Mid, Slot::Right]
-            .map(|slot| self.room(slot))
-            .into_iter()
-            .max()
-            .unwrap_or(0)
-    }
+fn largest_room(page: &SlottedPage) -> usize {
+    [Slot::Left, Slot::Mid, Slot::Right]
+        .map(|slot| room(page, slot))
+        .into_iter()
+        .max()
+        .unwrap_or(0)
+}
 
-    fn is_full(&self) -> bool {
-        self.largest_room() < BUCKET_BYTES
-    }
+fn is_full(page: &SlottedPage) -> bool {
+    largest_room(page) < BUCKET_BYTES
+}
 
-    fn is_empty(&self) -> bool {
-        self.lens == [0; 3]
+/// `select_slot`: of the slots that fit `len`, the one leaving the most
+/// room; left wins ties with right.
+fn select_slot(page: &SlottedPage, len_needed: usize) -> Option<Slot> {
+    let mut choice = (room(page, Slot::Left) >= len_needed).then_some(Slot::Left);
+    if room(page, Slot::Mid) >= len_needed {
+        choice = match choice {
+            None => Some(Slot::Mid),
+            Some(_) => {
+                let side_room_after_mid = mid_offset_for_len(len_needed);
+                let mid_room_after_left = mid_room_with(len_needed, len(page, Slot::Right));
+                Some(if side_room_after_mid > mid_room_after_left {
+                    Slot::Mid
+                } else {
+                    Slot::Left
+                })
+            }
+        };
     }
-
-    fn used_bytes(&self) -> u64 {
-        self.lens.iter().map(|&len| u64::from(len)).sum()
+    if room(page, Slot::Right) >= len_needed {
+        choice = match choice {
+            None => Some(Slot::Right),
+            Some(Slot::Mid) => {
+                let side_room_after_mid = mid_offset_for_len(len_needed);
+                let mid_room_after_right = mid_room_with(len(page, Slot::Left), len_needed);
+                Some(if mid_room_after_right > side_room_after_mid {
+                    Slot::Right
+                } else {
+                    Slot::Mid
+                })
+            }
+            other => other,
+        };
     }
-
-    fn offset(slot: Slot, len: usize) -> usize {
-        match slot {
-            Slot::Left => 0,
-            Slot::Mid => mid_offset_for_len(len),
-            Slot::Right => PAGE_SIZE - len,
-        }
-    }
-
-    /// `select_slot`: of the slots that fit `len`, the one leaving the most
-    /// room; left wins ties with right.
-    fn select_slot(&self, len: usize) -> Option<Slot> {
-        let mut choice = (self.room(Slot::Left) >= len).then_some(Slot::Left);
-        if self.room(Slot::Mid) >= len {
-            choice = match choice {
-                None => Some(Slot::Mid),
-                Some(_) => {
-                    let side_room_after_mid = mid_offset_for_len(len);
-                    let mid_room_after_left = mid_room_with(len, self.len(Slot::Right));
-                    Some(if side_room_after_mid > mid_room_after_left {
-                        Slot::Mid
-                    } else {
-                        Slot::Left
-                    })
-                }
-            };
-        }
-        if self.room(Slot::Right) >= len {
-            choice = match choice {
-                None => Some(Slot::Right),
-                Some(Slot::Mid) => {
-                    let side_room_after_mid = mid_offset_for_len(len);
-                    let mid_room_after_right = mid_room_with(self.len(Slot::Left), len);
-                    Some(if mid_room_after_right > side_room_after_mid {
-                        Slot::Right
-                    } else {
-                        Slot::Mid
-                    })
-                }
-                other => other,
-            };
-        }
-        choice
-    }
+    choice
 }
 
 /// The Zircon tri-page pool. See the module docs.
 pub struct TriPagePool {
-    codec: HandleCodec,
-    pages: Vec<TriPage>,
-    vacant_page_ids: Vec<u32>,
+    pages: SlottedPages,
     buckets: IdLists,
     /// Bit `b` is set when bucket `b` has a page.
     non_empty_buckets: u64,
-    counters: Counters,
 }
 
 impl fmt::Debug for TriPagePool {
@@ -180,7 +144,7 @@ impl fmt::Debug for TriPagePool {
                 "non_empty_buckets",
                 &format_args!("{:#018x}", self.non_empty_buckets),
             )
-            .field("stats", &self.counters.snapshot())
+            .field("stats", &self.pages.stats())
             .finish_non_exhaustive()
     }
 }
@@ -195,20 +159,17 @@ impl TriPagePool {
     /// An empty pool.
     pub fn new() -> TriPagePool {
         TriPagePool {
-            codec: HandleCodec::new(PoolKind::TriPage),
-            pages: Vec::new(),
-            vacant_page_ids: Vec::new(),
+            pages: SlottedPages::new(PoolKind::TriPage),
             buckets: IdLists::new(BUCKETS),
             non_empty_buckets: 0,
-            counters: Counters::default(),
         }
     }
 
     /// Files a non-full, non-empty page under its largest free slot.
     fn insert_into_bucket(&mut self, id: u32) {
-        let page = &self.pages[id as usize];
-        debug_assert!(!page.is_full() && !page.is_empty());
-        let bucket = page.largest_room() / BUCKET_BYTES - 1;
+        let page = self.pages.page(id);
+        debug_assert!(!is_full(page) && !page.is_empty());
+        let bucket = largest_room(page) / BUCKET_BYTES - 1;
         self.buckets.push(bucket, id);
         self.non_empty_buckets |= 1 << bucket;
     }
@@ -234,45 +195,6 @@ impl TriPagePool {
         self.remove_from_bucket(id);
         Some(id)
     }
-
-    fn new_page(&mut self) -> u32 {
-        self.counters.pages_added(1);
-        let memory = Some(vec![0u8; PAGE_SIZE].into_boxed_slice());
-        match self.vacant_page_ids.pop() {
-            Some(id) => {
-                self.pages[id as usize].memory = memory;
-                id
-            }
-            None => {
-                self.pages.push(TriPage {
-                    memory,
-                    lens: [0; 3],
-                    generations: [Generation::FIRST; 3],
-                });
-                self.counters.metadata_grew(size_of::<TriPage>());
-                (self.pages.len() - 1) as u32
-            }
-        }
-    }
-
-    /// Validates `handle`; returns the page id and slot of a live blob.
-    fn resolve(&self, handle: Handle) -> Result<(u32, Slot)> {
-        let decoded = self.codec.decode(handle)?;
-        let slot = Slot::from_tag(decoded.slot).ok_or_else(|| self.codec.foreign(handle))?;
-        let page = self
-            .pages
-            .get(decoded.index as usize)
-            .ok_or_else(|| self.codec.foreign(handle))?;
-        if page.memory.is_none()
-            || page.len(slot) == 0
-            || page.generations[slot as usize] != decoded.generation
-        {
-            return Err(PoolError::StaleHandle {
-                raw: handle.to_raw(),
-            });
-        }
-        Ok((decoded.index, slot))
-    }
 }
 
 impl Pool for TriPagePool {
@@ -285,54 +207,35 @@ impl Pool for TriPagePool {
         crate::error::check_blob_len(len)?;
         let (id, slot) = match self.take_page_that_fits(len) {
             Some(id) => {
-                let slot = self.pages[id as usize].select_slot(len);
+                let slot = select_slot(self.pages.page(id), len);
                 debug_assert!(slot.is_some(), "bucket {id} promised room for {len} bytes");
                 (id, slot.unwrap_or(Slot::Left))
             }
-            None => (self.new_page(), Slot::Left),
+            None => (self.pages.new_page(), Slot::Left),
         };
-        let page = &mut self.pages[id as usize];
-        page.lens[slot as usize] = len as u16;
-        let generation = page.generations[slot as usize].next();
-        page.generations[slot as usize] = generation;
-        let offset = TriPage::offset(slot, len);
-        if let Some(memory) = page.memory.as_mut() {
-            memory[offset..offset + len].copy_from_slice(blob);
-        }
-        if !page.is_full() {
+        let handle = self
+            .pages
+            .put(id, slot as usize, offset(slot as usize, len), blob);
+        if !is_full(self.pages.page(id)) {
             self.insert_into_bucket(id);
         }
-        self.counters.object_stored(len);
-        Ok(self.codec.encode(id, slot as u8, generation))
+        Ok(handle)
     }
 
     fn get(&self, handle: Handle) -> Result<&[u8]> {
-        let (id, slot) = self.resolve(handle)?;
-        let page = &self.pages[id as usize];
-        let len = page.len(slot);
-        let offset = TriPage::offset(slot, len);
-        let memory = page.memory.as_deref().ok_or(PoolError::StaleHandle {
-            raw: handle.to_raw(),
-        })?;
-        Ok(&memory[offset..offset + len])
+        self.pages
+            .blob(handle, |page, slot| offset(slot, page.len(slot)))
     }
 
     fn free(&mut self, handle: Handle) -> Result<usize> {
-        let (id, slot) = self.resolve(handle)?;
+        let (id, slot) = self.pages.resolve(handle)?;
         self.remove_from_bucket(id);
-        let page = &mut self.pages[id as usize];
-        let len = page.len(slot);
-        page.lens[slot as usize] = 0;
-        if page.is_empty() {
-            page.memory = None;
-            self.vacant_page_ids.push(id);
-            self.counters.pages_released(1);
-        } else if !page.is_full() {
-            // Still full is possible: a small side blob freed next to a large
-            // middle blob leaves less than a bucket of room.
+        let (len, released) = self.pages.clear(id, slot);
+        // Still full is possible: a small side blob freed next to a large
+        // middle blob leaves less than a bucket of room.
+        if !released && !is_full(self.pages.page(id)) {
             self.insert_into_bucket(id);
         }
-        self.counters.object_freed(len);
         Ok(len)
     }
 
@@ -341,34 +244,18 @@ impl Pool for TriPagePool {
     }
 
     fn stats(&self) -> PoolStats {
-        self.counters.snapshot()
+        self.pages.stats()
     }
 
     fn classes(&self) -> Vec<ClassStats> {
-        let mut rows: BTreeMap<u32, ClassStats> = BTreeMap::new();
-        for (id, page) in self.pages.iter().enumerate() {
-            if page.memory.is_none() {
-                continue;
-            }
-            let class_size = self
-                .buckets
-                .list_of(id as u32)
-                .map_or(0, |bucket| ((bucket + 1) * BUCKET_BYTES) as u32);
-            let row = rows.entry(class_size).or_insert_with(|| ClassStats {
-                class_size,
-                fullness: [0; 11],
-                objects_allocated: 0,
-                objects_used: 0,
-                pages_used: 0,
-                pages_per_span: 1,
-                freeable_pages: 0,
-            });
-            row.fullness[fullness_column(page.used_bytes(), PAGE_SIZE as u64)] += 1;
-            row.objects_allocated += 3;
-            row.objects_used += page.lens.iter().filter(|&&len| len != 0).count() as u64;
-            row.pages_used += 1;
-        }
-        rows.into_values().collect()
+        self.pages.classes(
+            |id| {
+                self.buckets
+                    .list_of(id)
+                    .map_or(0, |bucket| ((bucket + 1) * BUCKET_BYTES) as u32)
+            },
+            |_| 3,
+        )
     }
 }
 

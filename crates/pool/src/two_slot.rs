@@ -16,15 +16,12 @@
 //! (`free_chunks * 64`), plus a row with `class_size` 0 for pages without a
 //! free buddy (both buddies used, or a dedicated page).
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::mem::size_of;
 
-use crate::handle::{Generation, HandleCodec};
 use crate::lists::IdLists;
-use crate::stats::{fullness_column, Counters};
+use crate::slotted::{SlottedPage, SlottedPages};
 use crate::PAGE_SIZE;
-use crate::{ClassStats, CompactStats, Handle, Pool, PoolError, PoolKind, PoolStats, Result};
+use crate::{ClassStats, CompactStats, Handle, Pool, PoolKind, PoolStats, Result};
 
 /// `NCHUNKS_ORDER`: pages are split into 2^6 chunks.
 const CHUNK_BYTES: usize = PAGE_SIZE >> 6;
@@ -35,74 +32,40 @@ const MAX_BUDDY_BYTES: usize = PAGE_SIZE - 2 * CHUNK_BYTES;
 
 const _: () = assert!(BUDDY_CHUNKS == 63 && MAX_BUDDY_BYTES == 3968);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Bud {
-    First = 0,
-    Last = 1,
-    /// A whole page for a blob zbud would have rejected.
-    Dedicated = 2,
-}
-
-impl Bud {
-    fn from_tag(tag: u8) -> Option<Bud> {
-        match tag {
-            0 => Some(Bud::First),
-            1 => Some(Bud::Last),
-            2 => Some(Bud::Dedicated),
-            _ => None,
-        }
-    }
-}
+/// Slot numbers in a page.
+const FIRST: usize = 0;
+const LAST: usize = 1;
+/// A whole page for a blob zbud would have rejected.
+const DEDICATED: usize = 2;
 
 fn chunks_for(len: usize) -> usize {
     len.div_ceil(CHUNK_BYTES)
 }
 
-/// Per-page record (zbud's `struct zbud_header`, kept outside the page).
-struct BudPage {
-    /// `None` while the page id is free for reuse.
-    memory: Option<Box<[u8]>>,
-    /// Blob length per [`Bud`]; 0 means free.
-    lens: [u16; 3],
-    generations: [Generation; 3],
+fn free_chunks(page: &SlottedPage) -> usize {
+    BUDDY_CHUNKS - chunks_for(page.len(FIRST)) - chunks_for(page.len(LAST))
 }
 
-impl BudPage {
-    fn len(&self, bud: Bud) -> usize {
-        usize::from(self.lens[bud as usize])
-    }
-
-    fn free_chunks(&self) -> usize {
-        BUDDY_CHUNKS - chunks_for(self.len(Bud::First)) - chunks_for(self.len(Bud::Last))
-    }
-
-    fn is_empty(&self) -> bool {
-        self.lens == [0; 3]
-    }
-
-    fn offset(&self, bud: Bud) -> usize {
-        match bud {
-            Bud::First => CHUNK_BYTES,
-            Bud::Last => PAGE_SIZE - chunks_for(self.len(Bud::Last)) * CHUNK_BYTES,
-            Bud::Dedicated => 0,
-        }
+/// Where the blob of `bud` starts: after the header, right-justified, or at 0.
+fn offset(page: &SlottedPage, bud: usize) -> usize {
+    match bud {
+        FIRST => CHUNK_BYTES,
+        LAST => PAGE_SIZE - chunks_for(page.len(LAST)) * CHUNK_BYTES,
+        _ => 0,
     }
 }
 
 /// The zbud pool. See the module docs.
 pub struct TwoSlotPool {
-    codec: HandleCodec,
-    pages: Vec<BudPage>,
-    vacant_page_ids: Vec<u32>,
+    pages: SlottedPages,
     /// List `n` holds pages with one free buddy and `n` free chunks.
     unbuddied: IdLists,
-    counters: Counters,
 }
 
 impl fmt::Debug for TwoSlotPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TwoSlotPool")
-            .field("stats", &self.counters.snapshot())
+            .field("stats", &self.pages.stats())
             .finish_non_exhaustive()
     }
 }
@@ -117,63 +80,22 @@ impl TwoSlotPool {
     /// An empty pool.
     pub fn new() -> TwoSlotPool {
         TwoSlotPool {
-            codec: HandleCodec::new(PoolKind::TwoSlot),
-            pages: Vec::new(),
-            vacant_page_ids: Vec::new(),
+            pages: SlottedPages::new(PoolKind::TwoSlot),
             unbuddied: IdLists::new(BUDDY_CHUNKS),
-            counters: Counters::default(),
-        }
-    }
-
-    fn new_page(&mut self) -> u32 {
-        self.counters.pages_added(1);
-        let memory = Some(vec![0u8; PAGE_SIZE].into_boxed_slice());
-        match self.vacant_page_ids.pop() {
-            Some(id) => {
-                self.pages[id as usize].memory = memory;
-                id
-            }
-            None => {
-                self.pages.push(BudPage {
-                    memory,
-                    lens: [0; 3],
-                    generations: [Generation::FIRST; 3],
-                });
-                self.counters.metadata_grew(size_of::<BudPage>());
-                (self.pages.len() - 1) as u32
-            }
         }
     }
 
     /// `zbud_alloc`'s search: the first unbuddied page with enough chunks,
     /// and which of its buddies is free.
-    fn take_unbuddied(&mut self, chunks: usize) -> Option<(u32, Bud)> {
+    fn take_unbuddied(&mut self, chunks: usize) -> Option<(u32, usize)> {
         let id = (chunks..BUDDY_CHUNKS).find_map(|free| self.unbuddied.newest(free))?;
         self.unbuddied.remove(id);
-        let bud = if self.pages[id as usize].len(Bud::First) == 0 {
-            Bud::First
+        let bud = if self.pages.page(id).len(FIRST) == 0 {
+            FIRST
         } else {
-            Bud::Last
+            LAST
         };
         Some((id, bud))
-    }
-
-    fn resolve(&self, handle: Handle) -> Result<(u32, Bud)> {
-        let decoded = self.codec.decode(handle)?;
-        let bud = Bud::from_tag(decoded.slot).ok_or_else(|| self.codec.foreign(handle))?;
-        let page = self
-            .pages
-            .get(decoded.index as usize)
-            .ok_or_else(|| self.codec.foreign(handle))?;
-        if page.memory.is_none()
-            || page.len(bud) == 0
-            || page.generations[bud as usize] != decoded.generation
-        {
-            return Err(PoolError::StaleHandle {
-                raw: handle.to_raw(),
-            });
-        }
-        Ok((decoded.index, bud))
     }
 }
 
@@ -186,54 +108,38 @@ impl Pool for TwoSlotPool {
         let len = blob.len();
         crate::error::check_blob_len(len)?;
         let (id, bud) = if len > MAX_BUDDY_BYTES {
-            (self.new_page(), Bud::Dedicated)
+            (self.pages.new_page(), DEDICATED)
         } else {
             match self.take_unbuddied(chunks_for(len)) {
                 Some(found) => found,
-                None => (self.new_page(), Bud::First),
+                None => (self.pages.new_page(), FIRST),
             }
         };
-        let page = &mut self.pages[id as usize];
-        page.lens[bud as usize] = len as u16;
-        let generation = page.generations[bud as usize].next();
-        page.generations[bud as usize] = generation;
-        let offset = page.offset(bud);
-        if let Some(memory) = page.memory.as_mut() {
-            memory[offset..offset + len].copy_from_slice(blob);
+        // The last buddy is right-justified, so its offset depends on its length.
+        let start = match bud {
+            LAST => PAGE_SIZE - chunks_for(len) * CHUNK_BYTES,
+            other => offset(self.pages.page(id), other),
+        };
+        let handle = self.pages.put(id, bud, start, blob);
+        let page = self.pages.page(id);
+        if bud != DEDICATED && (page.len(FIRST) == 0 || page.len(LAST) == 0) {
+            self.unbuddied.push(free_chunks(page), id);
         }
-        if bud != Bud::Dedicated && (page.len(Bud::First) == 0 || page.len(Bud::Last) == 0) {
-            let free = page.free_chunks();
-            self.unbuddied.push(free, id);
-        }
-        self.counters.object_stored(len);
-        Ok(self.codec.encode(id, bud as u8, generation))
+        Ok(handle)
     }
 
     fn get(&self, handle: Handle) -> Result<&[u8]> {
-        let (id, bud) = self.resolve(handle)?;
-        let page = &self.pages[id as usize];
-        let offset = page.offset(bud);
-        let memory = page.memory.as_deref().ok_or(PoolError::StaleHandle {
-            raw: handle.to_raw(),
-        })?;
-        Ok(&memory[offset..offset + page.len(bud)])
+        self.pages.blob(handle, offset)
     }
 
     fn free(&mut self, handle: Handle) -> Result<usize> {
-        let (id, bud) = self.resolve(handle)?;
+        let (id, bud) = self.pages.resolve(handle)?;
         self.unbuddied.remove(id);
-        let page = &mut self.pages[id as usize];
-        let len = page.len(bud);
-        page.lens[bud as usize] = 0;
-        if page.is_empty() {
-            page.memory = None;
-            self.vacant_page_ids.push(id);
-            self.counters.pages_released(1);
-        } else {
-            let free = page.free_chunks();
+        let (len, released) = self.pages.clear(id, bud);
+        if !released {
+            let free = free_chunks(self.pages.page(id));
             self.unbuddied.push(free, id);
         }
-        self.counters.object_freed(len);
         Ok(len)
     }
 
@@ -242,35 +148,18 @@ impl Pool for TwoSlotPool {
     }
 
     fn stats(&self) -> PoolStats {
-        self.counters.snapshot()
+        self.pages.stats()
     }
 
     fn classes(&self) -> Vec<ClassStats> {
-        let mut rows: BTreeMap<u32, ClassStats> = BTreeMap::new();
-        for (id, page) in self.pages.iter().enumerate() {
-            if page.memory.is_none() {
-                continue;
-            }
-            let class_size = self
-                .unbuddied
-                .list_of(id as u32)
-                .map_or(0, |free| (free * CHUNK_BYTES) as u32);
-            let row = rows.entry(class_size).or_insert_with(|| ClassStats {
-                class_size,
-                fullness: [0; 11],
-                objects_allocated: 0,
-                objects_used: 0,
-                pages_used: 0,
-                pages_per_span: 1,
-                freeable_pages: 0,
-            });
-            let used_bytes: u64 = page.lens.iter().map(|&len| u64::from(len)).sum();
-            row.fullness[fullness_column(used_bytes, PAGE_SIZE as u64)] += 1;
-            row.objects_allocated += if page.len(Bud::Dedicated) != 0 { 1 } else { 2 };
-            row.objects_used += page.lens.iter().filter(|&&len| len != 0).count() as u64;
-            row.pages_used += 1;
-        }
-        rows.into_values().collect()
+        self.pages.classes(
+            |id| {
+                self.unbuddied
+                    .list_of(id)
+                    .map_or(0, |free| (free * CHUNK_BYTES) as u32)
+            },
+            |page| if page.len(DEDICATED) != 0 { 1 } else { 2 },
+        )
     }
 }
 
@@ -284,9 +173,9 @@ mod tests {
         let first = pool.store(&[1u8; 1000]).unwrap();
         let last = pool.store(&[2u8; 2000]).unwrap();
         assert_eq!(pool.stats().pages, 1);
-        let page = &pool.pages[0];
-        assert_eq!(page.offset(Bud::First), 64);
-        assert_eq!(page.offset(Bud::Last), PAGE_SIZE - 32 * 64);
+        let page = pool.pages.page(0);
+        assert_eq!(offset(page, FIRST), 64);
+        assert_eq!(offset(page, LAST), PAGE_SIZE - 32 * 64);
         assert_eq!(pool.get(first).unwrap(), &[1u8; 1000][..]);
         assert_eq!(pool.get(last).unwrap(), &[2u8; 2000][..]);
         // A third blob needs a new page: at most two per page.
