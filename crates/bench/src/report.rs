@@ -44,6 +44,8 @@ pub struct BenchResult {
     pub faults: u64,
     /// faults / touches.
     pub fault_share: f64,
+    /// Share of the second half's touches that faulted (after warm-up).
+    pub steady_fault_share: f64,
     /// Data size.
     pub size_bytes: u64,
     /// Resident budget (region budget or cgroup limit).
@@ -92,6 +94,11 @@ impl BenchResult {
                 0.0
             } else {
                 outcome.faults as f64 / touches as f64
+            },
+            steady_fault_share: if touches < 2 {
+                0.0
+            } else {
+                outcome.faults_second_half as f64 / (touches - touches / 2) as f64
             },
             size_bytes: spec.size_bytes,
             budget_bytes,
@@ -304,6 +311,7 @@ mod tests {
             compressed_bytes: 10 << 20,
             faults: 100,
             fault_share: 0.1,
+            steady_fault_share: 0.05,
             size_bytes: 400 << 20,
             budget_bytes: 100 << 20,
             fill_s: 1.0,
