@@ -19,6 +19,11 @@
 //! A fault that follows the program's madvise starts after the read, waits
 //! for step 3, and finds the page EMPTY: zeros.
 //!
+//! This thread never blocks on a lock another zpage thread may hold while
+//! it waits for events to be read (the reclaim lock is only try-locked): a
+//! thread whose install gets `EAGAIN` spins until this thread reads the
+//! pending event, so this thread must always get back to reading.
+//!
 //! `munmap` (and `mmap(MAP_FIXED)` over the region, `mremap` shrinking it)
 //! raise `UFFD_EVENT_UNMAP`: the range's data is freed and the region is
 //! marked unmapped (API calls return `RegionError::Unmapped`; `Drop` leaves
@@ -170,10 +175,13 @@ pub fn run(inner: Arc<Inner>) {
                 }
             }
         }
+        // Never block on the reclaim lock: its holder may be spinning on an
+        // install that waits for this thread to read the next event.
         if !stale.is_empty() {
-            let _g = inner.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner());
-            for page in stale.drain(..) {
-                inner.drop_stale_copy(page);
+            if let Ok(_g) = inner.reclaim_lock.try_lock() {
+                for page in stale.drain(..) {
+                    inner.drop_stale_copy(page);
+                }
             }
         }
     }

@@ -28,9 +28,8 @@ extern "C" fn prepare() {
         if inner.owner_pid != pid {
             return;
         }
-        inner.fork_pause.store(true, Ordering::SeqCst);
-        // Wait for a round in progress to finish; later rounds see the pause.
-        drop(inner.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner()));
+        // No eviction can start after this returns.
+        inner.pause(&inner.fork_pause);
         let _ = crate::region::restore_all(inner);
     });
 }

@@ -235,12 +235,39 @@ pub struct Inner {
     pub fork_pause: AtomicBool,
     /// Set by `restore_all`: no eviction until `resume_eviction`.
     pub hold: AtomicBool,
+    /// Evictions in flight; with `paused()` a Dekker pair, so whoever sets a
+    /// pause and then waits for this to reach zero knows no eviction can
+    /// start after it (without taking a lock: `restore_all` may run in a
+    /// signal handler).
+    pub evicting: AtomicUsize,
 }
 
 impl Inner {
     /// Eviction is paused (fork in progress, or `restore_all`).
     pub fn paused(&self) -> bool {
         self.fork_pause.load(Ordering::SeqCst) || self.hold.load(Ordering::SeqCst)
+    }
+
+    /// Announces an eviction; false (and nothing announced) if paused.
+    pub fn begin_evict(&self) -> bool {
+        self.evicting.fetch_add(1, Ordering::SeqCst);
+        if self.paused() {
+            self.evicting.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    pub fn end_evict(&self) {
+        self.evicting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Sets a pause flag and waits until no eviction is in flight.
+    pub fn pause(&self, flag: &AtomicBool) {
+        flag.store(true, Ordering::SeqCst);
+        while self.evicting.load(Ordering::SeqCst) != 0 {
+            sys::yield_now();
+        }
     }
 
     pub fn admits_empty(&self) -> bool {

@@ -48,10 +48,21 @@ pub enum Evict {
     NoSlot,
     /// Events pending or other transient error: try later.
     Retry,
+    /// Eviction is paused (fork, restore_all).
+    Paused,
 }
 
 /// Moves one resident page into staging. Caller holds `reclaim_lock`.
 pub fn evict_one(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
+    if !inner.begin_evict() {
+        return Evict::Paused;
+    }
+    let r = evict_one_inner(inner, page, hint);
+    inner.end_evict();
+    r
+}
+
+fn evict_one_inner(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
     let st = &inner.state[page];
     let s = st.load(Ordering::Acquire);
     if tag(s) != RESIDENT || pins(s) != 0 {
@@ -464,6 +475,11 @@ impl Reclaimer {
                     self.inactive.push_back(AdmitRing::encode(page, g, false));
                 }
                 Evict::Skipped => {}
+                Evict::Paused => {
+                    let g = inner.gen[page].load(Ordering::Acquire);
+                    self.inactive.push_front(AdmitRing::encode(page, g, false));
+                    break;
+                }
             }
         }
         self.refill_victims();

@@ -199,6 +199,7 @@ impl Region {
             event_seq: AtomicU64::new(0),
             installs: AtomicUsize::new(0),
             fork_pause: AtomicBool::new(false),
+            evicting: AtomicUsize::new(0),
             hold: AtomicBool::new(false),
             region,
             staging,
@@ -508,14 +509,7 @@ impl Region {
     /// then stays fully resident, over its budget if need be, until
     /// [`Region::resume_eviction`]. Async-signal-safe.
     pub fn restore_all(&self) -> Result<(), RegionError> {
-        self.inner.hold.store(true, Ordering::SeqCst);
-        // Wait out a round in progress (it checks `hold` at its start).
-        drop(
-            self.inner
-                .reclaim_lock
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        self.inner.pause(&self.inner.hold);
         restore_all(&self.inner).map_err(|e| RegionError::sys("restore", e))
     }
 

@@ -43,6 +43,13 @@ fn evict_all(region: &Region) {
 
 #[test]
 fn fork_child_sees_evicted_pages() {
+    // fork() hooks act on every region of the process: run this in a child
+    // process so it does not pause the regions of tests running alongside.
+    if !is_child() {
+        let status = run_child("fork_child_sees_evicted_pages");
+        assert!(status.success(), "{status:?}");
+        return;
+    }
     let region = small_region(16, 4);
     fill(&region);
     evict_all(&region);
@@ -481,4 +488,67 @@ fn handler_thread_mode_serves_syscalls() {
         libc::close(fds[1]);
     }
     assert_eq!(check(&region), 0);
+}
+
+#[test]
+fn fork_while_other_threads_fault_and_discard() {
+    if !is_child() {
+        let status = run_child("fork_while_other_threads_fault_and_discard");
+        assert!(status.success(), "{status:?}");
+        return;
+    }
+    let region = std::sync::Arc::new(small_region(4, 1));
+    fill(&region);
+    let pages = region.len() / PAGE_SIZE;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let workers: Vec<_> = (0..2)
+        .map(|t| {
+            let (region, stop) = (region.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(99 + t);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let p = rng.below(pages);
+                    match rng.below(20) {
+                        0 => {
+                            let _ = region.advise_cold(p * PAGE_SIZE, PAGE_SIZE);
+                        }
+                        1 => {
+                            // SAFETY: discarding one page of the region's own mapping.
+                            unsafe {
+                                libc::madvise(
+                                    region.as_ptr().add(p * PAGE_SIZE).cast(),
+                                    PAGE_SIZE,
+                                    libc::MADV_DONTNEED,
+                                )
+                            };
+                        }
+                        _ => {
+                            // Either the pattern or, after a discard, zeros.
+                            let v = read(&region, p, 0);
+                            if v != pattern(p, 0) && v != 0 {
+                                eprintln!("page {p}: {v:#x}");
+                                std::process::exit(3);
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for _ in 0..50 {
+        // SAFETY: the child exits at once.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: _exit in the child.
+            unsafe { libc::_exit(0) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in workers {
+        w.join().expect("worker");
+    }
+    std::process::exit(0);
 }

@@ -71,13 +71,25 @@ impl Rng {
 
 /// Runs the test named `name` of this test binary in a child process with
 /// `ZPAGE_CHILD=1`, returning its exit status.
+/// A child that does not finish within 60 s is killed and reported as hung.
 pub fn run_child(name: &str) -> std::process::ExitStatus {
     let exe = std::env::current_exe().expect("test binary");
-    std::process::Command::new(exe)
+    let mut child = std::process::Command::new(exe)
         .args([name, "--exact", "--nocapture", "--test-threads=1"])
         .env("ZPAGE_CHILD", "1")
-        .status()
-        .expect("spawn child")
+        .spawn()
+        .expect("spawn child");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait child") {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("child test {name} hung (killed after 60 s)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 pub fn is_child() -> bool {
