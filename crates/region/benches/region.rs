@@ -81,5 +81,44 @@ fn bench_random_touch(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_random_touch);
+/// End-to-end latency of faulting touches (signal delivery included), as
+/// the program sees it: uniform random reads over a region four times its
+/// budget; prints percentiles of the touches that faulted.
+fn fault_latency_distribution(c: &mut Criterion) {
+    let region = Region::new(RegionConfig::new(256 * MIB, 64 * MIB)).expect("region");
+    fill(&region);
+    let pages = region.len() / PAGE_SIZE;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut lat = Vec::with_capacity(400_000);
+    for i in 0..600_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let p = (x % pages as u64) as usize;
+        let f0 = region.fault_count();
+        let t0 = Instant::now();
+        black_box(word(&region, p, 7).load(Ordering::Relaxed));
+        let ns = t0.elapsed().as_nanos() as u64;
+        if i >= 200_000 && region.fault_count() != f0 {
+            lat.push(ns);
+        }
+    }
+    lat.sort_unstable();
+    let q = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+    eprintln!(
+        "faulting touches (SIGBUS mode, 4x budget, uniform reads): n {} p50 {} ns p90 {} ns p99 {} ns p99.9 {} ns max {} ns",
+        lat.len(),
+        q(0.5),
+        q(0.9),
+        q(0.99),
+        q(0.999),
+        lat[lat.len() - 1]
+    );
+    // A token measurement so criterion has something to run.
+    c.bench_function("fault_count_read", |b| {
+        b.iter(|| black_box(region.fault_count()))
+    });
+}
+
+criterion_group!(benches, bench_random_touch, fault_latency_distribution);
 criterion_main!(benches);
