@@ -101,7 +101,7 @@
 //!
 //! | hazard | behaviour | test |
 //! |---|---|---|
-//! | `fork()` | atfork hook restores every page before the fork: the child gets full contents; the parent re-takes exclusivity on `EBUSY` | `hazards::fork_child_sees_evicted_pages` |
+//! | `fork()` | atfork hook pauses eviction (lock-free) and restores every page before the fork: the child gets full contents; the parent re-takes exclusivity on `EBUSY` with a locked add of zero | `hazards::fork_child_sees_evicted_pages`, `hazards::fork_while_other_threads_fault_and_discard` |
 //! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them, and pages present at the event are marked so the reclaimer cannot carry their old contents past the zap (see `event.rs`); reads give zeros | `hazards::dontneed_reads_zeros`, `hazards::dontneed_races_with_faults` |
 //! | `munmap` of a live region | `EVENT_UNMAP`: compressed data freed; API calls return `Unmapped`; `Drop` leaves the range alone | `hazards::munmap_frees_and_refuses` |
 //! | `mremap` | refused: `EVENT_REMAP` marks the region unmapped; an evicted page touched at the new address kills the process with SIGBUS (never wrong bytes) | `hazards::mremap_is_refused` |
@@ -112,6 +112,28 @@
 //! | syscalls on evicted pages (SIGBUS mode) | `EFAULT`, so `prefault`/`pin` first | `hazards::syscall_needs_prefault` |
 //! | chaining | foreign SIGBUS reaches the previous handler | `hazards::foreign_sigbus_is_chained` |
 //! | latency-sensitive ranges | `pin`/`unpin`: never evicted, touches never fault; at most half the budget | `hazards::pin_keeps_pages_resident` |
+//!
+//! # Unsafe code
+//!
+//! `unsafe` lives in `sys` (system calls, ioctls, the mappings), `signal`
+//! (the handler, its table, chaining), `slots` (the preallocated workers)
+//! and `fork` (registering the atfork hooks); every block has a `SAFETY`
+//! comment. The rest of the crate is `deny(unsafe_code)`.
+//!
+//! # Not done
+//!
+//! - x86-64 only: the handler reads the page-fault error code (write vs
+//!   protection fault) from the signal context, and the fork path uses a
+//!   locked add; other architectures would treat every fault as a write.
+//! - Eviction MOVEs one page per ioctl (victims are scattered); contiguous
+//!   runs are not batched yet, so each eviction costs a TLB flush.
+//! - `mprotect`ed (read-only) parts of a region cannot be MOVEd; they are
+//!   skipped, not evicted by copy.
+//! - `mremap` of a region is refused rather than followed.
+//! - A program that closes the region's uffd reads zeros for evicted pages
+//!   from then on (detected, not prevented).
+//! - The hard-limit wait is bounded at 100 ms; past it a fault proceeds over
+//!   the budget rather than stall (e.g. when most of the budget is pinned).
 #![deny(unsafe_code)]
 
 mod config;
