@@ -209,6 +209,8 @@ pub struct Inner {
     pub staged: AtomicUsize,
     pub pinned: AtomicUsize,
     pub kick: AtomicU32,
+    /// The reclaimer is (about to be) asleep on `kick`.
+    pub reclaimer_idle: AtomicBool,
     /// Futex word the reclaimer bumps when it made room under the budget.
     pub room: AtomicU32,
     /// Faults waiting on `room`.
@@ -457,9 +459,14 @@ impl Inner {
         }
     }
 
+    /// Wakes the reclaimer. The futex syscall is made only when it sleeps
+    /// (`reclaimer_idle`): the counter bump alone makes its next wait return
+    /// at once, so a busy reclaimer costs the fault path no system call.
     pub fn kick_reclaimer(&self) {
-        self.kick.fetch_add(1, Ordering::Release);
-        sys::futex_wake(&self.kick);
+        self.kick.fetch_add(1, Ordering::SeqCst);
+        if self.reclaimer_idle.load(Ordering::SeqCst) {
+            sys::futex_wake(&self.kick);
+        }
     }
 
     fn admitted(&self, page: usize, activate: bool) {

@@ -498,7 +498,7 @@ impl Reclaimer {
             let kick = self.inner.kick.load(Ordering::Acquire);
             let resident = self.inner.resident.load(Ordering::Acquire);
             if self.inner.paused() {
-                sys::futex_wait(&self.inner.kick, kick, 2_000_000);
+                self.sleep(kick);
                 continue;
             }
             if resident > self.inner.high_pages
@@ -513,8 +513,18 @@ impl Reclaimer {
                 let _g = inner.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner());
                 self.drain();
             }
-            sys::futex_wait(&self.inner.kick, kick, 2_000_000);
+            self.sleep(kick);
         }
+    }
+
+    /// Sleeps until kicked (or 2 ms). `reclaimer_idle` is set before the
+    /// counter is re-checked by the futex, so a kick either sees the flag
+    /// and wakes us, or bumped the counter before our wait, which then
+    /// returns at once.
+    fn sleep(&self, seen: u32) {
+        self.inner.reclaimer_idle.store(true, Ordering::SeqCst);
+        sys::futex_wait(&self.inner.kick, seen, 2_000_000);
+        self.inner.reclaimer_idle.store(false, Ordering::SeqCst);
     }
 
     fn kicked(&self, seen: u32) -> bool {

@@ -188,6 +188,7 @@ impl Region {
             pinned: AtomicUsize::new(0),
             kick: AtomicU32::new(0),
             room: AtomicU32::new(0),
+            reclaimer_idle: AtomicBool::new(false),
             room_waiters: AtomicU32::new(0),
             stop: AtomicBool::new(false),
             counters: Counters::default(),
