@@ -246,8 +246,16 @@ pub fn ratios_table(results: &[BenchResult], zpage_tier: &str) -> String {
     )
 }
 
-/// Hot/cold fault shares: zpage's aging policy against FIFO (and the kernel's LRU).
+/// Hot/cold fault shares: zpage's aging policy against FIFO (and the kernel's
+/// LRU), over the whole phase and over its second half (after warm-up); the
+/// last column divides each tier's share by FIFO's on the same phase.
 pub fn fault_share_table(results: &[BenchResult]) -> String {
+    let fifo_share = |r: &BenchResult| {
+        results
+            .iter()
+            .find(|f| f.tier == "zpage-fifo" && f.workload == r.workload && f.pattern == r.pattern)
+            .map(|f| f.fault_share)
+    };
     let rows: Vec<Vec<String>> = results
         .iter()
         .filter(|r| r.pattern.starts_with("hotcold"))
@@ -259,6 +267,10 @@ pub fn fault_share_table(results: &[BenchResult]) -> String {
                 r.touches.to_string(),
                 r.faults.to_string(),
                 format!("{:.2}%", r.fault_share * 100.0),
+                format!("{:.2}%", r.steady_fault_share * 100.0),
+                fifo_share(r)
+                    .filter(|f| *f > 0.0)
+                    .map_or("-".into(), |f| format!("{:.2}x", r.fault_share / f)),
             ]
         })
         .collect();
@@ -273,6 +285,8 @@ pub fn fault_share_table(results: &[BenchResult]) -> String {
             "touches",
             "faults",
             "faulting share",
+            "second half",
+            "share / FIFO's",
         ],
         &rows,
     )
@@ -350,6 +364,16 @@ mod tests {
         let table = ratios_table(&results, "zpage");
         assert!(table.contains("zram-lz4") && table.contains("2.00x") && table.contains("0.10x"));
         assert!(table.contains("4.00x") && table.contains("0.05x"));
+    }
+
+    #[test]
+    fn fault_shares_are_compared_with_fifo() {
+        let mut zpage = result("zpage", "hotcold-read", 1.0, 1.0);
+        zpage.fault_share = 0.2;
+        let mut fifo = result("zpage-fifo", "hotcold-read", 1.0, 1.0);
+        fifo.fault_share = 0.4;
+        let table = fault_share_table(&[zpage, fifo]);
+        assert!(table.contains("20.00%") && table.contains("0.50x") && table.contains("1.00x"));
     }
 
     #[test]
