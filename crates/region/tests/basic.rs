@@ -41,3 +41,66 @@ fn region_is_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Region>();
 }
+
+fn word(region: &Region, p: usize, w: usize) -> &std::sync::atomic::AtomicU64 {
+    assert!(p * PAGE_SIZE + w * 8 + 8 <= region.len());
+    // SAFETY: in bounds of the region's live mapping, 8-byte aligned.
+    unsafe { &*(region.as_ptr().add(p * PAGE_SIZE + w * 8) as *const std::sync::atomic::AtomicU64) }
+}
+
+#[test]
+fn willneed_restores_ahead_and_cold_compresses_now() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let region = Region::new(RegionConfig::new(8 * MIB, 8 * MIB)).expect("region");
+    for p in 0..256 {
+        word(&region, p, 3).store(fill(p, 7), Relaxed);
+    }
+    region.advise_cold(0, 256 * PAGE_SIZE).expect("cold");
+    let st = region.stats();
+    assert!(st.eager_compressions >= 256, "{st:?}");
+    assert_eq!(st.resident_bytes, 0, "{st:?}");
+    region
+        .advise_willneed(0, 128 * PAGE_SIZE)
+        .expect("willneed");
+    let faults = region.fault_count();
+    for p in 0..128 {
+        assert_eq!(word(&region, p, 3).load(Relaxed), fill(p, 7));
+    }
+    assert_eq!(
+        region.fault_count(),
+        faults,
+        "willneed'ed pages must not fault"
+    );
+    for p in 128..256 {
+        assert_eq!(word(&region, p, 3).load(Relaxed), fill(p, 7));
+    }
+    assert!(region.fault_count() >= faults + 128);
+}
+
+#[test]
+fn pool_limit_keeps_pages_resident_and_correct() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut cfg = RegionConfig::new(8 * MIB, 8 * MIB);
+    cfg.max_pool_bytes = Some(64 * 1024);
+    let region = Region::new(cfg).expect("region");
+    // Incompressible pages: the pool fills after a few dozen.
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let mut want = vec![0u64; 256 * 512];
+    for (i, v) in want.iter_mut().enumerate() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *v = x;
+        word(&region, i / 512, i % 512).store(x, Relaxed);
+    }
+    region.advise_cold(0, 256 * PAGE_SIZE).expect("cold");
+    let st = region.stats();
+    assert!(st.compress_failures > 0, "{st:?}");
+    for (i, v) in want.iter().enumerate() {
+        assert_eq!(
+            word(&region, i / 512, i % 512).load(Relaxed),
+            *v,
+            "word {i}"
+        );
+    }
+}
