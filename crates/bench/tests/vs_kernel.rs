@@ -44,6 +44,7 @@ fn small_vs_kernel_run_measures_and_restores_the_machine() {
         touches: 20_000,
         seed: 5,
         only_phases: vec!["random-read".into(), "hotcold-read".into()],
+        sample_every_ms: 0,
     };
     let swapfile_dir = std::env::temp_dir();
     let mut guard = MachineGuard::take(&swapfile_dir).expect("take the machine");

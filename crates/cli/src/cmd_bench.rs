@@ -48,6 +48,13 @@ pub struct Args {
     /// Kernel tiers for --vs-kernel (comma-separated, e.g. zram-lz4,zswap-lzo). Default: all this machine has.
     #[arg(long = "kernel-tier", value_delimiter = ',')]
     pub kernel_tiers: Vec<String>,
+    /// Run only the phases whose names start with these (comma-separated, e.g.
+    /// random-read,hotcold); all phases when absent.
+    #[arg(long, value_delimiter = ',')]
+    pub phases: Vec<String>,
+    /// Resident-memory sampling period in milliseconds (each sample is a mincore over the data).
+    #[arg(long, default_value_t = zpage_bench::workload::DEFAULT_SAMPLE_EVERY_MS)]
+    pub sample_ms: u64,
     /// Skip the FIFO-aging region that the hot/cold phases are compared with.
     #[arg(long)]
     pub no_fifo: bool,
@@ -199,7 +206,8 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         size_bytes: size,
         touches,
         seed: args.seed,
-        only_phases: vec![],
+        only_phases: args.phases.clone(),
+        sample_every_ms: args.sample_ms,
     };
     let mut specs = Vec::new();
     let mut scratch = Vec::new();
@@ -299,9 +307,20 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         let workload = spec.name();
         // zpage with its aging policy, then FIFO aging on the hot/cold phases for comparison.
         let mut zpage_runs = vec![(zpage.clone(), spec.clone())];
-        if spec.kind == WorkloadKind::Replay && !args.no_fifo {
+        let hot_cold_asked =
+            args.phases.is_empty() || args.phases.iter().any(|p| p.starts_with("hotcold"));
+        if spec.kind == WorkloadKind::Replay && !args.no_fifo && hot_cold_asked {
             let mut hot_cold = spec.clone();
-            hot_cold.only_phases = vec!["hotcold".into()];
+            hot_cold.only_phases = match args
+                .phases
+                .iter()
+                .filter(|p| p.starts_with("hotcold"))
+                .cloned()
+                .collect::<Vec<_>>()
+            {
+                asked if asked.is_empty() => vec!["hotcold".into()],
+                asked => asked,
+            };
             zpage_runs.push((fifo.clone(), hot_cold));
         }
         for (options, spec) in zpage_runs {

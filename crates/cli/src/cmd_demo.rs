@@ -167,6 +167,7 @@ fn demo(args: Args) -> Result<()> {
         touches: 0,
         seed: args.seed,
         only_phases: vec![],
+        sample_every_ms: 0,
     };
     say(format!(
         "zpage demo: a {} data set (log text, pointer-heavy objects, counters, zero and random pages) \
