@@ -27,6 +27,10 @@ pub struct StoreConfig {
     pub pool_shards: usize,
     /// Base unit of the how-long-compressed histogram (Zircon's `pages_decompressed_unit_ns`).
     pub age_unit_ns: u64,
+    /// Keep pages in LRU order (needed by `write_back`, `recompress` and
+    /// `oldest_keys`). A caller that ages pages itself, as a region does,
+    /// turns it off and saves a lock and a tree insert per store.
+    pub track_lru: bool,
     /// A file to write the oldest pages back to, when asked or when the pool
     /// limit is hit (zswap in front of its swap device); `None` keeps
     /// everything in memory and refuses stores at the limit.
@@ -45,6 +49,7 @@ impl Default for StoreConfig {
             accept_threshold_percent: 90,
             pool_shards: 1,
             age_unit_ns: 1_000_000_000,
+            track_lru: true,
             backing: None,
         }
     }
@@ -67,6 +72,11 @@ impl StoreConfig {
         if self.age_unit_ns == 0 {
             return Err(StoreError::InvalidConfig(
                 "age_unit_ns is 0: give the histogram's base unit in nanoseconds".into(),
+            ));
+        }
+        if self.backing.is_some() && !self.track_lru {
+            return Err(StoreError::InvalidConfig(
+                "backing is set but track_lru is off: writeback picks the oldest pages from the LRU, so turn track_lru on".into(),
             ));
         }
         if self.max_pool_bytes == Some(0) {

@@ -5,6 +5,9 @@ use zpage_pool::PoolError;
 /// Errors from the compressed page store.
 #[derive(Debug, Error)]
 pub enum StoreError {
+    /// The page is in the backing file and the caller asked not to block on I/O.
+    #[error("page {0} is in the backing file: load it with Store::load outside a signal handler")]
+    WouldBlock(u64),
     /// No page is stored under this key.
     #[error("no page stored under key {0}")]
     NotFound(u64),

@@ -9,7 +9,7 @@
 
 use crate::stats::{CompressionTrigger, Contents, Counters, StoreStats};
 use crate::{Result, StoreConfig, StoreError};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
@@ -202,6 +202,16 @@ impl std::fmt::Debug for Store {
             .field("id", &self.id)
             .field("config", &self.config)
             .finish_non_exhaustive()
+    }
+}
+
+/// A read lock taken by spinning on `try_read`, never by parking.
+fn spin_read<T: ?Sized>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    loop {
+        if let Some(guard) = lock.try_read() {
+            return guard;
+        }
+        std::hint::spin_loop();
     }
 }
 
@@ -441,13 +451,16 @@ impl Store {
         let previous = {
             let mut shard = self.table[Self::shard_of(key)].write();
             let previous = shard.insert(key, entry);
-            let mut lru = self.lru.lock();
             // Same-filled pages hold no pool memory: nothing to write back or recompress.
-            if !matches!(location, Location::SameFilled(_)) {
-                lru.insert(entry.lru_seq, key);
-            }
-            if let Some(old) = previous {
-                lru.remove(&old.lru_seq);
+            let listed = !matches!(location, Location::SameFilled(_));
+            if self.config.track_lru && (listed || previous.is_some()) {
+                let mut lru = self.lru.lock();
+                if listed {
+                    lru.insert(entry.lru_seq, key);
+                }
+                if let Some(old) = previous {
+                    lru.remove(&old.lru_seq);
+                }
             }
             previous
         };
@@ -494,11 +507,27 @@ impl Store {
         }
     }
 
+    fn forget_lru(&self, seq: u64) {
+        if self.config.track_lru {
+            self.lru.lock().remove(&seq);
+        }
+    }
+
+    fn require_lru(&self, operation: &str) -> Result<()> {
+        if self.config.track_lru {
+            Ok(())
+        } else {
+            Err(StoreError::InvalidConfig(format!(
+                "{operation} picks the oldest pages from the LRU, which this store does not keep: set StoreConfig::track_lru"
+            )))
+        }
+    }
+
     /// Removes `key`'s entry from the table and LRU, without touching pool memory.
     fn unlink(&self, key: u64) -> Option<Entry> {
         let mut shard = self.table[Self::shard_of(key)].write();
         let entry = shard.remove(&key)?;
-        self.lru.lock().remove(&entry.lru_seq);
+        self.forget_lru(entry.lru_seq);
         Some(entry)
     }
 
@@ -510,10 +539,21 @@ impl Store {
 
     /// Decodes `location` into `dst`. Caller holds the table shard lock, so the blob cannot be freed meanwhile.
     fn read_location(&self, worker: &mut Worker, location: Location, dst: &mut Page) -> Result<()> {
+        self.read_location_with(worker, location, dst, |lock| lock.read())
+    }
+
+    /// [`Store::read_location`] with the pool shard's read lock taken by `lock_pool`.
+    fn read_location_with<'a>(
+        &'a self,
+        worker: &mut Worker,
+        location: Location,
+        dst: &mut Page,
+        lock_pool: impl Fn(&'a RwLock<Box<dyn Pool>>) -> RwLockReadGuard<'a, Box<dyn Pool>>,
+    ) -> Result<()> {
         match location {
             Location::SameFilled(word) => fill_page(dst, word),
             Location::Raw { shard, handle } => {
-                let pool = self.pools[usize::from(shard)].read();
+                let pool = lock_pool(&self.pools[usize::from(shard)]);
                 dst.copy_from_slice(pool.get(handle)?);
             }
             Location::Compressed {
@@ -522,7 +562,7 @@ impl Store {
                 codec,
                 ..
             } => {
-                let pool = self.pools[usize::from(shard)].read();
+                let pool = lock_pool(&self.pools[usize::from(shard)]);
                 let blob = pool.get(handle)?;
                 let started = Instant::now();
                 let decoded = worker.decoders[usize::from(codec)].decode(blob, dst);
@@ -588,6 +628,33 @@ impl Store {
         Ok(())
     }
 
+    /// [`Store::load`] for a signal handler: it never parks a thread (parking
+    /// may allocate the first time a thread waits) and spins on the read locks
+    /// instead, so a writer on another thread delays it but cannot deadlock it.
+    /// The caller must not be interrupting a thread that holds a store lock.
+    /// Pages in the backing file are refused with [`StoreError::WouldBlock`]:
+    /// reading them is file I/O, which does not belong in a fault handler.
+    pub fn load_without_parking(
+        &self,
+        worker: &mut Worker,
+        key: u64,
+        dst: &mut Page,
+    ) -> Result<()> {
+        self.check_worker(worker)?;
+        let shard = spin_read(&self.table[Self::shard_of(key)]);
+        let Some(entry) = shard.get(&key).copied() else {
+            Counters::add(&self.counters.load_misses, 1);
+            return Err(StoreError::NotFound(key));
+        };
+        if matches!(entry.location, Location::WrittenBack { .. }) {
+            return Err(StoreError::WouldBlock(key));
+        }
+        self.read_location_with(worker, entry.location, dst, spin_read)?;
+        drop(shard);
+        self.count_load(&entry);
+        Ok(())
+    }
+
     /// Copies the page stored under `key` into `dst` and drops it from the store
     /// (zswap's exclusive load). On a decode error the entry stays, for inspection.
     pub fn take(&self, worker: &mut Worker, key: u64, dst: &mut Page) -> Result<()> {
@@ -600,7 +667,7 @@ impl Store {
             };
             self.read_location(worker, entry.location, dst)?;
             shard.remove(&key);
-            self.lru.lock().remove(&entry.lru_seq);
+            self.forget_lru(entry.lru_seq);
             entry
         };
         self.count_load(&entry);
@@ -659,7 +726,8 @@ impl Store {
     }
 
     /// Up to `n` keys of pages in pool memory, least recently stored first
-    /// (writeback and recompression candidates; same-filled pages are not listed).
+    /// (writeback and recompression candidates; same-filled pages are not
+    /// listed). Empty when the store keeps no LRU (`track_lru` off).
     pub fn oldest_keys(&self, n: usize) -> Vec<u64> {
         self.lru.lock().values().take(n).copied().collect()
     }
@@ -672,6 +740,7 @@ impl Store {
     /// alone and its slot freed. On a write error the page stays in memory,
     /// `writeback_fail_count` counts it, and the error is returned.
     pub fn write_back(&self, max_pages: usize) -> Result<usize> {
+        self.require_lru("write_back")?;
         let backing = self.backing.as_ref().ok_or_else(|| {
             StoreError::InvalidConfig(
                 "write_back needs a backing file: set StoreConfig::backing".into(),
@@ -730,7 +799,7 @@ impl Store {
                 match table.get_mut(&key) {
                     Some(entry) if entry.lru_seq == seq && entry.location == location => {
                         entry.location = written_back;
-                        self.lru.lock().remove(&seq);
+                        self.forget_lru(seq);
                         true
                     }
                     _ => false,
@@ -754,6 +823,7 @@ impl Store {
     /// `recompress` does. A page that does not gain is not tried again.
     pub fn recompress(&self, worker: &mut Worker, max_pages: usize) -> Result<RecompressStats> {
         self.check_worker(worker)?;
+        self.require_lru("recompress")?;
         if worker.recompressor.is_none() {
             return Err(StoreError::InvalidConfig(
                 "recompress needs a second codec: set StoreConfig::recompress_codec".into(),

@@ -49,6 +49,9 @@ fn load_neither_allocates_nor_frees() {
             COUNTING.store(true, Ordering::SeqCst);
             for key in 0..100 {
                 store.load(&mut worker, key, &mut out).unwrap();
+                store
+                    .load_without_parking(&mut worker, key, &mut out)
+                    .unwrap();
             }
             COUNTING.store(false, Ordering::SeqCst);
             assert_eq!(ALLOCATIONS.swap(0, Ordering::SeqCst), 0, "{pool} {codec}");

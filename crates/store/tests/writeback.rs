@@ -216,3 +216,57 @@ fn hitting_the_pool_limit_writes_back_instead_of_refusing() {
         assert_eq!(pages::identify(&out), Some((key, 3)));
     }
 }
+
+#[test]
+fn signal_handler_loads_refuse_pages_in_the_file() {
+    let file = TempFile::new("wb-nonblocking");
+    let store = store_with_backing(&file, 1 << 20);
+    let mut worker = store.worker().unwrap();
+    let key = (0..100)
+        .find(|k| {
+            !matches!(
+                store
+                    .store(&mut worker, *k, &pages::page_for(*k, 0))
+                    .unwrap(),
+                StoreOutcome::SameFilled
+            )
+        })
+        .unwrap();
+    let mut out = Box::new([0u8; PAGE_SIZE]);
+    store
+        .load_without_parking(&mut worker, key, &mut out)
+        .unwrap();
+    assert_eq!(pages::identify(&out), Some((key, 0)));
+    store.write_back(1000).unwrap();
+    assert!(
+        matches!(store.load_without_parking(&mut worker, key, &mut out), Err(StoreError::WouldBlock(k)) if k == key)
+    );
+    store.load(&mut worker, key, &mut out).unwrap();
+    assert_eq!(pages::identify(&out), Some((key, 0)));
+}
+
+#[test]
+fn without_an_lru_the_oldest_page_operations_say_what_to_turn_on() {
+    let store = Store::new(StoreConfig {
+        track_lru: false,
+        recompress_codec: Some("zstd".parse().unwrap()),
+        ..StoreConfig::default()
+    })
+    .unwrap();
+    let mut worker = store.worker().unwrap();
+    store.store(&mut worker, 1, &pages::page_for(1, 0)).unwrap();
+    assert!(store.oldest_keys(10).is_empty());
+    let error = store.recompress(&mut worker, 10).unwrap_err();
+    assert!(error.to_string().contains("track_lru"), "{error}");
+    let file = TempFile::new("wb-no-lru");
+    let error = Store::new(StoreConfig {
+        track_lru: false,
+        backing: Some(BackingConfig {
+            path: file.0.clone(),
+            max_bytes: 1 << 20,
+        }),
+        ..StoreConfig::default()
+    })
+    .unwrap_err();
+    assert!(error.to_string().contains("track_lru"), "{error}");
+}
