@@ -828,7 +828,8 @@ impl Inner {
         let st = &self.state[page];
         let dst = self.page_addr(page);
         let r = self.workers.with(|w, buf| {
-            match self.store.load(w, page as u64, buf) {
+            // May run in the SIGBUS handler: a load that spins instead of parking.
+            match self.store.load_without_parking(w, page as u64, buf) {
                 Ok(()) => {}
                 Err(zpage_store::StoreError::NotFound(_)) => {
                     sys::fatal("zpage: a page marked stored has no entry in the store\n")

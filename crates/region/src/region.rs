@@ -138,6 +138,8 @@ impl Region {
             threshold: config.threshold,
             pool: config.pool,
             max_pool_bytes: config.max_pool_bytes,
+            // The region ages pages itself; the store's LRU would only cost a lock per store.
+            track_lru: false,
             ..zpage_store::StoreConfig::default()
         })
         .map_err(|e| close_both(e.into()))?;
