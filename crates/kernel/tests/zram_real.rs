@@ -211,7 +211,10 @@ fn recommend_follows_the_observation_and_the_kernel_offer() {
         .algorithms()
         .unwrap()
         .contains(&r.algorithm));
-    assert_eq!(r.algorithm, "lz4", "lz4 is offered and no stronger codec was observed");
+    assert_eq!(
+        r.algorithm, "lz4",
+        "lz4 is offered and no stronger codec was observed"
+    );
     assert_eq!(r.page_cluster, 0);
     assert!(r.saving_when_full_bytes > 0 && r.saving_when_full_bytes < r.zram_size_bytes);
     let expected_saving = r.zram_size_bytes as f64 * (1.0 - 1.0 / 2.5);
