@@ -73,10 +73,15 @@ fn pick_device(requested: Option<u32>) -> Result<DeviceGuard> {
 /// Writes `pages` into a free zram device once per algorithm (all the kernel
 /// offers when `algorithms` is empty) and reads `mm_stat` after each. The
 /// device is reset afterwards, and removed if it was added for this.
+///
+/// The caller holds the machine-wide [`KernelTestLock`] (so no other zpage
+/// command or test changes zram meanwhile, and the caller can look at the
+/// machine's state before and after under the same lock).
 pub fn compare_with_zram(
     pages: &[Page],
     algorithms: &[String],
     device: Option<u32>,
+    _lock: &KernelTestLock,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(String, Vec<KernelResult>)> {
     if !zpage_kernel::is_root() {
@@ -87,7 +92,6 @@ pub fn compare_with_zram(
     if pages.is_empty() {
         return Ok((String::new(), Vec::new()));
     }
-    let _lock = KernelTestLock::try_acquire()?;
     let guard = pick_device(device)?;
     let device = guard.device.as_ref().expect("set until drop");
     let algorithms = if algorithms.is_empty() {

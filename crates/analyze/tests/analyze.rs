@@ -253,11 +253,13 @@ fn zram_sees_the_same_same_filled_pages_and_uses_about_the_same_memory() {
         ..AnalyzeOptions::default()
     };
     let analysis = analyze(&pages, &options, &mut |_| {}).unwrap();
+    let lock = zpage_kernel::KernelTestLock::acquire();
     let zram0_before = std::fs::read_to_string("/sys/block/zram0/disksize").ok();
     let (device, kernel) = compare_with_zram(
         &pages,
         &["lz4".to_string(), "lzo-rle".to_string()],
         None,
+        &lock,
         &mut |_| {},
     )
     .unwrap();
