@@ -63,10 +63,13 @@ fn compile_and_run(prefix: &Path, pkg_config_flags: &str, extra: &str, exe: &Pat
         .arg(&script)
         .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig")));
     // `timeout`: a hung example must fail the test, not hang CI.
+    // cargo test sets LD_LIBRARY_PATH to its target directories, which would
+    // win over the rpath and load whatever libzpage.so lies there.
     run(Command::new("timeout")
         .args(["-s", "KILL", "120"])
         .arg(exe)
-        .args(["16", "4"]))
+        .args(["16", "4"])
+        .env_remove("LD_LIBRARY_PATH"))
 }
 
 #[test]
