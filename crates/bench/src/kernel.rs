@@ -17,7 +17,7 @@ use crate::{BenchError, PAGE_SIZE};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -26,8 +26,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The lock file every crate of the workspace agrees on (see zpage-kernel's `KernelTestLock`).
-pub const MACHINE_LOCK_PATH: &str = "/tmp/zpage-kernel-state.lock";
 /// The environment variable that turns a process into a kernel tier's child.
 pub const CHILD_REQUEST_ENV: &str = "ZPAGE_BENCH_KERNEL_CHILD";
 /// Marks the child's report line on stdout (test harnesses print there too).
@@ -51,40 +49,6 @@ fn read_trimmed(path: impl AsRef<Path>) -> Result<String, BenchError> {
 fn write_value(path: impl AsRef<Path>, value: &str) -> Result<(), BenchError> {
     let path = path.as_ref();
     std::fs::write(path, value).map_err(|e| BenchError::io(path, &format!("write {value:?} to"), e))
-}
-
-/// Holds the machine-wide flock on [`MACHINE_LOCK_PATH`] until dropped.
-///
-/// zpage-kernel's `KernelTestLock` had not landed when this was written; this
-/// is the same lock (same file, same `flock`), so the two exclude each other.
-#[derive(Debug)]
-pub struct MachineLock {
-    _file: File,
-}
-
-impl MachineLock {
-    /// Blocks until the lock is held.
-    pub fn acquire() -> Result<Self, BenchError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o666)
-            .open(MACHINE_LOCK_PATH)
-            .map_err(|e| BenchError::io(MACHINE_LOCK_PATH, "open", e))?;
-        loop {
-            // SAFETY: flock on a descriptor that `file` keeps open.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-            if rc == 0 {
-                return Ok(MachineLock { _file: file });
-            }
-            let err = std::io::Error::last_os_error();
-            if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(BenchError::io(MACHINE_LOCK_PATH, "flock", err));
-            }
-        }
-    }
 }
 
 /// One line of `/proc/swaps`.
@@ -232,7 +196,7 @@ pub struct MachineGuard {
     swapfile: Option<PathBuf>,
     turned_off: Vec<SwapEntry>,
     restored: bool,
-    _lock: MachineLock,
+    _lock: zpage_kernel::KernelTestLock,
 }
 
 impl MachineGuard {
@@ -252,7 +216,8 @@ impl MachineGuard {
                 )));
             }
         }
-        let lock = MachineLock::acquire()?;
+        let lock = zpage_kernel::KernelTestLock::try_acquire()
+            .map_err(|e| BenchError::MachineBusy(e.to_string()))?;
         let saved = MachineState::capture()?;
         if saved.zram_disksize != 0 || saved.swaps.iter().any(|s| s.path == Path::new(ZRAM_DEV)) {
             return Err(BenchError::MachineBusy(format!(

@@ -11,7 +11,6 @@
 
 mod error;
 
-pub mod capture;
 pub mod dataset;
 pub mod histogram;
 pub mod kernel;

@@ -148,15 +148,17 @@ pub fn run(args: Args) -> Result<()> {
 /// Runs every requested workload on every tier; returns one result per tier × workload × phase.
 fn measure(args: &Args) -> Result<Vec<BenchResult>> {
     if let (Some(pid), Some(image)) = (args.capture_pid, &args.image) {
-        let max = args.size.unwrap_or(u64::MAX);
-        let summary = zpage_bench::capture::capture_process(pid, image, max)
+        // The resident anonymous pages, as `zpage analyze --pid PID --save-image` captures them.
+        let max_pages = args.size.map(|bytes| bytes / zpage_bench::PAGE_SIZE as u64);
+        let captured = zpage_analyze::capture_process(pid, max_pages)
             .with_context(|| format!("capture process {pid}"))?;
+        captured.save(image)?;
         say(
             args.json,
             &format!(
-                "captured {} of process {pid} ({} mappings) into {}",
-                mib(summary.pages * 4096),
-                summary.mappings,
+                "captured {} of process {pid} ({}) into {}",
+                mib(captured.bytes()),
+                captured.label(),
                 image.display()
             ),
         );
