@@ -7,7 +7,7 @@ mod pages;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use zpage_codec::PAGE_SIZE;
-use zpage_store::{BackingConfig, EntryKind, Store, StoreConfig, StoreError, StoreOutcome};
+use zpage_store::{BackingConfig, EntryKind, Store, StoreConfig, StoreError, StoreOutcome, Worker};
 
 struct TempFile(PathBuf);
 
@@ -21,6 +21,15 @@ impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
     }
+}
+
+/// Stores `page_for(key, 0)` for every key; returns the keys whose pages went
+/// to pool memory (same-filled pages never reach the backing file).
+fn store_pages_in_pool(store: &Store, worker: &mut Worker, keys: std::ops::Range<u64>) -> Vec<u64> {
+    keys.filter(|&key| {
+        store.store(worker, key, &pages::page_for(key, 0)).unwrap() != StoreOutcome::SameFilled
+    })
+    .collect()
 }
 
 fn store_with_backing(path: &TempFile, max_bytes: u64) -> Store {
@@ -90,17 +99,8 @@ fn a_tampered_backing_file_is_an_error_not_wrong_bytes() {
     let file = TempFile::new("wb-tamper");
     let store = store_with_backing(&file, 1 << 20);
     let mut worker = store.worker().unwrap();
-    // Key 1 makes a text page (not same-filled).
-    let key = (0..100)
-        .find(|k| {
-            !matches!(
-                store
-                    .store(&mut worker, *k, &pages::page_for(*k, 0))
-                    .unwrap(),
-                StoreOutcome::SameFilled
-            )
-        })
-        .unwrap();
+    // Keep one page in pool memory, so exactly one slot of the file is used.
+    let key = store_pages_in_pool(&store, &mut worker, 0..100)[0];
     for other in 0..100 {
         if other != key {
             store.remove(other);
@@ -127,16 +127,7 @@ fn a_full_or_failing_backing_file_keeps_pages_in_memory() {
     let file = TempFile::new("wb-full");
     let store = store_with_backing(&file, 2 * PAGE_SIZE as u64);
     let mut worker = store.worker().unwrap();
-    let keys: Vec<u64> = (0..40)
-        .filter(|k| {
-            !matches!(
-                store
-                    .store(&mut worker, *k, &pages::page_for(*k, 0))
-                    .unwrap(),
-                StoreOutcome::SameFilled
-            )
-        })
-        .collect();
+    let keys = store_pages_in_pool(&store, &mut worker, 0..40);
     let error = store.write_back(10).unwrap_err();
     assert!(matches!(error, StoreError::BackingFull { .. }), "{error}");
     assert_eq!(store.stats().contents.written_back_pages, 2);
@@ -222,16 +213,7 @@ fn signal_handler_loads_refuse_pages_in_the_file() {
     let file = TempFile::new("wb-nonblocking");
     let store = store_with_backing(&file, 1 << 20);
     let mut worker = store.worker().unwrap();
-    let key = (0..100)
-        .find(|k| {
-            !matches!(
-                store
-                    .store(&mut worker, *k, &pages::page_for(*k, 0))
-                    .unwrap(),
-                StoreOutcome::SameFilled
-            )
-        })
-        .unwrap();
+    let key = store_pages_in_pool(&store, &mut worker, 0..100)[0];
     let mut out = Box::new([0u8; PAGE_SIZE]);
     store
         .load_without_parking(&mut worker, key, &mut out)
