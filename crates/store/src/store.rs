@@ -307,15 +307,20 @@ impl Store {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// The pool limit and the accept threshold below it, in pages, as zswap
+    /// computes them (max * percent / 100, rounding down); `None` when unlimited.
+    fn limit_pages(&self) -> Option<(u64, u64)> {
+        let max_pages = self.config.max_pool_bytes?.div_ceil(PAGE_SIZE as u64);
+        let accept_pages = max_pages * u64::from(self.config.accept_threshold_percent) / 100;
+        Some((max_pages, accept_pages))
+    }
+
     /// zswap's limit check with hysteresis: true when the store must refuse.
     fn pool_over_limit(&self) -> bool {
-        let Some(max_bytes) = self.config.max_pool_bytes else {
+        let Some((max_pages, accept_pages)) = self.limit_pages() else {
             return false;
         };
-        // In pages, as zswap computes it: max * percent / 100, rounding down.
         let used_pages = self.pool_pages.load(Relaxed);
-        let max_pages = max_bytes.div_ceil(PAGE_SIZE as u64);
-        let accept_pages = max_pages * u64::from(self.config.accept_threshold_percent) / 100;
         if used_pages >= max_pages {
             Counters::add(&self.counters.pool_limit_hit_count, 1);
             self.pool_reached_full.store(true, Relaxed);
@@ -917,11 +922,9 @@ impl Store {
 
     /// Writes back until the pool is under the accept threshold; false when it could not get there.
     fn shrink_to_accept_threshold(&self) -> bool {
-        let (Some(max_bytes), Some(_)) = (self.config.max_pool_bytes, &self.backing) else {
+        let (Some((_, accept_pages)), Some(_)) = (self.limit_pages(), &self.backing) else {
             return false;
         };
-        let max_pages = max_bytes.div_ceil(PAGE_SIZE as u64);
-        let accept_pages = max_pages * u64::from(self.config.accept_threshold_percent) / 100;
         while self.pool_pages.load(Relaxed) > accept_pages {
             match self.write_back(WRITEBACK_BATCH) {
                 Ok(0) | Err(_) => {
