@@ -44,8 +44,13 @@ pub struct BenchResult {
     pub faults: u64,
     /// faults / touches.
     pub fault_share: f64,
-    /// Share of the second half's touches that faulted (after warm-up).
+    /// Share of the second half of the measured touches that faulted.
     pub steady_fault_share: f64,
+    /// Touches of the same pattern run before the measured ones and left out
+    /// of every other figure (0 for phases without a warm-up).
+    pub warmup_touches: u64,
+    /// Share of the warm-up touches that faulted (while a policy learns).
+    pub warmup_fault_share: f64,
     /// Data size.
     pub size_bytes: u64,
     /// Resident budget (region budget or cgroup limit).
@@ -99,6 +104,12 @@ impl BenchResult {
                 0.0
             } else {
                 outcome.faults_second_half as f64 / (touches - touches / 2) as f64
+            },
+            warmup_touches: outcome.phase.warmup_touches,
+            warmup_fault_share: if outcome.phase.warmup_touches == 0 {
+                0.0
+            } else {
+                outcome.warmup_faults as f64 / outcome.phase.warmup_touches as f64
             },
             size_bytes: spec.size_bytes,
             budget_bytes,
@@ -247,8 +258,9 @@ pub fn ratios_table(results: &[BenchResult], zpage_tier: &str) -> String {
 }
 
 /// Hot/cold fault shares: zpage's aging policy against FIFO (and the kernel's
-/// LRU), over the whole phase and over its second half (after warm-up); the
-/// last column divides each tier's share by FIFO's on the same phase.
+/// LRU), during the warm-up, over the measured touches and over their second
+/// half; the last column divides each tier's measured share by FIFO's on the
+/// same phase.
 pub fn fault_share_table(results: &[BenchResult]) -> String {
     let fifo_share = |r: &BenchResult| {
         results
@@ -266,6 +278,7 @@ pub fn fault_share_table(results: &[BenchResult]) -> String {
                 r.pattern.clone(),
                 r.touches.to_string(),
                 r.faults.to_string(),
+                format!("{:.2}%", r.warmup_fault_share * 100.0),
                 format!("{:.2}%", r.fault_share * 100.0),
                 format!("{:.2}%", r.steady_fault_share * 100.0),
                 fifo_share(r)
@@ -284,6 +297,7 @@ pub fn fault_share_table(results: &[BenchResult]) -> String {
             "pattern",
             "touches",
             "faults",
+            "warm-up share",
             "faulting share",
             "second half",
             "share / FIFO's",
@@ -326,6 +340,8 @@ mod tests {
             faults: 100,
             fault_share: 0.1,
             steady_fault_share: 0.05,
+            warmup_touches: 0,
+            warmup_fault_share: 0.0,
             size_bytes: 400 << 20,
             budget_bytes: 100 << 20,
             fill_s: 1.0,

@@ -290,8 +290,13 @@ pub struct Phase {
     pub pattern: Pattern,
     /// How each is touched.
     pub access: Access,
-    /// How many touches.
+    /// How many touches are measured.
     pub touches: u64,
+    /// Touches of the same pattern run first and left out of the figures
+    /// (fio's `ramp_time`): a policy that learns which pages are hot is
+    /// measured once it has learned, as a long-running program sees it.
+    #[serde(default)]
+    pub warmup_touches: u64,
 }
 
 impl Phase {
@@ -401,16 +406,19 @@ impl WorkloadSpec {
                         pattern: Pattern::Sequential,
                         access: Access::Word(op),
                         touches: pages,
+                        warmup_touches: 0,
                     });
                     phases.push(Phase {
                         pattern: Pattern::Uniform,
                         access: Access::Word(op),
                         touches: self.touches,
+                        warmup_touches: 0,
                     });
                     phases.push(Phase {
                         pattern: Pattern::HOT_COLD_80_20,
                         access: Access::Word(op),
                         touches: hot_cold_touches,
+                        warmup_touches: hot_cold_touches,
                     });
                 }
                 phases
@@ -420,17 +428,20 @@ impl WorkloadSpec {
                     pattern: Pattern::Sequential,
                     access: Access::PageScan,
                     touches: pages,
+                    warmup_touches: 0,
                 },
                 Phase {
                     pattern: Pattern::Uniform,
                     access: Access::Word(Op::Read),
                     touches: self.touches,
+                    warmup_touches: 0,
                 },
             ],
             WorkloadKind::SwapDemo { .. } => vec![Phase {
                 pattern: Pattern::Sequential,
                 access: Access::LibraryAndData,
                 touches: pages.max(self.touches),
+                warmup_touches: 0,
             }],
         };
         phases
@@ -474,9 +485,12 @@ pub struct PhaseOutcome {
     pub resident_max_bytes: u64,
     /// Compressed footprint at the end of the phase.
     pub compressed_bytes: u64,
-    /// Faults that brought pages back during the phase.
+    /// Faults during the warm-up touches (not in the other figures).
+    #[serde(default)]
+    pub warmup_faults: u64,
+    /// Faults that brought pages back during the measured touches.
     pub faults: u64,
-    /// Of which during the second half of the touches (after warm-up).
+    /// Of which during the second half of the measured touches.
     pub faults_second_half: u64,
 }
 
@@ -565,24 +579,32 @@ pub fn run_phase(
             "swapdemo needs its library mapping".into(),
         ));
     }
+    let warmup = phase.warmup_touches;
     let plan = TouchPlan {
         pages: memory.pages(),
         pattern: phase.pattern,
-        touches: phase.touches,
+        touches: warmup + phase.touches,
         seed,
     };
     let name = phase.name();
-    observer.phase_started(&name, phase.touches);
-    let faults_before = probe.faults();
-    let half = phase.touches / 2;
-    let mut faults_at_half = None;
-    let start = Instant::now();
+    observer.phase_started(&name, warmup + phase.touches);
+    let half = warmup + phase.touches / 2;
     let (result, resident_max_bytes) = with_resident_sampler(probe, sample_every_ms, || {
         let mut latency = LatencyHistogram::new();
         let mut library_rng = SplitMix64::new(seed ^ 0x11B2_A4C0_FFEE);
         let mut sum = 0u64;
+        let warmup_started_faults = probe.faults();
+        let mut measured = MeasuredSpan {
+            start: Instant::now(),
+            faults_before: warmup_started_faults,
+            faults_at_half: None,
+        };
         for (n, (page, word)) in plan.iter().enumerate() {
             let n = n as u64;
+            if n == warmup && warmup > 0 {
+                measured.start = Instant::now();
+                measured.faults_before = probe.faults();
+            }
             let t0 = Instant::now();
             match phase.access {
                 Access::Word(Op::Read) => sum = sum.wrapping_add(memory.read_word(page, word)),
@@ -596,9 +618,11 @@ pub fn run_phase(
                         .wrapping_add(memory.read_word(page, 0));
                 }
             }
-            latency.record(t0.elapsed().as_nanos() as u64);
+            if n >= warmup {
+                latency.record(t0.elapsed().as_nanos() as u64);
+            }
             if n == half {
-                faults_at_half = Some(probe.faults());
+                measured.faults_at_half = Some(probe.faults());
             }
             if n.is_multiple_of(PROGRESS_EVERY) {
                 observer.progress(n);
@@ -608,10 +632,11 @@ pub fn run_phase(
             }
         }
         black_box(sum);
-        Ok(latency)
+        let warmup_faults = measured.faults_before - warmup_started_faults;
+        Ok((latency, measured, warmup_faults))
     });
-    let latency = result?;
-    let elapsed = start.elapsed();
+    let (latency, measured, warmup_faults) = result?;
+    let elapsed = measured.start.elapsed();
     let faults_after = probe.faults();
     observer.phase_finished(&name);
     Ok(PhaseOutcome {
@@ -620,9 +645,18 @@ pub fn run_phase(
         elapsed,
         resident_max_bytes,
         compressed_bytes: probe.compressed_bytes(),
-        faults: faults_after.saturating_sub(faults_before),
-        faults_second_half: faults_after.saturating_sub(faults_at_half.unwrap_or(faults_before)),
+        warmup_faults,
+        faults: faults_after.saturating_sub(measured.faults_before),
+        faults_second_half: faults_after
+            .saturating_sub(measured.faults_at_half.unwrap_or(measured.faults_before)),
     })
+}
+
+/// Where the measured touches of a phase begin (after its warm-up).
+struct MeasuredSpan {
+    start: Instant,
+    faults_before: u64,
+    faults_at_half: Option<u64>,
 }
 
 /// Fills the memory and runs every phase of the workload.
@@ -742,8 +776,10 @@ mod tests {
             .into_iter()
             .find(|p| p.name() == "hotcold-read")
             .unwrap();
-        // 80% of the touches over 2,000 hot pages: at least 32 each.
+        // 80% of the touches over 2,000 hot pages: at least 32 each, after
+        // a warm-up of as many.
         assert!(hot.touches * 80 / 100 / 2_000 >= 32);
+        assert_eq!(hot.warmup_touches, hot.touches);
     }
 
     #[test]
@@ -779,6 +815,49 @@ mod tests {
             mapping.memory().read_word(3, 0) == first_word
                 || outcomes.iter().any(|o| o.phase.op() == Op::Write)
         );
+    }
+
+    /// Counts pages made resident as "faults", so the test knows exactly
+    /// when they happened.
+    struct PopulatedPages(Memory);
+    impl MemoryProbe for PopulatedPages {
+        fn resident_bytes(&self) -> u64 {
+            self.0.resident_bytes().unwrap_or(0)
+        }
+        fn compressed_bytes(&self) -> u64 {
+            0
+        }
+        fn faults(&self) -> u64 {
+            self.resident_bytes() / PAGE_SIZE as u64
+        }
+    }
+
+    #[test]
+    fn warm_up_touches_are_left_out_of_the_figures() {
+        // 64 untouched pages; 2,000 random writes of warm-up populate all of
+        // them, so the measured touches fault nowhere.
+        let mapping = AnonMapping::new(64 * PAGE_SIZE).unwrap();
+        let phase = Phase {
+            pattern: Pattern::Uniform,
+            access: Access::Word(Op::Write),
+            touches: 500,
+            warmup_touches: 2_000,
+        };
+        let probe = PopulatedPages(mapping.memory());
+        let outcome = run_phase(
+            &mapping.memory(),
+            None,
+            &phase,
+            7,
+            0,
+            &probe,
+            &mut QuietObserver,
+        )
+        .unwrap();
+        assert_eq!(outcome.latency.count(), 500);
+        assert_eq!(outcome.warmup_faults, 64);
+        assert_eq!(outcome.faults, 0);
+        assert_eq!(outcome.faults_second_half, 0);
     }
 
     #[test]

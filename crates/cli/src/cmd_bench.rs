@@ -34,7 +34,7 @@ pub struct Args {
     /// Resident budget: the region's budget and the kernel tiers' cgroup limit. Default: a quarter of the size.
     #[arg(long, value_parser = parse_size)]
     pub budget: Option<u64>,
-    /// Touches of each random phase. Default: one per page (hot/cold gets at least 16 per hot page).
+    /// Touches of each random phase. Default: one per page (hot/cold gets at least 32 per hot page, after a warm-up of as many).
     #[arg(long)]
     pub touches: Option<u64>,
     /// Seed of the access sequences and of the generated data.

@@ -88,7 +88,7 @@ impl RegionConfig {
             aging: AgingPolicy::Refault,
             high_watermark_pct: 97,
             low_watermark_pct: 93,
-            staging_pct: 3,
+            staging_pct: 1,
         }
     }
 

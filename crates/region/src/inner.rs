@@ -26,8 +26,9 @@ static ZERO_PAGE: [u8; sys::PAGE] = [0; sys::PAGE];
 
 const WAS_ACTIVE: u8 = 1;
 const QUICK_ONCE: u8 = 2;
-/// Bits 2-7 of the history byte count activations (saturating at 63); the
-/// reclaimer spends one to let an active page skip a demotion.
+/// Bits 2-7 of the history byte count activations (saturating at 63): a page
+/// activated more than once is protected over one activated once, and loses
+/// one activation each time it is demoted.
 pub const ACT_ONE: u8 = 4;
 
 /// Where a restore request comes from.
@@ -184,7 +185,12 @@ pub struct Inner {
     pub low_pages: usize,
     pub staging_target: usize,
     pub active_max: usize,
-    pub activate_distance: u32,
+    /// A refault this many evictions or fewer after the page's eviction is
+    /// quick. The reclaimer sets it from how full the active queues are:
+    /// the whole budget while they are empty (learn a new hot set fast, a
+    /// wrong activation displaces nothing), down to a quarter of it when
+    /// full (a wrong activation then costs a hot page its place).
+    pub activate_distance: AtomicU32,
     pub state: Box<[AtomicU64]>,
     pub gen: Box<[AtomicU32]>,
     pub evicted_at: Box<[AtomicU32]>,
@@ -488,7 +494,7 @@ impl Inner {
     fn refault_activates(&self, page: usize) -> bool {
         let now = self.eviction_clock.load(Ordering::Relaxed);
         let then = self.evicted_at[page].load(Ordering::Relaxed);
-        let quick = now.wrapping_sub(then) <= self.activate_distance;
+        let quick = now.wrapping_sub(then) <= self.activate_distance.load(Ordering::Relaxed);
         let h = &self.history[page];
         let prev = h.load(Ordering::Relaxed);
         let activate = quick && prev & (WAS_ACTIVE | QUICK_ONCE) != 0;
@@ -863,6 +869,22 @@ impl Inner {
         Counters::bump(&self.counters.restores);
         self.admitted(page, activate);
         Ok(())
+    }
+
+    /// How many times the page was activated (decayed by slow refaults and
+    /// demotions).
+    pub fn activations(&self, page: usize) -> u8 {
+        self.history[page].load(Ordering::Relaxed) / ACT_ONE
+    }
+
+    /// Takes one activation from a demoted page; it stays marked as having
+    /// been active, so one quick refault brings it back.
+    pub fn spend_activation(&self, page: usize) {
+        let h = &self.history[page];
+        let cur = h.load(Ordering::Relaxed);
+        if cur >= 2 * ACT_ONE {
+            h.store(cur - ACT_ONE, Ordering::Relaxed);
+        }
     }
 
     /// Removes the store's entry for a page that no longer needs it (restored

@@ -267,8 +267,11 @@ pub struct Reclaimer {
     worker: Worker,
     /// Resident pages in admission order, as (page, gen) records.
     inactive: VecDeque<u64>,
-    /// Pages whose refault distance showed them to be in use.
-    active: VecDeque<u64>,
+    /// Pages whose refault distance showed them to be in use, activated once
+    /// (demoted first: a cold page activated by a chance quick refault)...
+    active_once: VecDeque<u64>,
+    /// ... and activated again after a demotion (the hot set proper).
+    active_repeat: VecDeque<u64>,
     /// Staged pages in eviction order: (page, slot).
     staged: VecDeque<(usize, usize)>,
     hint: usize,
@@ -278,7 +281,8 @@ impl std::fmt::Debug for Reclaimer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reclaimer")
             .field("inactive", &self.inactive.len())
-            .field("active", &self.active.len())
+            .field("active_once", &self.active_once.len())
+            .field("active_repeat", &self.active_repeat.len())
             .field("staged", &self.staged.len())
             .finish()
     }
@@ -290,7 +294,8 @@ impl Reclaimer {
             inner,
             worker,
             inactive: VecDeque::new(),
-            active: VecDeque::new(),
+            active_once: VecDeque::new(),
+            active_repeat: VecDeque::new(),
             staged: VecDeque::new(),
             hint: 0,
         }
@@ -316,15 +321,25 @@ impl Reclaimer {
             // CLEAN (write tracking): free stale ones now.
             inner.drop_stale_copy(page);
             if activate && inner.aging == AgingPolicy::Refault {
-                self.active.push_back(rec);
+                if inner.activations(page) >= 2 {
+                    self.active_repeat.push_back(rec);
+                } else {
+                    self.active_once.push_back(rec);
+                }
             } else {
                 self.inactive.push_back(rec);
             }
         }
-        while self.active.len() > inner.active_max {
+        while self.active_len() > inner.active_max {
             let Some(rec) = self.take_active() else { break };
             self.inactive.push_back(rec);
         }
+        let fill = self.active_len().min(inner.active_max) as u64;
+        let budget = inner.budget_pages as u64;
+        let distance = budget - 3 * budget * fill / (4 * inner.active_max as u64);
+        inner
+            .activate_distance
+            .store(distance.max(1) as u32, Ordering::Relaxed);
         // Drop stale records so the queues stay bounded by the page count.
         if self.inactive.len() > 2 * inner.pages + 1024 {
             let inactive = std::mem::take(&mut self.inactive);
@@ -332,26 +347,24 @@ impl Reclaimer {
         }
     }
 
-    /// Demotes the oldest active page, but lets a page that was activated
-    /// more than once skip its turn by spending one of its activations
-    /// (CLOCK with a counter): a page activated once by a chance quick refault
-    /// goes first, a page that keeps coming back stays.
+    fn active_len(&self) -> usize {
+        self.active_once.len() + self.active_repeat.len()
+    }
+
+    /// Demotes the oldest page activated once; only when there is none, the
+    /// oldest page activated repeatedly, which spends one activation.
     fn take_active(&mut self) -> Option<u64> {
         let inner = Arc::clone(&self.inner);
-        let mut rotations = 0;
         loop {
-            let rec = self.active.pop_front()?;
+            let (rec, repeat) = match self.active_once.pop_front() {
+                Some(rec) => (rec, false),
+                None => (self.active_repeat.pop_front()?, true),
+            };
             if !self.valid(rec) {
                 continue;
             }
-            let page = AdmitRing::decode(rec).0;
-            let h = &inner.history[page];
-            let cur = h.load(Ordering::Relaxed);
-            if cur >= 2 * crate::inner::ACT_ONE && rotations < self.active.len() + 1 {
-                rotations += 1;
-                h.store(cur - crate::inner::ACT_ONE, Ordering::Relaxed);
-                self.active.push_back(rec);
-                continue;
+            if repeat {
+                inner.spend_activation(AdmitRing::decode(rec).0);
             }
             Counters::bump(&inner.counters.demotions);
             return Some(rec);

@@ -169,7 +169,7 @@ impl Region {
             low_pages,
             staging_target,
             active_max,
-            activate_distance: (budget_pages / 4).max(1) as u32,
+            activate_distance: AtomicU32::new(budget_pages.max(1) as u32),
             state: (0..pages).map(|_| AtomicU64::new(EMPTY)).collect(),
             gen: (0..pages).map(|_| AtomicU32::new(0)).collect(),
             evicted_at: (0..pages).map(|_| AtomicU32::new(0)).collect(),
