@@ -107,62 +107,93 @@ impl AdmitRing {
     }
 }
 
-/// Clean eviction candidates the reclaimer sets aside for faults that hit
-/// the hard limit: a faulting thread can evict a CLEAN page itself (MOVE out,
-/// free the slot; no compression, no allocation) instead of waiting. Slots
-/// hold `AdmitRing::encode(page, gen, false)`; 0 is empty. Any thread takes
-/// with one compare-and-swap; only the reclaimer (under its lock) puts.
+/// Clean eviction candidates, oldest first, that faulting threads evict
+/// themselves (MOVE out, free the slot: no compression, no allocation). A
+/// page MOVEd out by the thread that runs the region on this CPU costs a
+/// local TLB flush; the same MOVE from the reclaimer on the other CPU costs
+/// this CPU an interrupt (a TLB shootdown, several microseconds in this VM)
+/// per page, because scattered pages cannot be moved in one batch. Records
+/// are `AdmitRing::encode(page, gen, false)`. The reclaimer (under its lock)
+/// appends; any thread takes from the front with one compare-and-swap.
 #[derive(Debug)]
-pub struct VictimPool {
+pub struct VictimQueue {
     slots: Box<[AtomicU64]>,
-    cursor: AtomicUsize,
+    /// Next position to take.
+    head: AtomicUsize,
+    /// Next position to fill.
+    tail: AtomicUsize,
 }
 
-impl VictimPool {
+impl VictimQueue {
     pub fn new(capacity: usize) -> Self {
-        VictimPool {
+        VictimQueue {
             slots: (0..capacity.max(1)).map(|_| AtomicU64::new(0)).collect(),
-            cursor: AtomicUsize::new(0),
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
         }
     }
 
-    /// Takes one candidate (async-signal-safe).
+    /// Takes the oldest candidate (async-signal-safe).
     pub fn take(&self) -> Option<u64> {
         let n = self.slots.len();
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed);
-        for i in 0..n {
-            let slot = &self.slots[(start + i) % n];
-            let v = slot.load(Ordering::Acquire);
-            if v != 0
-                && slot
-                    .compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return Some(v);
+        loop {
+            let head = self.head.load(Ordering::Acquire);
+            if head == self.tail.load(Ordering::Acquire) {
+                return None;
             }
-        }
-        None
-    }
-
-    /// Puts candidates into empty slots; returns those that did not fit.
-    pub fn put(&self, mut recs: Vec<u64>) -> Vec<u64> {
-        for slot in self.slots.iter() {
-            let Some(&v) = recs.last() else { break };
-            if slot
-                .compare_exchange(0, v, Ordering::AcqRel, Ordering::Relaxed)
+            if self
+                .head
+                .compare_exchange(
+                    head,
+                    head.wrapping_add(1),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
                 .is_ok()
             {
-                recs.pop();
+                // The producer wrote the slot before publishing the tail, and
+                // does not reuse it until we have emptied it.
+                let v = self.slots[head % n].swap(0, Ordering::AcqRel);
+                if v != 0 {
+                    return Some(v);
+                }
             }
         }
-        recs
+    }
+
+    /// Appends candidates (reclaimer only); returns those that did not fit,
+    /// in their order.
+    pub fn put(&self, recs: Vec<u64>) -> Vec<u64> {
+        let n = self.slots.len();
+        let mut tail = self.tail.load(Ordering::Relaxed);
+        for (i, &v) in recs.iter().enumerate() {
+            let slot = &self.slots[tail % n];
+            // Full, or a taker claimed this slot and has not emptied it yet.
+            if tail.wrapping_sub(self.head.load(Ordering::Acquire)) >= n
+                || slot.load(Ordering::Acquire) != 0
+            {
+                return recs[i..].to_vec();
+            }
+            slot.store(v, Ordering::Release);
+            tail = tail.wrapping_add(1);
+            self.tail.store(tail, Ordering::Release);
+        }
+        Vec::new()
+    }
+
+    pub fn len(&self) -> usize {
+        self.tail
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.head.load(Ordering::Acquire))
+            .min(self.slots.len())
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
     }
 
     pub fn free_slots(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| s.load(Ordering::Relaxed) == 0)
-            .count()
+        self.capacity() - self.len()
     }
 }
 
@@ -201,8 +232,12 @@ pub struct Inner {
     pub store: zpage_store::Store,
     pub workers: WorkerSlots,
     pub admits: AdmitRing,
-    /// Clean candidates for synchronous eviction by faults at the hard limit.
-    pub victims: VictimPool,
+    /// Clean candidates that faulting threads evict themselves.
+    pub victims: VictimQueue,
+    /// A fault found the victim queue half empty and kicked the reclaimer;
+    /// cleared once a refill has filled it at least halfway (one kick per
+    /// refill, none while dirty pages block the refill).
+    pub refill_wanted: AtomicBool,
     /// Candidates a fault took but could not evict (no longer clean): back
     /// to the reclaimer's queue.
     pub returned: AdmitRing,
@@ -345,6 +380,38 @@ impl Inner {
         }
     }
 
+    /// Before a fault makes one more page resident. At the high watermark,
+    /// while the reclaimer sleeps, the faulting thread evicts clean pages
+    /// itself (see [`VictimQueue`]): a read-mostly program keeps its budget
+    /// with local TLB flushes only. While the reclaimer runs, a MOVE from
+    /// here would interrupt it (and wait for it) instead, so it is left the
+    /// work. Only at the hard limit does a fault wait for the reclaimer.
+    fn make_room(&self) {
+        if self.paused() {
+            return;
+        }
+        let mut tries = 0;
+        while tries < 4
+            && self.resident.load(Ordering::Acquire) >= self.high_pages
+            && self.reclaimer_idle.load(Ordering::Acquire)
+        {
+            let Some(rec) = self.victims.take() else {
+                break;
+            };
+            tries += 1;
+            if !self.evict_clean_now(rec) {
+                self.returned.push(rec);
+            }
+        }
+        if self.track_writes
+            && self.victims.len() < self.victims.capacity() / 2
+            && !self.refill_wanted.swap(true, Ordering::AcqRel)
+        {
+            self.kick_reclaimer();
+        }
+        self.throttle();
+    }
+
     /// Over the hard limit: wake the reclaimer and sleep until it made room
     /// (bounded at 100 ms, after which the fault proceeds over budget rather
     /// than stall forever, e.g. when everything resident is pinned).
@@ -354,15 +421,6 @@ impl Inner {
         }
         let t0 = sys::now_ns();
         Counters::bump(&self.counters.throttles);
-        // First, reclaim synchronously what needs no compression.
-        while self.resident.load(Ordering::Acquire) >= self.budget_pages {
-            let Some(rec) = self.victims.take() else {
-                break;
-            };
-            if !self.evict_clean_now(rec) {
-                self.returned.push(rec);
-            }
-        }
         self.room_waiters.fetch_add(1, Ordering::SeqCst);
         while self.resident.load(Ordering::SeqCst) >= self.budget_pages
             && !self.stop.load(Ordering::Relaxed)
@@ -387,6 +445,15 @@ impl Inner {
     /// exact), done. Async-signal-safe. False if the page is not a clean,
     /// unpinned resident page of this admission any more.
     fn evict_clean_now(&self, rec: u64) -> bool {
+        if !self.begin_evict() {
+            return false;
+        }
+        let evicted = self.evict_clean_now_unpaused(rec);
+        self.end_evict();
+        evicted
+    }
+
+    fn evict_clean_now_unpaused(&self, rec: u64) -> bool {
         let (page, gen, _) = AdmitRing::decode(rec);
         let st = &self.state[page];
         let s = st.load(Ordering::Acquire);
@@ -592,7 +659,7 @@ impl Inner {
                 }
                 EMPTY | RESIDENT => {
                     if tag(s) == EMPTY && !throttled {
-                        self.throttle();
+                        self.make_room();
                         throttled = true;
                         continue;
                     }
@@ -656,7 +723,7 @@ impl Inner {
                 }
                 STORED => {
                     if !throttled {
-                        self.throttle();
+                        self.make_room();
                         throttled = true;
                         continue;
                     }

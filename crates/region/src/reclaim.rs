@@ -40,13 +40,14 @@ pub enum Trigger {
 pub enum Evict {
     /// Now STAGED in this slot.
     Staged(usize),
-    /// Not evictable now (pinned, busy, not resident, shared after fork...).
+    /// Not resident any more: its record is stale.
     Skipped,
     /// The page was absent: the program discarded it; it is EMPTY now.
     Hole,
     /// No staging slot free.
     NoSlot,
-    /// Events pending or other transient error: try later.
+    /// Pinned, held by another thread for a moment, events pending, shared
+    /// after fork, or another transient error: try later.
     Retry,
     /// Eviction is paused (fork, restore_all).
     Paused,
@@ -65,8 +66,14 @@ pub fn evict_one(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
 fn evict_one_inner(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
     let st = &inner.state[page];
     let s = st.load(Ordering::Acquire);
-    if tag(s) != RESIDENT || pins(s) != 0 {
-        return Evict::Skipped;
+    match tag(s) {
+        // Resident, but another thread holds it for a moment (a first write
+        // lifting the write protection, an eviction by a fault): its record
+        // must stay queued, or the page would never be evicted again.
+        RESTORING | EVICTING => return Evict::Retry,
+        RESIDENT if pins(s) != 0 => return Evict::Retry,
+        RESIDENT => {}
+        _ => return Evict::Skipped,
     }
     let Some(slot) = inner.alloc_slot(hint) else {
         return Evict::NoSlot;
@@ -81,7 +88,7 @@ fn evict_one_inner(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
         .is_err()
     {
         inner.free_slot(slot);
-        return Evict::Skipped;
+        return Evict::Retry;
     }
     let src = inner.page_addr(page);
     let dst = inner.slot_addr(slot);
@@ -261,6 +268,16 @@ pub fn compress_one(
     }
 }
 
+/// What an attempt to stage one page achieved.
+enum Staging {
+    /// The page left the region (staged, or found discarded).
+    Progress,
+    /// Not now; its record is back in a queue (or dropped if stale).
+    NoProgress,
+    /// Eviction must stop this round (paused, or staging full and stuck).
+    Stop,
+}
+
 /// The background reclaimer's private state.
 pub struct Reclaimer {
     inner: Arc<Inner>,
@@ -301,10 +318,17 @@ impl Reclaimer {
         }
     }
 
+    /// The record still stands for a resident page of that admission. A page
+    /// another thread holds for a moment (RESTORING: a first write lifting
+    /// the write protection; EVICTING: a fault evicting it) may be resident
+    /// when it is released, so its record is kept: dropping it would leave
+    /// the page resident with no record, never evicted again.
+    /// (`evict_one` answers `Retry` for it, and the record goes back.)
     fn valid(&self, rec: u64) -> bool {
         let (page, gen, _) = AdmitRing::decode(rec);
         let s = self.inner.state[page].load(Ordering::Acquire);
-        tag(s) == RESIDENT && (self.inner.gen[page].load(Ordering::Acquire) & 0x7fff_ffff) == gen
+        matches!(tag(s), RESIDENT | RESTORING | EVICTING)
+            && (self.inner.gen[page].load(Ordering::Acquire) & 0x7fff_ffff) == gen
     }
 
     fn drain(&mut self) {
@@ -371,15 +395,17 @@ impl Reclaimer {
         }
     }
 
-    /// Sets the next clean candidates aside for faults at the hard limit.
+    /// Queues the next clean candidates for faulting threads to evict.
     fn refill_victims(&mut self) {
         let inner = Arc::clone(&self.inner);
-        if !inner.track_writes {
+        if !inner.track_writes || inner.paused() {
             return;
         }
         let want = inner.victims.free_slots();
         let mut recs = Vec::with_capacity(want);
-        let mut skipped = Vec::new();
+        // A dirty page at the front needs compressing: the refill stops
+        // there (a round takes it out when memory passes the high
+        // watermark), so a refill costs nothing while the front is dirty.
         while recs.len() < want {
             let Some(rec) = self.inactive.pop_front() else {
                 break;
@@ -388,20 +414,54 @@ impl Reclaimer {
                 continue;
             }
             let s = inner.state[AdmitRing::decode(rec).0].load(Ordering::Acquire);
-            if s & CLEAN != 0 && pins(s) == 0 {
+            if tag(s) == RESIDENT && s & CLEAN != 0 && pins(s) == 0 {
                 recs.push(rec);
             } else {
-                skipped.push(rec);
-            }
-            if skipped.len() > 4 * want {
+                self.inactive.push_front(rec);
                 break;
             }
         }
-        for rec in skipped.into_iter().rev() {
-            self.inactive.push_front(rec);
-        }
         for rec in inner.victims.put(recs).into_iter().rev() {
             self.inactive.push_front(rec);
+        }
+        // Faults may ask again once this refill has been used up; one that
+        // stopped short (dirty pages at the front) is not asked for again
+        // until a round has taken those out, so faults stop waking us for
+        // nothing.
+        if inner.victims.len() >= inner.victims.capacity() / 2 {
+            inner.refill_wanted.store(false, Ordering::Release);
+        }
+    }
+
+    /// Moves `page` into staging the reclaimer's way, keeping its record
+    /// where it belongs when that cannot be done now.
+    fn stage_page(&mut self, page: usize) -> Staging {
+        let inner = Arc::clone(&self.inner);
+        let record = || AdmitRing::encode(page, inner.gen[page].load(Ordering::Acquire), false);
+        match evict_one(&inner, page, &mut self.hint) {
+            Evict::Staged(slot) => {
+                self.staged.push_back((page, slot));
+                Staging::Progress
+            }
+            Evict::Hole => Staging::Progress,
+            Evict::NoSlot => {
+                // Put the victim back at the front and make room.
+                self.inactive.push_front(record());
+                if self.compress_staged(0) == 0 {
+                    Staging::Stop
+                } else {
+                    Staging::NoProgress
+                }
+            }
+            Evict::Retry => {
+                self.inactive.push_back(record());
+                Staging::NoProgress
+            }
+            Evict::Skipped => Staging::NoProgress,
+            Evict::Paused => {
+                self.inactive.push_front(record());
+                Staging::Stop
+            }
         }
     }
 
@@ -469,30 +529,10 @@ impl Reclaimer {
             let Some(page) = self.next_victim() else {
                 break;
             };
-            match evict_one(&inner, page, &mut self.hint) {
-                Evict::Staged(slot) => {
-                    self.staged.push_back((page, slot));
-                    to_move -= 1;
-                }
-                Evict::Hole => to_move -= 1,
-                Evict::NoSlot => {
-                    // Put the victim back at the front and make room.
-                    let g = inner.gen[page].load(Ordering::Acquire);
-                    self.inactive.push_front(AdmitRing::encode(page, g, false));
-                    if self.compress_staged(0) == 0 {
-                        break;
-                    }
-                }
-                Evict::Retry => {
-                    let g = inner.gen[page].load(Ordering::Acquire);
-                    self.inactive.push_back(AdmitRing::encode(page, g, false));
-                }
-                Evict::Skipped => {}
-                Evict::Paused => {
-                    let g = inner.gen[page].load(Ordering::Acquire);
-                    self.inactive.push_front(AdmitRing::encode(page, g, false));
-                    break;
-                }
+            match self.stage_page(page) {
+                Staging::Progress => to_move -= 1,
+                Staging::NoProgress => {}
+                Staging::Stop => break,
             }
         }
         self.refill_victims();
@@ -520,11 +560,16 @@ impl Reclaimer {
                 self.round();
                 continue;
             }
-            // Keep the admission queue drained even when idle.
-            if !self.inner.admits_empty() {
+            // Keep the admission queue drained and the victim queue full
+            // even when no round is needed.
+            let refill = self.inner.refill_wanted.load(Ordering::Acquire);
+            if refill || !self.inner.admits_empty() {
                 let inner = Arc::clone(&self.inner);
                 let _g = inner.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner());
                 self.drain();
+                if refill {
+                    self.refill_victims();
+                }
             }
             self.sleep(kick);
         }

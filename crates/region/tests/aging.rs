@@ -64,14 +64,17 @@ fn faulting_share(
     let st = region.stats();
     let share = (st.faults - before) as f64 / touches as f64;
     eprintln!(
-        "{aging:?}: faulting share {share:.4} (faults {}, restores {}, trial hits {}, activations {}, demotions {}, resident {} of {} budget)",
+        "{aging:?}: faulting share {share:.4} (faults {}, restores {}, trial hits {}, activations {}, demotions {}, resident {} of {} budget, throttles {} for {} ms, sync evictions {})",
         st.faults - before,
         st.restores,
         st.trial_hits,
         st.activations,
         st.demotions,
         st.resident_bytes,
-        st.budget_bytes
+        st.budget_bytes,
+        st.throttles,
+        st.throttle_ns / 1_000_000,
+        st.sync_evictions
     );
     share
 }
