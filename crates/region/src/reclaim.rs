@@ -78,15 +78,7 @@ fn evict_one_inner(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
     let Some(slot) = inner.alloc_slot(hint) else {
         return Evict::NoSlot;
     };
-    if st
-        .compare_exchange(
-            s,
-            with_tag(s, EVICTING),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_err()
-    {
+    if !inner.claim(page, s, with_tag(s, EVICTING)) {
         inner.free_slot(slot);
         return Evict::Retry;
     }
@@ -99,15 +91,7 @@ fn evict_one_inner(inner: &Inner, page: usize, hint: &mut usize) -> Evict {
             inner.staged.fetch_add(1, Ordering::AcqRel);
             Counters::bump(&inner.counters.evictions);
             let claimed = with_tag(s, EVICTING);
-            if st
-                .compare_exchange(
-                    claimed,
-                    with_slot(s, STAGED, slot),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_err()
-            {
+            if !inner.claim(page, claimed, with_slot(s, STAGED, slot)) {
                 // The program discarded the range while we moved it (DISCARD).
                 inner.drop_staged(slot);
                 st.store(empty(s), Ordering::Release);
@@ -195,29 +179,13 @@ pub fn compress_one(
     if tag(s) != STAGED || crate::state::slot(s) != slot {
         return false;
     }
-    if st
-        .compare_exchange(
-            s,
-            with_slot(s, COMPRESSING, slot),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        )
-        .is_err()
-    {
+    if !inner.claim(page, s, with_slot(s, COMPRESSING, slot)) {
         return false;
     }
     if s & CLEAN != 0 {
         // Unwritten since its restore: the store's entry is still exact.
         let claimed = with_slot(s, COMPRESSING, slot);
-        if st
-            .compare_exchange(
-                claimed,
-                with_tag(s, STORED) & !(COPY | CLEAN),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-        {
+        if !inner.claim(page, claimed, with_tag(s, STORED) & !(COPY | CLEAN)) {
             inner.drop_staged(slot);
             st.store(empty(s) | COPY, Ordering::Release);
             inner.drop_stale_copy(page);
@@ -235,15 +203,7 @@ pub fn compress_one(
     match inner.store.store_with_trigger(w, page as u64, data, trig) {
         Ok(StoreOutcome::SameFilled | StoreOutcome::Compressed { .. } | StoreOutcome::Raw) => {
             let claimed = with_slot(s, COMPRESSING, slot);
-            if st
-                .compare_exchange(
-                    claimed,
-                    with_tag(s, STORED) & !COPY,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_err()
-            {
+            if !inner.claim(page, claimed, with_tag(s, STORED) & !COPY) {
                 // Discarded by the program meanwhile: the entry is stale.
                 inner.drop_staged(slot);
                 st.store(empty(s) | COPY, Ordering::Release);
