@@ -7,7 +7,7 @@ use serde::Serialize;
 use std::time::Instant;
 use zpage_codec::{Page, PAGE_SIZE};
 use zpage_kernel::zram::{MmStat, ZramDevice};
-use zpage_kernel::KernelTestLock;
+use zpage_kernel::KernelStateLock;
 
 /// zram's view of the pages with one algorithm.
 #[derive(Clone, Debug, Serialize)]
@@ -74,14 +74,14 @@ fn pick_device(requested: Option<u32>) -> Result<DeviceGuard> {
 /// offers when `algorithms` is empty) and reads `mm_stat` after each. The
 /// device is reset afterwards, and removed if it was added for this.
 ///
-/// The caller holds the machine-wide [`KernelTestLock`] (so no other zpage
+/// The caller holds the machine-wide [`KernelStateLock`] (so no other zpage
 /// command or test changes zram meanwhile, and the caller can look at the
 /// machine's state before and after under the same lock).
 pub fn compare_with_zram(
     pages: &[Page],
     algorithms: &[String],
     device: Option<u32>,
-    _lock: &KernelTestLock,
+    _lock: &KernelStateLock,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<(String, Vec<KernelResult>)> {
     if !zpage_kernel::is_root() {

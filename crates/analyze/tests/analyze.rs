@@ -253,7 +253,7 @@ fn zram_sees_the_same_same_filled_pages_and_uses_about_the_same_memory() {
         ..AnalyzeOptions::default()
     };
     let analysis = analyze(&pages, &options, &mut |_| {}).unwrap();
-    let lock = zpage_kernel::KernelTestLock::acquire();
+    let lock = zpage_kernel::KernelStateLock::acquire();
     let zram0_before = std::fs::read_to_string("/sys/block/zram0/disksize").ok();
     let (device, kernel) = compare_with_zram(
         &pages,

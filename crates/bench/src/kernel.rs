@@ -196,7 +196,7 @@ pub struct MachineGuard {
     swapfile: Option<PathBuf>,
     turned_off: Vec<SwapEntry>,
     restored: bool,
-    _lock: zpage_kernel::KernelTestLock,
+    _lock: zpage_kernel::KernelStateLock,
 }
 
 impl MachineGuard {
@@ -216,7 +216,7 @@ impl MachineGuard {
                 )));
             }
         }
-        let lock = zpage_kernel::KernelTestLock::try_acquire()
+        let lock = zpage_kernel::KernelStateLock::try_acquire()
             .map_err(|e| BenchError::MachineBusy(e.to_string()))?;
         let saved = MachineState::capture()?;
         if saved.zram_disksize != 0 || saved.swaps.iter().any(|s| s.path == Path::new(ZRAM_DEV)) {

@@ -175,7 +175,7 @@ pub fn run(args: Args) -> Result<()> {
     let mut report = Report::new(sources, analysis);
     if args.kernel {
         // Other zpage commands wait while this one uses a zram device.
-        let lock = zpage_kernel::KernelTestLock::try_acquire()?;
+        let lock = zpage_kernel::KernelStateLock::try_acquire()?;
         let (device, kernel) =
             compare_with_zram(image.pages(), &[], args.zram_device, &lock, &mut progress)?;
         report = report.with_kernel(device, kernel);

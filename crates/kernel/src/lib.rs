@@ -7,8 +7,8 @@
 //! are exactly the kernel's.
 
 mod error;
+mod state_lock;
 mod sys;
-mod testlock;
 
 pub mod apply;
 pub mod config;
@@ -24,8 +24,8 @@ pub mod zram;
 pub mod zswap;
 
 pub use error::{KernelError, Result};
+pub use state_lock::KernelStateLock;
 pub use sys::is_root;
-pub use testlock::KernelTestLock;
 
 /// Reads a kernel file into a string, mapping errors to [`KernelError`].
 pub(crate) fn read_file(path: impl AsRef<std::path::Path>) -> Result<String> {

@@ -8,7 +8,7 @@ use common::{skip_unless_root, MachineGuard};
 use zpage_kernel::apply::{self, ApplyOptions, PlanOptions, SavedState, Step};
 use zpage_kernel::config::KernelConfig;
 use zpage_kernel::zram::ZramDevice;
-use zpage_kernel::{status, zswap, KernelError, KernelTestLock};
+use zpage_kernel::{status, zswap, KernelError, KernelStateLock};
 
 /// The parts of the machine state that apply/revert change.
 fn comparable(s: &SavedState) -> SavedState {
@@ -49,7 +49,7 @@ fn apply_status_revert_round_trip() {
     if skip_unless_root("apply_status_revert_round_trip") {
         return;
     }
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     if !zram0_free("apply_status_revert_round_trip") {
         return;
     }
@@ -170,7 +170,7 @@ fn failure_midway_rolls_everything_back() {
     if skip_unless_root("failure_midway_rolls_everything_back") {
         return;
     }
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     if !zram0_free("failure_midway_rolls_everything_back") {
         return;
     }
@@ -251,7 +251,7 @@ fn invalid_configs_change_nothing() {
     if skip_unless_root("invalid_configs_change_nothing") {
         return;
     }
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     let guard = MachineGuard::save("invalid");
     let before = MachineGuard::now();
     let opts = options(&guard);
@@ -319,7 +319,7 @@ fn apply_needs_root_and_says_so() {
         assert!(!std::path::Path::new("/tmp/zpage-kernel-test-notroot.json").exists());
         return;
     }
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     let before = MachineGuard::now();
     let exe = std::env::current_exe().unwrap();
     let output = std::process::Command::new("setpriv")

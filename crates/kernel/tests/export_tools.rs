@@ -10,7 +10,7 @@ use std::process::Command;
 use common::skip_unless_root;
 use zpage_kernel::config::KernelConfig;
 use zpage_kernel::export::{export, split_files, ExportFormat};
-use zpage_kernel::{procfs, KernelTestLock};
+use zpage_kernel::{procfs, KernelStateLock};
 
 const CONFIG: &str = r#"
 [[zram]]
@@ -87,7 +87,7 @@ fn zram_generator_accepts_the_export() {
         return;
     }
     // The generator only writes units, but it looks at zram devices: keep other tests out.
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     let devices_before = std::fs::read_dir("/sys/block").unwrap().count();
     let dir = scratch("zg");
     let root = dir.join("root");
@@ -178,7 +178,7 @@ fn sysctl_p_accepts_the_export() {
         println!("SKIP sysctl_p_accepts_the_export: no sysctl (procps)");
         return;
     };
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     let names = [
         "vm.swappiness",
         "vm.page-cluster",

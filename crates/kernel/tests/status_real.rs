@@ -6,7 +6,7 @@ mod common;
 use common::{random_page, same_filled_page, skip_unless_root, text_page, FreeZramGuard};
 use zpage_kernel::status;
 use zpage_kernel::zram::{MmStat, ZramDevice};
-use zpage_kernel::KernelTestLock;
+use zpage_kernel::KernelStateLock;
 
 fn raw(path: &str) -> String {
     std::fs::read_to_string(path).unwrap().trim().to_string()
@@ -17,7 +17,7 @@ fn status_json_equals_raw_kernel_values() {
     if skip_unless_root("status_json_equals_raw_kernel_values") {
         return;
     }
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     let Ok(device) = ZramDevice::open(0) else {
         println!("SKIP status_json_equals_raw_kernel_values: no zram0");
         return;

@@ -5,7 +5,7 @@ mod common;
 
 use common::{random_page, same_filled_page, skip_unless_root, text_page, FreeZramGuard};
 use zpage_kernel::zram::ZramDevice;
-use zpage_kernel::{KernelError, KernelTestLock};
+use zpage_kernel::{KernelError, KernelStateLock};
 
 #[test]
 fn lists_and_opens_devices() {
@@ -38,7 +38,7 @@ fn known_data_shows_in_mm_stat() {
     if skip_unless_root("known_data_shows_in_mm_stat") {
         return;
     }
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     let Ok(device) = ZramDevice::open(0) else {
         println!("SKIP known_data_shows_in_mm_stat: no zram0");
         return;
@@ -103,7 +103,7 @@ fn hot_add_and_remove() {
     if skip_unless_root("hot_add_and_remove") {
         return;
     }
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     let before = ZramDevice::list().unwrap();
     let added = match ZramDevice::hot_add() {
         Ok(d) => d,
@@ -123,7 +123,7 @@ fn hot_add_and_remove() {
 fn daemon_says_exactly_what_is_missing() {
     use zpage_kernel::daemon::{capabilities, Daemon, DaemonConfig, DaemonEvent};
     // On kernels with writeback or recompression the daemon acts on devices: keep others out.
-    let _lock = KernelTestLock::acquire();
+    let _lock = KernelStateLock::acquire();
     let Ok(device) = ZramDevice::open(0) else {
         println!("SKIP daemon_says_exactly_what_is_missing: no zram0");
         return;
