@@ -693,7 +693,7 @@ impl Inner {
                     if !self.claim(page, s, with_tag(s, RESTORING)) {
                         continue;
                     }
-                    match self.restore_stored(page, s, write) {
+                    match self.restore_stored(page, s) {
                         Err(Errno(libc::ECANCELED)) => continue,
                         r => return r,
                     }
@@ -861,12 +861,7 @@ impl Inner {
         }
     }
 
-    /// Restores a stored page. A read maps it write-protected (with write
-    /// tracking) so that, unwritten, it can be dropped again without
-    /// compressing; a write maps it writable at once, which saves the
-    /// second (write-protect) fault the write would take next.
-    fn restore_stored(&self, page: usize, s: u64, write: bool) -> Result<(), Errno> {
-        let protect = self.track_writes && !write;
+    fn restore_stored(&self, page: usize, s: u64) -> Result<(), Errno> {
         let st = &self.state[page];
         let dst = self.page_addr(page);
         let r = self.workers.with(|w, buf| {
@@ -880,7 +875,7 @@ impl Inner {
                     "zpage: a stored page failed to load or decompress; refusing to hand back wrong bytes\n",
                 ),
             }
-            self.copy_in(page, dst, buf.as_ptr(), if protect { sys::COPY_MODE_WP } else { 0 })
+            self.copy_in(page, dst, buf.as_ptr(), if self.track_writes { sys::COPY_MODE_WP } else { 0 })
         });
         match r {
             Ok(()) => {}
@@ -897,12 +892,10 @@ impl Inner {
         }
         self.resident.fetch_add(1, Ordering::AcqRel);
         let activate = self.refault_activates(page);
-        // The store keeps its entry (zswap's non-exclusive load). Restored
-        // for a read with write tracking, the page is write-protected and
-        // stays CLEAN until its first write, so evicting it again needs no
-        // compression; restored for a write, its entry is stale and the
-        // reclaimer frees it when it drains the admission.
-        let clean = if protect { CLEAN } else { 0 };
+        // The store keeps its entry (zswap's non-exclusive load); with write
+        // tracking the page is mapped write-protected and stays CLEAN until
+        // its first write, so evicting it again needs no compression.
+        let clean = if self.track_writes { CLEAN } else { 0 };
         self.publish(page, with_tag(s, RESIDENT) | COPY | clean);
         Counters::bump(&self.counters.restores);
         self.admitted(page, activate);

@@ -104,38 +104,3 @@ fn pool_limit_keeps_pages_resident_and_correct() {
         );
     }
 }
-
-#[test]
-fn a_write_restores_writable_and_a_read_restores_protected() {
-    use std::sync::atomic::Ordering::Relaxed;
-    let region = Region::new(RegionConfig::new(8 * MIB, 8 * MIB)).expect("region");
-    for p in 0..64 {
-        word(&region, p, 5).store(fill(p, 3), Relaxed);
-    }
-    region.advise_cold(0, 64 * PAGE_SIZE).expect("cold");
-
-    // A write to an evicted page: one fault restores it writable.
-    let before = region.stats();
-    word(&region, 0, 5).store(11, Relaxed);
-    let after = region.stats();
-    assert_eq!(after.faults, before.faults + 1, "{after:?}");
-    assert_eq!(after.first_writes, before.first_writes, "{after:?}");
-
-    // A read restores it write-protected: the first write costs one more
-    // fault, which marks the store's copy stale.
-    assert_eq!(word(&region, 1, 5).load(Relaxed), fill(1, 3));
-    let read = region.stats();
-    assert_eq!(read.faults, after.faults + 1, "{read:?}");
-    word(&region, 1, 5).store(12, Relaxed);
-    let written = region.stats();
-    assert_eq!(written.faults, read.faults + 1, "{written:?}");
-    assert_eq!(written.first_writes, read.first_writes + 1, "{written:?}");
-
-    // Both written pages are compressed again with their new contents.
-    region.advise_cold(0, 64 * PAGE_SIZE).expect("cold");
-    assert_eq!(word(&region, 0, 5).load(Relaxed), 11);
-    assert_eq!(word(&region, 1, 5).load(Relaxed), 12);
-    for p in 2..64 {
-        assert_eq!(word(&region, p, 5).load(Relaxed), fill(p, 3), "page {p}");
-    }
-}
