@@ -184,14 +184,9 @@ pub fn compress_one(
     }
     if s & CLEAN != 0 {
         // Unwritten since its restore: the store's entry is still exact.
-        let claimed = with_slot(s, COMPRESSING, slot);
-        if !inner.claim(page, claimed, with_tag(s, STORED) & !(COPY | CLEAN)) {
-            inner.drop_staged(slot);
-            st.store(empty(s) | COPY, Ordering::Release);
-            inner.drop_stale_copy(page);
+        if !finish_stored(inner, page, s, with_tag(s, STORED) & !(COPY | CLEAN), freed) {
             return false;
         }
-        freed.slots.push(slot);
         Counters::bump(&inner.counters.clean_evictions);
         return true;
     }
@@ -202,15 +197,9 @@ pub fn compress_one(
     };
     match inner.store.store_with_trigger(w, page as u64, data, trig) {
         Ok(StoreOutcome::SameFilled | StoreOutcome::Compressed { .. } | StoreOutcome::Raw) => {
-            let claimed = with_slot(s, COMPRESSING, slot);
-            if !inner.claim(page, claimed, with_tag(s, STORED) & !COPY) {
-                // Discarded by the program meanwhile: the entry is stale.
-                inner.drop_staged(slot);
-                st.store(empty(s) | COPY, Ordering::Release);
-                inner.drop_stale_copy(page);
+            if !finish_stored(inner, page, s, with_tag(s, STORED) & !COPY, freed) {
                 return false;
             }
-            freed.slots.push(slot);
             Counters::bump(&inner.counters.compressions);
             Counters::bump(match trigger {
                 Trigger::Eager => &inner.counters.eager_compressions,
@@ -226,6 +215,22 @@ pub fn compress_one(
             false
         }
     }
+}
+
+/// Ends the compression of `page` (held COMPRESSING in the slot of `s`):
+/// publishes `stored` and queues the slot to be freed. If the program
+/// discarded the page meanwhile, drops the staged copy and the store's now
+/// stale entry instead, and returns false.
+fn finish_stored(inner: &Inner, page: usize, s: u64, stored: u64, freed: &mut Freed) -> bool {
+    let slot = crate::state::slot(s);
+    if !inner.claim(page, with_slot(s, COMPRESSING, slot), stored) {
+        inner.drop_staged(slot);
+        inner.state[page].store(empty(s) | COPY, Ordering::Release);
+        inner.drop_stale_copy(page);
+        return false;
+    }
+    freed.slots.push(slot);
+    true
 }
 
 /// What an attempt to stage one page achieved.
