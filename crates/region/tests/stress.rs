@@ -116,12 +116,23 @@ fn stress(mode: FaultMode, aging: AgingPolicy, ops_total: usize, mib: usize) -> 
     let wrong = workers.into_iter().map(|h| h.join().expect("worker")).sum();
     stop.store(true, Ordering::Relaxed);
     sampler.join().expect("sampler");
-    let st = region.stats();
-    eprintln!("{mode:?}/{aging:?}: {st:#?}");
     // At rest, the region's Rss (pages the kernel maps there) must match the
     // resident accounting the budget is enforced on (zero-page mappings are
-    // counted by zpage but not in Rss, hence <=).
-    let rss = rss_of(region.as_ptr() as usize);
+    // counted by zpage but not in Rss, hence <=). The reclaimer may still be
+    // finishing a round when the workers stop: take Rss between two equal
+    // snapshots of the counters, so all three describe the same moment.
+    let (st, rss) = loop {
+        let before = region.stats();
+        let rss = rss_of(region.as_ptr() as usize);
+        let after = region.stats();
+        if (before.resident_bytes, before.staged_bytes)
+            == (after.resident_bytes, after.staged_bytes)
+        {
+            break (after, rss);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    eprintln!("{mode:?}/{aging:?}: {st:#?}");
     eprintln!(
         "at rest: rss {rss}, resident-staged {}",
         st.resident_bytes - st.staged_bytes
