@@ -48,37 +48,87 @@ extern "C" {
 /* An opaque region handle. */
 typedef struct zpage_region zpage_region;
 
-/* Options of zpage_region_create(); initialise with zpage_options_init(). */
+/* An opaque budget handle: a resident limit many regions draw on. */
+typedef struct zpage_budget zpage_budget;
+
+/*
+ * Options of zpage_region_create() and zpage_budget_create(); initialise with
+ * zpage_options_init(), which sets struct_size. The struct may grow in later
+ * versions: the library reads only the struct_size bytes the caller has, and
+ * later fields keep their defaults.
+ */
 typedef struct zpage_options {
-    const char *codec; /* "lz4" (NULL: lz4), "lz4-flex", "zstd", "zstd:LEVEL" */
-    int fault_mode;    /* ZPAGE_FAULT_* */
-    int aging;         /* ZPAGE_AGING_* */
-    int pool;          /* ZPAGE_POOL_* */
+    uint32_t struct_size;  /* sizeof(zpage_options), set by zpage_options_init() */
+    int fault_mode;        /* ZPAGE_FAULT_* */
+    const char *codec;     /* "lz4" (NULL: lz4), "lz4-flex", "zstd", "zstd:LEVEL" */
+    int aging;             /* ZPAGE_AGING_* */
+    int pool;              /* ZPAGE_POOL_* */
+    uint64_t max_pool_bytes; /* cap on the compressed pool; 0: unlimited */
+    int track_writes;      /* 1 (default): unwritten restored pages are dropped again without compressing */
+    int reserved;          /* 0 */
 } zpage_options;
 
-/* A snapshot of a region's counters. */
+/*
+ * A snapshot of a region's figures (gauges first, then counters; every name
+ * ends in its unit). Set struct_size = sizeof(zpage_stats) before calling
+ * zpage_region_stats(); the library fills the fields that fit and sets
+ * struct_size to the bytes it filled, so the struct can grow.
+ */
 typedef struct zpage_stats {
-    uint64_t size_bytes;        /* region size */
-    uint64_t budget_bytes;      /* resident budget */
-    uint64_t resident_bytes;    /* uncompressed bytes held (resident + staged) */
-    uint64_t staged_bytes;      /* of which evicted but not yet compressed */
-    uint64_t pinned_bytes;      /* pinned bytes */
-    uint64_t compressed_bytes;  /* compressed data held for evicted pages */
-    uint64_t stored_pages;      /* pages in the compressed store */
-    uint64_t same_filled_pages; /* of which same-filled (nothing stored) */
-    uint64_t faults;            /* faults resolved */
-    uint64_t restores;          /* faults that decompressed a page */
-    uint64_t trial_hits;        /* faults on staged pages (no decompression) */
-    uint64_t evictions;         /* pages taken out of the region */
-    uint64_t compressions;      /* pages compressed */
+    uint64_t struct_size;
+    /* BEGIN GENERATED FIELDS: do not edit (see crates/ffi/tests/header.rs) */
+    uint64_t size_bytes; /* Region size. */
+    uint64_t budget_bytes; /* The resident budget the region draws on (shared by every region of its budget). */
+    uint64_t resident_bytes; /* Uncompressed bytes this region holds: resident pages plus its staged pages. Pages mapped to the shared zero page count too (an upper bound). */
+    uint64_t budget_resident_bytes; /* Uncompressed bytes every region of the budget holds (what the budget limits). */
+    uint64_t staged_bytes; /* Of this region's bytes, those held uncompressed in the staging area (trial eviction). */
+    uint64_t pinned_bytes; /* Pinned bytes of this region (never evicted). */
+    uint64_t compressed_bytes; /* Bytes of compressed blobs (and raw pages) the budget's store holds. */
+    uint64_t pool_bytes; /* Memory the budget's compressed pool uses for them (blobs plus fragmentation). */
+    uint64_t stored_pages; /* Pages the budget's store holds (evicted pages, and clean resident pages' copies). */
+    uint64_t same_filled_pages; /* Of which same-filled (no blob). */
+    uint64_t raw_pages; /* Of which stored raw (incompressible). */
+    uint64_t fault_count; /* Faults resolved (every kind). */
+    uint64_t fault_ns; /* Time spent resolving them, from handler entry to the page being mapped. */
+    uint64_t zero_fill_count; /* Faults on never-written (or discarded) pages, resolved with zeros. */
+    uint64_t restore_count; /* Faults that decompressed a page from the store. */
+    uint64_t trial_hit_count; /* Faults on pages still in the staging area (trial eviction hits: no decompression). */
+    uint64_t activation_count; /* Refaults (restores and trial hits) whose refault distance activated the page. */
+    uint64_t demotion_count; /* Active pages moved back to the inactive queue. */
+    uint64_t first_write_count; /* Write faults on write-protected restored pages (their compressed copy became stale). */
+    uint64_t eviction_count; /* Pages taken out of the region. */
+    uint64_t clean_eviction_count; /* Evictions of pages unwritten since their restore: the compressed copy was still exact, so nothing was compressed. */
+    uint64_t sync_eviction_count; /* Of the clean evictions, those a faulting thread did itself. */
+    uint64_t compression_count; /* Pages compressed into the store. */
+    uint64_t eager_compression_count; /* Of which by `advise_cold` (Zircon's eager compressions). */
+    uint64_t pressure_compression_count; /* Of which by the reclaimer (Zircon's memory-pressure compressions). */
+    uint64_t compress_failure_count; /* Pages the codec or the store refused (kept resident). */
+    uint64_t throttle_count; /* Faults that waited because the budget was full. */
+    uint64_t throttle_ns; /* Total time those faults waited. */
+    uint64_t ebusy_fix_count; /* Pages made exclusive again after fork (`EBUSY` from MOVE). */
+    uint64_t hole_count; /* Pages found absent at eviction (the program discarded them): now zero. */
+    uint64_t discard_count; /* Evicted pages dropped because the program discarded their range (MADV_DONTNEED). */
+    /* END GENERATED FIELDS */
 } zpage_stats;
 
 /* Fills *options with the defaults (lz4, SIGBUS, refault aging, size classes). */
 int zpage_options_init(zpage_options *options);
 
-/* Creates a region; options may be NULL for the defaults. *out receives the handle. */
+/* Creates a region with a budget of its own; options may be NULL for the
+ * defaults. *out receives the handle. */
 int zpage_region_create(size_t size, size_t budget, const zpage_options *options,
                         zpage_region **out);
+
+/* Creates a budget of `budget` bytes that many regions draw on (one resident
+ * limit, one compressed pool, one reclaimer); options may be NULL. */
+int zpage_budget_create(size_t budget, const zpage_options *options, zpage_budget **out);
+
+/* Creates a region of `size` bytes drawing on `budget`. */
+int zpage_region_create_in(const zpage_budget *budget, size_t size, zpage_region **out);
+
+/* Releases the caller's handle on a budget (NULL is ignored); regions made on
+ * it keep it alive until they are destroyed. */
+int zpage_budget_destroy(zpage_budget *budget);
 
 /* Base address of the region (NULL if region is NULL). */
 void *zpage_region_address(const zpage_region *region);
@@ -86,7 +136,7 @@ void *zpage_region_address(const zpage_region *region);
 /* Size of the region in bytes (0 if region is NULL). */
 size_t zpage_region_size(const zpage_region *region);
 
-/* Copies the region's counters into *out. */
+/* Copies the region's figures into *out (set out->struct_size first). */
 int zpage_region_stats(const zpage_region *region, zpage_stats *out);
 
 /* Compresses the pages of [offset, offset+len) now. */

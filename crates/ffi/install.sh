@@ -1,6 +1,8 @@
 #!/bin/sh
 # Installs zpage's C API into a prefix:
-#   PREFIX/include/zpage.h, PREFIX/lib/libzpage.so, PREFIX/lib/libzpage.a,
+#   PREFIX/include/zpage.h,
+#   PREFIX/lib/libzpage.so.VERSION (SONAME libzpage.so.MAJOR) with the links
+#   libzpage.so.MAJOR and libzpage.so, PREFIX/lib/libzpage.a,
 #   PREFIX/lib/pkgconfig/zpage.pc
 # Usage: crates/ffi/install.sh PREFIX [BUILD_DIR]
 #   BUILD_DIR holds libzpage.so and libzpage.a (default: target/release, after
@@ -12,15 +14,19 @@ prefix=${1:?usage: install.sh PREFIX [BUILD_DIR]}
 build_dir=${2:-$root/target/release}
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$root/Cargo.toml" | head -n 1)
 
+major=${version%%.*}
+
 mkdir -p "$prefix/include" "$prefix/lib/pkgconfig"
 cp "$root/include/zpage.h" "$prefix/include/zpage.h"
 for lib in libzpage.so libzpage.a; do
-    if [ -f "$build_dir/$lib" ]; then
-        cp "$build_dir/$lib" "$prefix/lib/$lib"
-    else
+    if [ ! -f "$build_dir/$lib" ]; then
         echo "install.sh: $build_dir/$lib not found (build zpage-ffi first)" >&2
         exit 1
     fi
 done
+cp "$build_dir/libzpage.so" "$prefix/lib/libzpage.so.$version"
+ln -sf "libzpage.so.$version" "$prefix/lib/libzpage.so.$major"
+ln -sf "libzpage.so.$major" "$prefix/lib/libzpage.so"
+cp "$build_dir/libzpage.a" "$prefix/lib/libzpage.a"
 sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" "$here/zpage.pc.in" > "$prefix/lib/pkgconfig/zpage.pc"
 echo "installed zpage $version C API into $prefix"

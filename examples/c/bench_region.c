@@ -40,7 +40,7 @@ static uint8_t expected_byte(int high_entropy, size_t i) {
 }
 
 static void print_stats(const char *label, const zpage_region *region) {
-    zpage_stats s;
+    zpage_stats s = {.struct_size = sizeof s};
     if (zpage_region_stats(region, &s) != ZPAGE_OK) {
         fprintf(stderr, "stats: %s\n", zpage_last_error());
         exit(1);
@@ -53,7 +53,7 @@ static void print_stats(const char *label, const zpage_region *region) {
            (unsigned long long)s.stored_pages, (unsigned long long)s.same_filled_pages,
            s.compressed_bytes / 1048576.0,
            s.compressed_bytes ? with_data / (double)s.compressed_bytes : 0.0,
-           (unsigned long long)s.faults);
+           (unsigned long long)s.fault_count);
     if (s.resident_bytes > s.budget_bytes + s.budget_bytes / 20) {
         fprintf(stderr, "resident memory above the budget\n");
         exit(1);

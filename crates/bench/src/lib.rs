@@ -34,8 +34,8 @@ pub use workload::{Memory, MemoryProbe, Observer, Phase, WorkloadKind, WorkloadS
 pub use zpage_region::{AgingPolicy, CodecSpec, FaultMode};
 pub use zpage_tier::{run_zpage_tier, ZpageOptions};
 
-/// Page size the workloads assume (x86-64 and arm64 base pages).
-pub const PAGE_SIZE: usize = 4096;
+/// Page size the workloads assume (the project's one page size).
+pub use zpage_region::PAGE_SIZE;
 
 static STOP_REQUESTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

@@ -61,14 +61,14 @@ impl std::fmt::Debug for RegionProbe<'_> {
 impl MemoryProbe for RegionProbe<'_> {
     fn resident_bytes(&self) -> u64 {
         let stats = self.region.stats();
-        let outside = self.memory.resident_bytes().unwrap_or(0) + stats.staged_bytes as u64;
-        outside.max(stats.resident_bytes as u64) + self.library.map_or(0, |l| l.resident_bytes())
+        let outside = self.memory.resident_bytes().unwrap_or(0) + stats.staged_bytes;
+        outside.max(stats.resident_bytes) + self.library.map_or(0, |l| l.resident_bytes())
     }
     fn compressed_bytes(&self) -> u64 {
-        self.region.stats().compressed_bytes as u64
+        self.region.stats().compressed_bytes
     }
     fn faults(&self) -> u64 {
-        self.region.stats().faults
+        self.region.stats().fault_count
     }
 }
 

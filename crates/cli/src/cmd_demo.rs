@@ -234,7 +234,7 @@ fn demo(args: Args) -> Result<()> {
         "p50 µs",
         "p99 µs"
     ));
-    let faults_before = region.stats().faults;
+    let faults_before = region.stats().fault_count;
     let mut last_faults = faults_before;
     let mut last_touches = 0;
     let mut resident_max = 0u64;
@@ -255,11 +255,11 @@ fn demo(args: Args) -> Result<()> {
                 stats.compressed_bytes as f64 / (1 << 20) as f64,
                 with_data / (stats.compressed_bytes.max(1)) as f64,
                 (n - last_touches) as f64,
-                (stats.faults - last_faults) as f64,
+                (stats.fault_count - last_faults) as f64,
                 window.percentile_ns(0.5) as f64 / 1000.0,
                 window.percentile_ns(0.99) as f64 / 1000.0,
             );
-            last_faults = stats.faults;
+            last_faults = stats.fault_count;
             last_touches = n;
             if args.json {
                 eprintln!("{line}");
@@ -270,7 +270,7 @@ fn demo(args: Args) -> Result<()> {
     );
     let stats = region.stats();
     resident_max = resident_max.max(probe_resident(&probe));
-    let faults = stats.faults - faults_before;
+    let faults = stats.fault_count - faults_before;
 
     // Every page must read back exactly as generated (writes stored what they read).
     let mut expected = vec![0u8; PAGE_SIZE];

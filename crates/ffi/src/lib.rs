@@ -12,7 +12,9 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use zpage_codec::CodecSpec;
 use zpage_pool::PoolKind;
-use zpage_region::{AgingPolicy, FaultMode, Region, RegionConfig, RegionError};
+use zpage_region::{
+    AgingPolicy, Budget, BudgetConfig, FaultMode, Region, RegionConfig, RegionError,
+};
 
 /// Success.
 pub const ZPAGE_OK: c_int = 0;
@@ -44,50 +46,100 @@ pub const ZPAGE_POOL_TRI_PAGE: c_int = 1;
 /// `zpage_options.pool`: two buddies per page (zbud-like).
 pub const ZPAGE_POOL_TWO_SLOT: c_int = 2;
 
-/// Options of `zpage_region_create` (C: `zpage_options`).
+/// Options of `zpage_region_create` and `zpage_budget_create` (C:
+/// `zpage_options`). It starts with its own size, so the struct can grow: a
+/// program compiled against an older, shorter struct passes its size, and
+/// the fields past it take their defaults. Fill it with `zpage_options_init`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct ZpageOptions {
-    /// Codec name ("lz4", "zstd:3", ...); NULL means lz4.
-    pub codec: *const c_char,
+    /// `sizeof(zpage_options)` as the caller knows it (set by `zpage_options_init`).
+    pub struct_size: u32,
     /// `ZPAGE_FAULT_*`.
     pub fault_mode: c_int,
+    /// Codec name ("lz4", "zstd:3", ...); NULL means lz4.
+    pub codec: *const c_char,
     /// `ZPAGE_AGING_*`.
     pub aging: c_int,
     /// `ZPAGE_POOL_*`.
     pub pool: c_int,
+    /// Cap on the compressed pool's memory in bytes; 0: unlimited.
+    pub max_pool_bytes: u64,
+    /// 1 (default): restored pages are write-protected until written, so an
+    /// unwritten page is evicted again without compressing; 0: off.
+    pub track_writes: c_int,
+    /// Reserved, must be 0.
+    pub reserved: c_int,
 }
 
-/// A snapshot of a region's counters (C: `zpage_stats`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ZpageStats {
-    /// Region size.
-    pub size_bytes: u64,
-    /// Resident budget.
-    pub budget_bytes: u64,
-    /// Uncompressed bytes held (resident plus staged).
-    pub resident_bytes: u64,
-    /// Of which staged (evicted, not yet compressed).
-    pub staged_bytes: u64,
-    /// Pinned bytes.
-    pub pinned_bytes: u64,
-    /// Bytes of compressed data held for evicted pages.
-    pub compressed_bytes: u64,
-    /// Pages in the compressed store.
-    pub stored_pages: u64,
-    /// Of which same-filled (no data stored).
-    pub same_filled_pages: u64,
-    /// Faults resolved.
-    pub faults: u64,
-    /// Faults that decompressed a page.
-    pub restores: u64,
-    /// Faults on staged pages (no decompression).
-    pub trial_hits: u64,
-    /// Pages taken out of the region.
-    pub evictions: u64,
-    /// Pages compressed.
-    pub compressions: u64,
+// The layout C sees (include/zpage.h); a test compiles the header and
+// compares these offsets with the C compiler's.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(ZpageOptions, struct_size) == 0);
+    assert!(offset_of!(ZpageOptions, fault_mode) == 4);
+    assert!(offset_of!(ZpageOptions, codec) == 8);
+    assert!(offset_of!(ZpageOptions, aging) == 16);
+    assert!(offset_of!(ZpageOptions, pool) == 20);
+    assert!(offset_of!(ZpageOptions, max_pool_bytes) == 24);
+    assert!(offset_of!(ZpageOptions, track_writes) == 32);
+    assert!(size_of::<ZpageOptions>() == 40);
+};
+
+/// The options' fields (offset, size) as this library knows them, for the
+/// layout test.
+pub const ZPAGE_OPTIONS_LAYOUT: [(&str, usize, usize); 8] = [
+    ("struct_size", 0, 4),
+    ("fault_mode", 4, 4),
+    ("codec", 8, 8),
+    ("aging", 16, 4),
+    ("pool", 20, 4),
+    ("max_pool_bytes", 24, 8),
+    ("track_writes", 32, 4),
+    ("reserved", 36, 4),
+];
+
+macro_rules! define_ffi_stats {
+    (
+        gauges { $( $(#[doc = $gdoc:literal])* $gauge:ident, )* }
+        counters { $( $(#[doc = $cdoc:literal])* $counter:ident, )* }
+    ) => {
+        /// A snapshot of a region's figures (C: `zpage_stats`): one `uint64_t`
+        /// per field of the region library's figure list, in its order, after
+        /// the struct's own size (so it can grow: a program compiled against a
+        /// shorter struct gets the fields it knows).
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct ZpageStats {
+            /// `sizeof(zpage_stats)` as the caller knows it (set it before the call).
+            pub struct_size: u64,
+            $( $(#[doc = $gdoc])* pub $gauge: u64, )*
+            $( $(#[doc = $cdoc])* pub $counter: u64, )*
+        }
+
+        impl ZpageStats {
+            fn from_stats(s: &zpage_region::RegionStats) -> ZpageStats {
+                ZpageStats {
+                    struct_size: std::mem::size_of::<ZpageStats>() as u64,
+                    $( $gauge: s.$gauge, )*
+                    $( $counter: s.$counter, )*
+                }
+            }
+        }
+    };
+}
+
+zpage_region::region_stat_fields!(define_ffi_stats);
+
+const _: () = assert!(
+    std::mem::size_of::<ZpageStats>() == 8 * (1 + zpage_region::RegionStats::FIELDS.len()),
+    "zpage_stats is one uint64_t per figure after its size"
+);
+
+/// Opaque budget handle (C: `zpage_budget`).
+#[derive(Debug)]
+pub struct ZpageBudget {
+    budget: Budget,
 }
 
 /// Opaque region handle (C: `zpage_region`).
@@ -152,7 +204,57 @@ fn guarded(function: &str, body: impl FnOnce() -> Result<(), Failure>) -> c_int 
     }
 }
 
-/// Fills `options` with the defaults (lz4, SIGBUS fault mode, refault aging, size-class pool).
+fn default_options() -> ZpageOptions {
+    ZpageOptions {
+        struct_size: std::mem::size_of::<ZpageOptions>() as u32,
+        fault_mode: ZPAGE_FAULT_SIGBUS,
+        codec: std::ptr::null(),
+        aging: ZPAGE_AGING_REFAULT,
+        pool: ZPAGE_POOL_SIZE_CLASS,
+        max_pool_bytes: 0,
+        track_writes: 1,
+        reserved: 0,
+    }
+}
+
+/// Reads a caller's options: as many bytes as its `struct_size` says (at most
+/// ours), the rest from the defaults.
+///
+/// # Safety
+/// `options` must be NULL or point to at least `struct_size` readable bytes
+/// of a `zpage_options` whose `codec` is NULL or a NUL-terminated string.
+unsafe fn read_options(options: *const ZpageOptions) -> Result<Option<ZpageOptions>, Failure> {
+    if options.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the first field is readable by the caller's contract.
+    let given = unsafe { std::ptr::addr_of!((*options).struct_size).read_unaligned() } as usize;
+    let ours = std::mem::size_of::<ZpageOptions>();
+    if given < 8 {
+        return Err(Failure(
+            ZPAGE_ERR_INVALID_ARGUMENT,
+            format!(
+                "options.struct_size is {given}: initialise the options with zpage_options_init()"
+            ),
+        ));
+    }
+    let mut merged = default_options();
+    // SAFETY: copies min(given, ours) bytes the caller made readable into our
+    // own struct; every bit pattern of the integer fields is valid, and the
+    // pointer field is only dereferenced if the caller set it (contract).
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            options.cast::<u8>(),
+            (&mut merged as *mut ZpageOptions).cast::<u8>(),
+            given.min(ours),
+        );
+    }
+    merged.struct_size = ours as u32;
+    Ok(Some(merged))
+}
+
+/// Fills `options` with the defaults (lz4, SIGBUS fault mode, refault aging,
+/// size-class pool, no pool cap, write tracking) and its `struct_size`.
 ///
 /// # Safety
 /// `options` must be NULL or point to writable memory for one `zpage_options`.
@@ -162,24 +264,18 @@ pub unsafe extern "C" fn zpage_options_init(options: *mut ZpageOptions) -> c_int
         if options.is_null() {
             return Err(null("options"));
         }
-        let defaults = ZpageOptions {
-            codec: std::ptr::null(),
-            fault_mode: ZPAGE_FAULT_SIGBUS,
-            aging: ZPAGE_AGING_REFAULT,
-            pool: ZPAGE_POOL_SIZE_CLASS,
-        };
+        let defaults = default_options();
         // SAFETY: non-null (checked) and writable for one struct by the caller's contract.
         unsafe { options.write(defaults) };
         Ok(())
     })
 }
 
-fn config_from(
-    size: usize,
+fn budget_config_from(
     budget: usize,
     options: Option<&ZpageOptions>,
-) -> Result<RegionConfig, Failure> {
-    let mut config = RegionConfig::new(size, budget);
+) -> Result<BudgetConfig, Failure> {
+    let mut config = BudgetConfig::new(budget);
     let Some(options) = options else {
         return Ok(config);
     };
@@ -221,6 +317,16 @@ fn config_from(
             )))
         }
     };
+    config.max_pool_bytes = (options.max_pool_bytes != 0).then_some(options.max_pool_bytes);
+    config.track_writes = match options.track_writes {
+        0 => false,
+        1 => true,
+        other => {
+            return Err(invalid(format!(
+                "options.track_writes {other} is not 0 or 1"
+            )))
+        }
+    };
     Ok(config)
 }
 
@@ -243,12 +349,83 @@ pub unsafe extern "C" fn zpage_region_create(
             return Err(null("out"));
         }
         // SAFETY: `options` is NULL or valid for reads by the caller's contract.
-        let options = unsafe { options.as_ref() };
-        let config = config_from(size, budget, options)?;
+        let options = unsafe { read_options(options) }?;
+        let config = RegionConfig {
+            size_bytes: size,
+            budget: budget_config_from(budget, options.as_ref())?,
+        };
         let region = Region::new(config)?;
         let handle = Box::into_raw(Box::new(ZpageRegion { region }));
         // SAFETY: `out` is non-null (checked) and writable by the caller's contract.
         unsafe { out.write(handle) };
+        Ok(())
+    })
+}
+
+/// Creates a budget of `budget` bytes that many regions can draw on (one
+/// resident limit, one compressed pool, one reclaimer); `*out` receives it.
+/// Destroy it with `zpage_budget_destroy` (regions made on it keep it alive).
+///
+/// # Safety
+/// As `zpage_region_create`.
+#[no_mangle]
+pub unsafe extern "C" fn zpage_budget_create(
+    budget: usize,
+    options: *const ZpageOptions,
+    out: *mut *mut ZpageBudget,
+) -> c_int {
+    guarded("zpage_budget_create", || {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: forwarded contract.
+        let options = unsafe { read_options(options) }?;
+        let budget = Budget::new(budget_config_from(budget, options.as_ref())?)?;
+        let handle = Box::into_raw(Box::new(ZpageBudget { budget }));
+        // SAFETY: `out` is non-null (checked) and writable by the caller's contract.
+        unsafe { out.write(handle) };
+        Ok(())
+    })
+}
+
+/// Creates a region of `size` bytes drawing on `budget`; `*out` receives it.
+///
+/// # Safety
+/// `budget` must be NULL or a live handle from `zpage_budget_create`; `out`
+/// must point to writable memory for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn zpage_region_create_in(
+    budget: *const ZpageBudget,
+    size: usize,
+    out: *mut *mut ZpageRegion,
+) -> c_int {
+    guarded("zpage_region_create_in", || {
+        // SAFETY: NULL or a live handle (caller's contract).
+        let budget = unsafe { budget.as_ref() }.ok_or_else(|| null("budget"))?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let region = Region::with_budget(&budget.budget, size)?;
+        let handle = Box::into_raw(Box::new(ZpageRegion { region }));
+        // SAFETY: `out` is non-null (checked) and writable by the caller's contract.
+        unsafe { out.write(handle) };
+        Ok(())
+    })
+}
+
+/// Releases the caller's handle on a budget (NULL is ignored); the budget
+/// itself lives on while regions draw on it.
+///
+/// # Safety
+/// `budget` must be NULL or a live handle from `zpage_budget_create`, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn zpage_budget_destroy(budget: *mut ZpageBudget) -> c_int {
+    guarded("zpage_budget_destroy", || {
+        if !budget.is_null() {
+            // SAFETY: the handle came from Box::into_raw in zpage_budget_create
+            // and the caller gives it up here.
+            drop(unsafe { Box::from_raw(budget) });
+        }
         Ok(())
     })
 }
@@ -292,10 +469,13 @@ pub unsafe extern "C" fn zpage_region_size(region: *const ZpageRegion) -> usize 
     size
 }
 
-/// Writes a snapshot of the region's counters into `*out`.
+/// Writes a snapshot of the region's figures into `*out`. Set
+/// `out->struct_size = sizeof(zpage_stats)` first; the library fills as many
+/// fields as fit and sets `struct_size` to what it filled.
 ///
 /// # Safety
-/// `region` must be NULL or a live handle; `out` NULL or writable for one `zpage_stats`.
+/// `region` must be NULL or a live handle; `out` NULL or writable for
+/// `out->struct_size` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn zpage_region_stats(
     region: *const ZpageRegion,
@@ -307,24 +487,29 @@ pub unsafe extern "C" fn zpage_region_stats(
         if out.is_null() {
             return Err(null("out"));
         }
-        let s = region.region.stats();
-        let stats = ZpageStats {
-            size_bytes: s.size_bytes as u64,
-            budget_bytes: s.budget_bytes as u64,
-            resident_bytes: s.resident_bytes as u64,
-            staged_bytes: s.staged_bytes as u64,
-            pinned_bytes: s.pinned_bytes as u64,
-            compressed_bytes: s.compressed_bytes as u64,
-            stored_pages: s.stored_pages as u64,
-            same_filled_pages: s.same_filled_pages as u64,
-            faults: s.faults,
-            restores: s.restores,
-            trial_hits: s.trial_hits,
-            evictions: s.evictions,
-            compressions: s.compressions,
-        };
-        // SAFETY: non-null (checked) and writable by the caller's contract.
-        unsafe { out.write(stats) };
+        // SAFETY: the first field is readable by the caller's contract.
+        let given = unsafe { std::ptr::addr_of!((*out).struct_size).read_unaligned() } as usize;
+        if given < 16 {
+            return Err(Failure(
+                ZPAGE_ERR_INVALID_ARGUMENT,
+                format!(
+                    "out->struct_size is {given}: set it to sizeof(zpage_stats) before the call"
+                ),
+            ));
+        }
+        let stats = ZpageStats::from_stats(&region.region.stats());
+        let filled = given.min(std::mem::size_of::<ZpageStats>());
+        // SAFETY: writes min(given, ours) bytes into the caller's struct,
+        // which has `given` writable bytes by contract; `struct_size` tells
+        // the caller how much of it we filled.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&stats as *const ZpageStats).cast::<u8>(),
+                out.cast::<u8>(),
+                filled,
+            );
+            std::ptr::addr_of_mut!((*out).struct_size).write_unaligned(filled as u64);
+        }
         Ok(())
     })
 }
@@ -428,6 +613,11 @@ mod tests {
                 zpage_region_stats(std::ptr::null(), std::ptr::null_mut()),
                 ZPAGE_ERR_NULL_POINTER
             );
+            assert_eq!(
+                zpage_region_create_in(std::ptr::null(), 1 << 20, std::ptr::null_mut()),
+                ZPAGE_ERR_NULL_POINTER
+            );
+            assert_eq!(zpage_budget_destroy(std::ptr::null_mut()), ZPAGE_OK);
             assert_eq!(zpage_region_destroy(std::ptr::null_mut()), ZPAGE_OK);
             assert_eq!(
                 zpage_options_init(std::ptr::null_mut()),
@@ -438,12 +628,7 @@ mod tests {
 
     #[test]
     fn bad_options_are_invalid_arguments() {
-        let mut options = ZpageOptions {
-            codec: std::ptr::null(),
-            fault_mode: 0,
-            aging: 0,
-            pool: 0,
-        };
+        let mut options = default_options();
         let mut region = std::ptr::null_mut();
         // SAFETY: valid pointers to locals.
         unsafe {
@@ -504,10 +689,16 @@ mod tests {
             for i in (0..words).step_by(512) {
                 assert_eq!(base.add(i).read_volatile(), i as u64 % 8);
             }
-            let mut stats = ZpageStats::default();
+            let mut stats = ZpageStats {
+                struct_size: std::mem::size_of::<ZpageStats>() as u64,
+                ..ZpageStats::default()
+            };
             assert_eq!(zpage_region_stats(region, &mut stats), ZPAGE_OK);
             assert_eq!(stats.size_bytes, 8 << 20);
-            assert!(stats.faults > 0 && stats.compressions > 0, "{stats:?}");
+            assert!(
+                stats.fault_count > 0 && stats.compression_count > 0,
+                "{stats:?}"
+            );
             assert!(stats.resident_bytes <= stats.budget_bytes + stats.budget_bytes / 20);
             assert_eq!(zpage_region_pin(region, 0, 4096), ZPAGE_OK);
             assert_eq!(zpage_region_unpin(region, 0, 4096), ZPAGE_OK);

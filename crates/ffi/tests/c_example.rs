@@ -93,7 +93,22 @@ fn c_example_builds_and_runs() {
     let pc = std::fs::read_to_string(shared.join("lib/pkgconfig/zpage.pc")).unwrap();
     assert!(pc.contains(&format!("prefix={}", shared.display())) && !pc.contains('@'));
     let rpath = format!("-Wl,-rpath,{}", shared.join("lib").display());
-    let out = compile_and_run(&shared, "", &rpath, &scratch.join("bench_region_shared"));
+    let exe = scratch.join("bench_region_shared");
+    let out = compile_and_run(&shared, "", &rpath, &exe);
+    // The library has a SONAME, and the program records it (not the file name).
+    let major = env!("CARGO_PKG_VERSION_MAJOR");
+    let dynamic = run(Command::new("readelf")
+        .arg("-d")
+        .arg(shared.join("lib/libzpage.so")));
+    assert!(
+        dynamic.contains(&format!("Library soname: [libzpage.so.{major}]")),
+        "{dynamic}"
+    );
+    let needed = run(Command::new("readelf").arg("-d").arg(&exe));
+    assert!(
+        needed.contains(&format!("Shared library: [libzpage.so.{major}]")),
+        "{needed}"
+    );
     assert!(
         out.contains("error reporting works: zpage_region_create: out is NULL"),
         "{out}"
@@ -107,7 +122,17 @@ fn c_example_builds_and_runs() {
     // Static library only: pkg-config --static adds what the Rust runtime needs.
     let fixed = scratch.join("static");
     install(&fixed);
-    std::fs::remove_file(fixed.join("lib/libzpage.so")).unwrap();
+    for entry in std::fs::read_dir(fixed.join("lib")).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("libzpage.so")
+        {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
     let out = compile_and_run(&fixed, "--static", "", &scratch.join("bench_region_static"));
     assert!(out.trim_end().ends_with("zpage C example: OK"), "{out}");
 

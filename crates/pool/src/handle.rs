@@ -1,11 +1,14 @@
 //! Opaque handles and their bit layout.
 //!
 //! ```text
-//!  63            44 43      36 35  34 33  32 31                          0
-//! +----------------+----------+------+------+-----------------------------+
-//! |   generation   | instance | kind | slot |            index            |
-//! +----------------+----------+------+------+-----------------------------+
+//!  63   56 55        44 43      36 35  34 33  32 31                          0
+//! +-------+------------+----------+------+------+-----------------------------+
+//! | zero  | generation | instance | kind | slot |            index            |
+//! +-------+------------+----------+------+------+-----------------------------+
 //! ```
+//! The top eight bits are always zero ([`Handle::BITS`] = 56), so a caller
+//! can pack a handle with a few bits of its own into one word (the store's
+//! page references do).
 //! - `index`: handle-table entry (zsmalloc) or page number (tri-page, zbud).
 //! - `slot`: which object of the page (tri-page, zbud); 0 for zsmalloc.
 //! - `kind`: 1..=3, the design that issued it; a zero kind means "never issued".
@@ -27,6 +30,9 @@ use crate::{PoolError, PoolKind, Result};
 pub struct Handle(u64);
 
 impl Handle {
+    /// Bits a raw handle value occupies: `to_raw() < 1 << Handle::BITS`.
+    pub const BITS: u32 = 56;
+
     /// The raw 64-bit value, for packing into the caller's own structures.
     pub fn to_raw(self) -> u64 {
         self.0
@@ -45,8 +51,8 @@ const KIND_BITS: u32 = 2;
 const INSTANCE_SHIFT: u32 = KIND_SHIFT + KIND_BITS;
 const INSTANCE_BITS: u32 = 8;
 const GENERATION_SHIFT: u32 = INSTANCE_SHIFT + INSTANCE_BITS;
-const GENERATION_BITS: u32 = 64 - GENERATION_SHIFT;
-const _: () = assert!(GENERATION_BITS == 20, "layout diagram above is out of date");
+const GENERATION_BITS: u32 = Handle::BITS - GENERATION_SHIFT;
+const _: () = assert!(GENERATION_BITS == 12, "layout diagram above is out of date");
 
 /// Largest slot number a handle can carry.
 pub(crate) const MAX_SLOT: u8 = (1 << SLOT_BITS) - 1;
@@ -169,6 +175,15 @@ mod tests {
             first.decode(Handle::from_raw(0)),
             Err(PoolError::ForeignHandle { .. })
         ));
+    }
+
+    #[test]
+    fn handles_fit_in_their_bits() {
+        let codec = HandleCodec::new(PoolKind::TwoSlot);
+        let last = Generation((1 << GENERATION_BITS) - 1);
+        let handle = codec.encode(u32::MAX, MAX_SLOT, last);
+        assert!(handle.to_raw() < 1 << Handle::BITS);
+        assert_eq!(codec.decode(handle).unwrap().generation, last);
     }
 
     #[test]

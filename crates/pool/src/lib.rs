@@ -40,8 +40,9 @@ pub use stats::{format_classes, ClassStats, CompactStats, PoolStats};
 pub use tri_page::TriPagePool;
 pub use two_slot::TwoSlotPool;
 
-/// Size of the pages a pool is made of, and the largest blob it accepts.
-pub const PAGE_SIZE: usize = 4096;
+/// Size of the pages a pool is made of, and the largest blob it accepts (the
+/// project's one page size).
+pub use zpage_codec::PAGE_SIZE;
 
 /// Packed storage for compressed blobs.
 ///

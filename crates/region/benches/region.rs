@@ -74,7 +74,7 @@ fn bench_random_touch(c: &mut Criterion) {
         let l = &st.fault_latency;
         eprintln!(
             "{name}: faults {} restores {} trial_hits {} first_writes {} clean_evictions {} compressions {} throttles {} | in-handler p50 <= {} ns, p99 <= {} ns, p99.9 <= {} ns, mean {} ns",
-            st.faults, st.restores, st.trial_hits, st.first_writes, st.clean_evictions, st.compressions, st.throttles,
+            st.fault_count, st.restore_count, st.trial_hit_count, st.first_write_count, st.clean_eviction_count, st.compression_count, st.throttle_count,
             l.p50_ns, l.p99_ns, l.p999_ns, l.mean_ns
         );
     }

@@ -1,5 +1,6 @@
-//! What a region is asked to be.
+//! What a budget and a region are asked to be.
 use crate::error::RegionError;
+use crate::queues::MAX_REGION_PAGES;
 use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 use zpage_pool::PoolKind;
 
@@ -27,21 +28,20 @@ pub enum FaultMode {
 pub enum AgingPolicy {
     /// Evict in the order pages became resident (the baseline).
     Fifo,
-    /// zpage's policy: refault distance (as `mm/workingset.c`) activates pages
-    /// that come back soon after eviction; trial eviction keeps evicted pages
-    /// uncompressed in a staging area for a while, so a touch brings them back
-    /// cheaply and marks them hot; active pages are protected from eviction.
+    /// zpage's policy (see the `aging` module): refault distance activates
+    /// pages that come back soon after eviction; trial eviction keeps evicted
+    /// pages uncompressed in a staging area for a while; active pages are
+    /// protected from eviction.
     #[default]
     Refault,
 }
 
-/// Configuration of a [`crate::Region`].
+/// Configuration of a [`crate::Budget`]: one resident budget, one compressed
+/// pool, one reclaimer and one aging policy shared by every region drawing on it.
 #[derive(Clone, Debug)]
-pub struct RegionConfig {
-    /// Size of the region in bytes (rounded up to 4 KiB).
-    pub size_bytes: usize,
-    /// Bytes of uncompressed pages the region may keep resident (including
-    /// pages held uncompressed in the staging area).
+pub struct BudgetConfig {
+    /// Bytes of uncompressed pages the regions may keep resident together
+    /// (including pages held uncompressed in the staging area).
     pub budget_bytes: usize,
     /// Codec for evicted pages ("lz4" is the fastest to restore).
     pub codec: CodecSpec,
@@ -56,8 +56,8 @@ pub struct RegionConfig {
     pub mode: FaultMode,
     /// Write tracking: restored pages are mapped write-protected (sync
     /// uffd-wp); the first write costs one more fault, and a page never
-    /// written since its restore is evicted again without compressing (the
-    /// store still holds it), as the kernel drops clean swap-cache pages.
+    /// written since its restore is evicted again without compressing (its
+    /// compressed copy is kept), as the kernel drops clean swap-cache pages.
     /// In `Sigbus` mode the kernel cannot write a protected page either:
     /// `prefault` lifts the protection.
     pub track_writes: bool,
@@ -72,12 +72,11 @@ pub struct RegionConfig {
     pub staging_pct: u8,
 }
 
-impl RegionConfig {
-    /// A region of `size_bytes` that keeps at most `budget_bytes` resident, with
-    /// LZ4, the size-class pool, the SIGBUS fault mode and zpage's aging policy.
-    pub fn new(size_bytes: usize, budget_bytes: usize) -> Self {
-        RegionConfig {
-            size_bytes,
+impl BudgetConfig {
+    /// A budget of `budget_bytes` with LZ4, the size-class pool, the SIGBUS
+    /// fault mode, write tracking and zpage's aging policy.
+    pub fn new(budget_bytes: usize) -> Self {
+        BudgetConfig {
             budget_bytes,
             codec: CodecSpec::lz4(),
             threshold: RejectThreshold::default(),
@@ -94,21 +93,6 @@ impl RegionConfig {
 
     pub(crate) fn validate(&self) -> Result<(), RegionError> {
         let bad = |s: String| Err(RegionError::InvalidConfig(s));
-        if self.size_bytes == 0 {
-            return bad("size_bytes is 0: give the region a size".into());
-        }
-        if self.size_bytes > (1usize << 46) {
-            return bad(format!(
-                "size_bytes {} is larger than 64 TiB",
-                self.size_bytes
-            ));
-        }
-        if self.budget_bytes > self.size_bytes {
-            return bad(format!(
-                "budget_bytes ({}) is larger than size_bytes ({}): a budget above the size never evicts; lower it",
-                self.budget_bytes, self.size_bytes
-            ));
-        }
         if self.budget_bytes < 64 * PAGE_SIZE {
             return bad(format!(
                 "budget_bytes ({}) is below 64 pages (256 KiB): the reclaimer needs room to batch",
@@ -129,4 +113,69 @@ impl RegionConfig {
         }
         Ok(())
     }
+}
+
+/// Configuration of a [`crate::Region`] with a budget of its own. The budget's
+/// fields are reached through it (`config.aging = ...`); to draw many regions
+/// on one budget, make a [`crate::Budget`] and use [`crate::Region::with_budget`].
+#[derive(Clone, Debug)]
+pub struct RegionConfig {
+    /// Size of the region in bytes (rounded up to 4 KiB).
+    pub size_bytes: usize,
+    /// The region's own budget.
+    pub budget: BudgetConfig,
+}
+
+impl std::ops::Deref for RegionConfig {
+    type Target = BudgetConfig;
+
+    fn deref(&self) -> &BudgetConfig {
+        &self.budget
+    }
+}
+
+impl std::ops::DerefMut for RegionConfig {
+    fn deref_mut(&mut self) -> &mut BudgetConfig {
+        &mut self.budget
+    }
+}
+
+/// Largest region: page indices must fit the reclaimer's records.
+pub const MAX_REGION_BYTES: usize = MAX_REGION_PAGES * PAGE_SIZE;
+
+impl RegionConfig {
+    /// A region of `size_bytes` that keeps at most `budget_bytes` resident, with
+    /// the defaults of [`BudgetConfig::new`].
+    pub fn new(size_bytes: usize, budget_bytes: usize) -> Self {
+        RegionConfig {
+            size_bytes,
+            budget: BudgetConfig::new(budget_bytes),
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), RegionError> {
+        validate_size(self.size_bytes)?;
+        if self.budget.budget_bytes > self.size_bytes.next_multiple_of(PAGE_SIZE) {
+            return Err(RegionError::InvalidConfig(format!(
+                "budget_bytes ({}) is larger than size_bytes ({}): a budget above the size never evicts; lower it",
+                self.budget.budget_bytes, self.size_bytes
+            )));
+        }
+        self.budget.validate()
+    }
+}
+
+/// Checks a region's size.
+pub(crate) fn validate_size(size_bytes: usize) -> Result<(), RegionError> {
+    if size_bytes == 0 {
+        return Err(RegionError::InvalidConfig(
+            "size_bytes is 0: give the region a size".into(),
+        ));
+    }
+    if size_bytes > MAX_REGION_BYTES {
+        return Err(RegionError::InvalidConfig(format!(
+            "size_bytes {size_bytes} is larger than {MAX_REGION_BYTES} (16 TiB): split it into several regions on one budget"
+        )));
+    }
+    Ok(())
 }

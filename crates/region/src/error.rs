@@ -64,7 +64,7 @@ pub enum RegionError {
     #[error("page at offset {0:#x} is not pinned")]
     NotPinned(usize),
     /// The uffd was closed behind zpage's back (a close-all-fds loop, exec).
-    #[error("the region's userfaultfd (fd {0}) was closed by the program: the region is no longer protected; restore from a fresh region. Do not close file descriptors you did not open")]
+    #[error("the region's userfaultfd (fd {0}) was closed by the program: evicted pages can no longer be restored (touching one ends the process with a message naming it); make a fresh region, and do not close file descriptors you did not open")]
     UffdLost(i32),
     /// The object was inherited by a child process across fork().
     #[error("this region belongs to process {owner}; after fork() the child holds plain memory (every page was restored before the fork) and the region's machinery stays with the parent")]

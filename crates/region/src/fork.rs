@@ -1,45 +1,68 @@
-//! fork(): the child must not read zeros for evicted pages.
+//! fork(): a child must never read zeros for evicted pages.
 //!
-//! A child made by `fork()` inherits the region's mapping but not its
+//! A child made by `fork()` inherits the regions' mappings but not their
 //! userfaultfd registration (`EVENT_FORK` needs `CAP_SYS_PTRACE`, and a child
-//! could not resolve its faults through the parent's uffd anyway), so pages
-//! zpage holds evicted would read as zeros there. A `pthread_atfork` prepare
-//! hook therefore pauses eviction and restores every page of every region
-//! before the fork; the child gets plain memory with the full contents. The
-//! parent hook resumes eviction; the parent's pages are now shared
-//! copy-on-write, which `UFFDIO_MOVE` refuses with `EBUSY`, and the reclaimer
-//! makes them exclusive again (see reclaim.rs).
+//! could not resolve its faults through the parent's uffd anyway). So a
+//! `pthread_atfork` prepare hook pauses eviction on every budget and restores
+//! every page of every region before the fork, waiting for restores other
+//! threads have in flight (a page another thread is still decompressing
+//! would otherwise be copied into the child as an empty entry, zeros): the
+//! child gets plain memory with the full contents. The parent hook resumes
+//! eviction; the parent's pages are now shared copy-on-write, which
+//! `UFFDIO_MOVE` refuses with `EBUSY`, and eviction makes them exclusive
+//! again (`MADV_POPULATE_WRITE`, see `evict.rs`).
 //!
-//! Cost: a fork briefly makes the whole region resident. `posix_spawn` and
+//! Cost: a fork briefly makes every region resident. `posix_spawn` and
 //! `vfork` (what `std::process::Command` uses) run no atfork hooks and copy
 //! nothing, so spawning programs costs nothing. Raw `clone()` without
-//! `CLONE_VM` bypasses the hook and is not supported.
+//! `CLONE_VM` bypasses the hook: a child that then touches a page that was
+//! evicted gets a message naming it and dies (the page keeps its poison
+//! marker), never zeros.
 #![allow(unsafe_code)]
 
-use crate::signal;
+use crate::fault::{self, Access, Ctx};
+use crate::page::Tag;
+use crate::sys;
+use crate::table;
 use std::sync::atomic::Ordering;
 use std::sync::Once;
 
 static INSTALL: Once = Once::new();
 
 extern "C" fn prepare() {
-    let pid = crate::sys::getpid();
-    signal::for_each_region(|inner| {
-        if inner.owner_pid != pid {
+    // A program handler interrupting us while we hold a page could wait on it.
+    let _signals = sys::SignalGuard::block_async();
+    let pid = sys::getpid();
+    table::for_each(|core| {
+        if core.owner_pid != pid {
             return;
         }
         // No eviction can start after this returns.
-        inner.pause(&inner.fork_pause);
-        let _ = crate::region::restore_all(inner);
+        core.budget.pause(&core.budget.fork_pause);
+        for page in 0..core.page_count() {
+            loop {
+                let s = core.pages[page].load();
+                match s.tag() {
+                    Tag::Empty | Tag::Resident => break,
+                    Tag::Staged | Tag::Stored | Tag::Evicting | Tag::Compressing => {
+                        if fault::resolve(core, page, Access::READ, Ctx::Api).is_err() {
+                            break;
+                        }
+                    }
+                    // Another thread is restoring it: wait until it is in.
+                    Tag::Restoring => sys::yield_now(),
+                }
+            }
+        }
     });
 }
 
 extern "C" fn parent() {
-    let pid = crate::sys::getpid();
-    signal::for_each_region(|inner| {
-        if inner.owner_pid == pid {
-            inner.fork_pause.store(false, Ordering::SeqCst);
-            inner.kick_reclaimer();
+    let pid = sys::getpid();
+    table::for_each(|core| {
+        if core.owner_pid == pid {
+            core.budget.fork_pause.store(false, Ordering::SeqCst);
+            core.budget.kick_reclaimer();
         }
     });
 }

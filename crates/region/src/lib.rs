@@ -154,22 +154,30 @@
 //!   the budget rather than stall (e.g. when most of the budget is pinned).
 #![deny(unsafe_code)]
 
+mod aging;
+mod budget;
 mod config;
+mod core;
+mod counters;
 mod error;
 mod event;
+mod evict;
+mod fault;
 mod fork;
-mod inner;
+mod page;
+mod queues;
 mod reclaim;
 mod region;
 mod signal;
-mod slots;
-mod state;
-mod stats;
 mod sys;
+mod table;
+mod workers;
 
-pub use config::{AgingPolicy, FaultMode, RegionConfig};
+pub use budget::Budget;
+pub use config::{AgingPolicy, BudgetConfig, FaultMode, RegionConfig, MAX_REGION_BYTES};
+pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;
 pub use region::Region;
-pub use stats::{LatencySummary, RegionStats, LATENCY_BUCKETS};
+pub use table::MAX_REGIONS;
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;

@@ -1,23 +1,17 @@
 //! The SIGBUS handler: the faulting thread restores its own page.
 //!
 //! **Async-signal-safety argument.** The handler runs on the faulting thread,
-//! at an arbitrary instruction of the program. It therefore:
-//! - allocates nothing and takes no lock: the region table below is a fixed
-//!   array of atomics, the page lookup is an atomic load of the page's state
-//!   word, the decompression worker comes from a preallocated slot taken by
-//!   compare-and-swap ([`crate::slots`]), and counters are relaxed atomics;
-//! - makes only async-signal-safe system calls (ioctl, madvise, futex,
-//!   nanosleep, sched_yield, clock_gettime, sigaction, write/abort on fatal
-//!   corruption);
+//! at an arbitrary instruction of the program (possibly inside `malloc`, or
+//! inside one of the program's own signal handlers). It
+//! - finds the region in the fixed, lock-free region table (`table.rs`) and
+//!   resolves the fault with `fault::resolve`, whose own argument is at the
+//!   top of `fault.rs` (no allocation, no lock held by a thread that could be
+//!   waiting on this one, async-signal-safe system calls only);
 //! - saves and restores `errno`;
 //! - blocks every other signal while it runs (`sa_mask` is full), so no other
 //!   handler interleaves with a half-done restore;
-//! - never waits for the interrupted thread itself: the states it waits on
-//!   (EVICTING, COMPRESSING, RESTORING) are held by the reclaimer or by other
-//!   faulting threads, which do not touch region memory while holding them.
-//!
-//! The decompressor (LZ4) is stateless and does not allocate; zstd runs on a
-//! context allocated when the region was created.
+//! - in a forked child, where the region's machinery stayed with the parent,
+//!   ends the process with a message rather than let a page read as zeros.
 //!
 //! **Chaining.** The handler is installed with raw `sigaction` (not
 //! signal-hook, which runs the previous handler first; Rust's std handler for
@@ -26,75 +20,68 @@
 //! is called; for SIG_DFL/SIG_IGN the disposition is reset to SIG_DFL and the
 //! handler returns, so the access faults again and the process dies with the
 //! usual SIGBUS (and core dump).
-//!
-//! **Teardown.** Each table entry counts the handlers inside it (ART's
-//! in-progress counter). Removing an entry clears its range first and then
-//! waits for the count to drop to zero, so no handler uses a region after its
-//! `Drop` has started freeing it.
 #![allow(unsafe_code)]
 
-use crate::inner::{Ctx, Inner};
+use crate::fault::{self, about_page, Access, Ctx};
 use crate::sys;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
-
-/// How many regions may be live at once.
-pub const MAX_REGIONS: usize = 64;
-
-struct Entry {
-    base: AtomicUsize,
-    end: AtomicUsize,
-    inner: AtomicPtr<Inner>,
-    inflight: AtomicUsize,
-}
-
-#[allow(clippy::declare_interior_mutable_const)]
-const EMPTY_ENTRY: Entry = Entry {
-    base: AtomicUsize::new(0),
-    end: AtomicUsize::new(0),
-    inner: AtomicPtr::new(std::ptr::null_mut()),
-    inflight: AtomicUsize::new(0),
-};
-
-static TABLE: [Entry; MAX_REGIONS] = [EMPTY_ENTRY; MAX_REGIONS];
-static TABLE_LOCK: Mutex<()> = Mutex::new(());
+use crate::table;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 struct OldAction(libc::sigaction);
-// SAFETY: the saved sigaction is plain data written once before the handler
-// can run and only read afterwards.
+// SAFETY: the saved sigaction is plain data written once, under INSTALL,
+// before the handler that reads it is installed, and only read afterwards.
 unsafe impl Send for OldAction {}
 // SAFETY: as above.
 unsafe impl Sync for OldAction {}
 
-static OLD: OnceLock<OldAction> = OnceLock::new();
+/// The action zpage chains to, written once under [`INSTALL`].
+static OLD: std::sync::OnceLock<OldAction> = std::sync::OnceLock::new();
+/// Serialises installation; a failed `sigaction` leaves it uninstalled, so
+/// the next region tries again (a failure is never remembered as success).
+static INSTALL: Mutex<()> = Mutex::new(());
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
-/// Installs the handler once per process (first region created).
-pub fn install() -> Result<(), sys::Errno> {
-    let mut err = None;
-    OLD.get_or_init(|| {
-        // SAFETY: zeroed sigaction is a valid "empty" value; we fill in the
-        // handler, a full mask and SA_SIGINFO, and keep the old action.
-        unsafe {
-            let mut act: libc::sigaction = std::mem::zeroed();
-            act.sa_sigaction = on_sigbus as *const () as usize;
-            act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-            libc::sigfillset(&mut act.sa_mask);
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGBUS, &act, &mut old) != 0 {
-                err = Some(sys::Errno(sys::last_errno()));
-            }
-            OldAction(old)
-        }
-    });
-    match err {
-        Some(e) => Err(e),
-        None => Ok(()),
+fn our_action() -> libc::sigaction {
+    // SAFETY: a zeroed sigaction is a valid empty value; we fill in the
+    // handler, a full mask and SA_SIGINFO.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_sigbus as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigfillset(&mut act.sa_mask);
+        act
     }
+}
+
+/// Installs the handler once per process (first budget created).
+pub fn install() -> Result<(), sys::Errno> {
+    if INSTALLED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let _g = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    if INSTALLED.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let act = our_action();
+    // SAFETY: valid sigaction structs; the old action is written into a local.
+    let old = unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGBUS, &act, &mut old) != 0 {
+            return Err(sys::Errno(sys::last_errno()));
+        }
+        old
+    };
+    // The first successful install records the action to chain to; a later
+    // re-install (after someone replaced ours) keeps the original.
+    let _ = OLD.set(OldAction(old));
+    INSTALLED.store(true, Ordering::Release);
+    Ok(())
 }
 
 /// Puts zpage's handler back in front if someone replaced it (runtimes and
 /// crash reporters that install SIGBUS handlers after zpage). The replaced
-/// handler becomes the one zpage chains to.
+/// handler is not recorded: chaining goes to the original one.
 pub fn ensure_front() -> Result<(), sys::Errno> {
     // SAFETY: reading the current disposition into a zeroed struct.
     let cur = unsafe {
@@ -105,106 +92,44 @@ pub fn ensure_front() -> Result<(), sys::Errno> {
     if cur.sa_sigaction == on_sigbus as *const () as usize {
         return Ok(());
     }
-    // SAFETY: same installation as in `install`; the previous front handler
-    // is not recorded again (OnceLock), so chaining goes to the original one.
-    unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_sigbus as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        libc::sigfillset(&mut act.sa_mask);
-        if libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut()) != 0 {
-            return Err(sys::Errno(sys::last_errno()));
-        }
+    let act = our_action();
+    // SAFETY: a valid sigaction; the old one is not needed.
+    if unsafe { libc::sigaction(libc::SIGBUS, &act, std::ptr::null_mut()) } != 0 {
+        return Err(sys::Errno(sys::last_errno()));
     }
     Ok(())
 }
 
-/// Adds a region to the table; returns its entry index.
-pub fn register(inner: &Inner) -> Option<usize> {
-    let _g = TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    for (i, e) in TABLE.iter().enumerate() {
-        if e.base.load(Ordering::SeqCst) == 0 && e.inner.load(Ordering::SeqCst).is_null() {
-            e.inner
-                .store(inner as *const Inner as *mut Inner, Ordering::SeqCst);
-            e.end
-                .store(inner.region.base() + inner.region.len(), Ordering::SeqCst);
-            e.base.store(inner.region.base(), Ordering::SeqCst);
-            return Some(i);
-        }
-    }
-    None
-}
-
-/// Removes entry `i` and waits until no handler is inside it.
-pub fn unregister(i: usize) {
-    let _g = TABLE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let e = &TABLE[i];
-    e.base.store(0, Ordering::SeqCst);
-    e.end.store(0, Ordering::SeqCst);
-    while e.inflight.load(Ordering::SeqCst) != 0 {
-        sys::yield_now();
-    }
-    e.inner.store(std::ptr::null_mut(), Ordering::SeqCst);
-}
-
-/// Calls `f` on every live region owned by this process (fork hooks).
-pub fn for_each_region(mut f: impl FnMut(&Inner)) {
-    for e in TABLE.iter() {
-        e.inflight.fetch_add(1, Ordering::SeqCst);
-        let p = e.inner.load(Ordering::SeqCst);
-        if e.base.load(Ordering::SeqCst) != 0 && !p.is_null() {
-            // SAFETY: the entry is live and our inflight count keeps `unregister`
-            // (and so the region's Drop) from freeing it until we are done.
-            f(unsafe { &*p });
-        }
-        e.inflight.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// Looks `addr` up and resolves the fault; false if it is not ours.
-fn dispatch(addr: usize, (write, wp): (bool, bool)) -> bool {
-    for e in TABLE.iter() {
-        let base = e.base.load(Ordering::Acquire);
-        if base == 0 || addr < base || addr >= e.end.load(Ordering::Acquire) {
-            continue;
+fn dispatch(addr: usize, access: Access) -> bool {
+    table::at_address(addr, |core, page| {
+        if core.owner_pid != sys::getpid() {
+            about_page(core, page)
+                .text(" was touched in a child process forked while it was evicted; the region's userfaultfd stayed with the parent, so it cannot be restored here")
+                .abort()
         }
-        e.inflight.fetch_add(1, Ordering::SeqCst);
-        // Re-check after announcing ourselves: `unregister` clears the range
-        // before waiting for `inflight` to reach zero.
-        let still = e.base.load(Ordering::SeqCst) == base;
-        let p = e.inner.load(Ordering::SeqCst);
-        let mut handled = false;
-        if still && !p.is_null() {
-            // SAFETY: as in for_each_region.
-            let inner = unsafe { &*p };
-            // (A forked child never gets here: its copy of the region is not
-            // registered, so it takes no userfaultfd faults.)
-            {
-                let page = (addr - base) / sys::PAGE;
-                if page < inner.pages {
-                    match inner.resolve(page, write, wp, Ctx::Signal) {
-                        // ENOENT/ESRCH: the mapping or the process is going
-                        // away; returning lets the access fault again and fail
-                        // as it would without us.
-                        Ok(()) | Err(sys::Errno(libc::ENOENT | libc::ESRCH)) => {}
-                        Err(_) => sys::fatal("zpage: a userfaultfd ioctl failed while resolving a fault; aborting rather than looping\n"),
-                    }
-                    handled = true;
-                }
-            }
+        match fault::resolve(core, page, access, Ctx::Signal) {
+            // ENOENT/ESRCH: the mapping or the process is going away;
+            // returning lets the access fault again and fail as it would
+            // without us.
+            Ok(()) | Err(sys::Errno(libc::ENOENT | libc::ESRCH)) => {}
+            Err(e) => about_page(core, page)
+                .text(": a userfaultfd ioctl failed with errno ")
+                .dec(e.0 as u64)
+                .text(" while resolving a fault; ending the process rather than loop")
+                .abort(),
         }
-        e.inflight.fetch_sub(1, Ordering::SeqCst);
-        return handled;
-    }
-    false
+    })
+    .is_some()
 }
 
-/// (write, protection fault) from the page-fault error code.
-fn fault_kind(ctx: *mut libc::c_void) -> (bool, bool) {
+/// The access from the page-fault error code: a write, and a protection
+/// fault (write to a present, write-protected page).
+fn access_of(ctx: *mut libc::c_void) -> Access {
     #[cfg(target_arch = "x86_64")]
     {
         if ctx.is_null() {
-            return (false, false);
+            return Access::READ;
         }
         // SAFETY: for an SA_SIGINFO handler the third argument is the
         // interrupted ucontext; REG_ERR holds the page-fault error code: bit 0
@@ -214,7 +139,10 @@ fn fault_kind(ctx: *mut libc::c_void) -> (bool, bool) {
             uc.uc_mcontext.gregs[libc::REG_ERR as usize]
         };
         let write = err & 2 != 0;
-        (write, write && err & 1 != 0)
+        Access {
+            write,
+            protection: write && err & 1 != 0,
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -222,7 +150,7 @@ fn fault_kind(ctx: *mut libc::c_void) -> (bool, bool) {
         // protected page: resolve() then lifts a protection if there is one
         // and otherwise restores.
         let _ = ctx;
-        (true, true)
+        Access::WRITABLE
     }
 }
 
@@ -230,7 +158,11 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     let saved_errno = sys::last_errno();
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    let ours = code == libc::BUS_ADRERR && dispatch(addr, fault_kind(ctx));
+    // An evicted page's entry carries a poison marker: on kernels built with
+    // memory-failure handling it faults with BUS_MCEERR_AR, otherwise with
+    // BUS_ADRERR, like an empty entry.
+    let ours =
+        (code == libc::BUS_ADRERR || code == libc::BUS_MCEERR_AR) && dispatch(addr, access_of(ctx));
     sys::set_errno(saved_errno);
     if !ours {
         chain(sig, info, ctx);

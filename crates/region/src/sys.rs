@@ -41,9 +41,9 @@ pub fn set_errno(value: i32) {
     unsafe { *libc::__errno_location() = value }
 }
 
-pub const PAGE: usize = 4096;
+pub use zpage_codec::PAGE_SIZE;
 
-// ---- userfaultfd uapi (checked against shared/notes/userfaultfd.md §3.2) ----
+// ---- userfaultfd uapi (the system headers predate UFFDIO_MOVE and POISON) ----
 pub const UFFD_API: u64 = 0xAA;
 pub const UFFD_USER_MODE_ONLY: i32 = 1;
 pub const UFFDIO_API: u64 = 0xc018_aa3f;
@@ -54,6 +54,7 @@ pub const UFFDIO_COPY: u64 = 0xc028_aa03;
 pub const UFFDIO_ZEROPAGE: u64 = 0xc020_aa04;
 pub const UFFDIO_MOVE: u64 = 0xc028_aa05;
 pub const UFFDIO_WRITEPROTECT: u64 = 0xc018_aa06;
+pub const UFFDIO_POISON: u64 = 0xc020_aa08;
 pub const COPY_MODE_WP: u64 = 2;
 pub const PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 pub const USERFAULTFD_IOC_NEW: u64 = 0xaa00;
@@ -62,7 +63,11 @@ pub const FEATURE_EVENT_REMAP: u64 = 1 << 2;
 pub const FEATURE_EVENT_REMOVE: u64 = 1 << 3;
 pub const FEATURE_EVENT_UNMAP: u64 = 1 << 6;
 pub const FEATURE_SIGBUS: u64 = 1 << 7;
+pub const FEATURE_POISON: u64 = 1 << 14;
 pub const FEATURE_MOVE: u64 = 1 << 16;
+/// `madvise` advice that faults a range in for writing (breaking copy-on-write)
+/// from the kernel, without touching it from user space (Linux 5.14).
+pub const MADV_POPULATE_WRITE: i32 = 23;
 
 pub const REGISTER_MODE_MISSING: u64 = 1;
 pub const REGISTER_MODE_WP: u64 = 2;
@@ -116,6 +121,50 @@ struct UffdioMove {
     len: u64,
     mode: u64,
     moved: i64,
+}
+
+#[repr(C)]
+struct UffdioPoison {
+    range: UffdioRange,
+    mode: u64,
+    updated: i64,
+}
+
+#[repr(C)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
+}
+
+/// The size an ioctl request number encodes (bits 16-29 of `_IOC`).
+const fn ioctl_size(request: u64) -> usize {
+    ((request >> 16) & 0x3fff) as usize
+}
+
+// Every ioctl number above carries the size of its argument; a struct that
+// does not match would make the kernel read or write the wrong bytes.
+const _: () = {
+    use std::mem::size_of;
+    assert!(ioctl_size(UFFDIO_API) == size_of::<UffdioApi>());
+    assert!(ioctl_size(UFFDIO_REGISTER) == size_of::<UffdioRegister>());
+    assert!(ioctl_size(UFFDIO_UNREGISTER) == size_of::<UffdioRange>());
+    assert!(ioctl_size(UFFDIO_WAKE) == size_of::<UffdioRange>());
+    assert!(ioctl_size(UFFDIO_COPY) == size_of::<UffdioCopy>());
+    assert!(ioctl_size(UFFDIO_ZEROPAGE) == size_of::<UffdioZeropage>());
+    assert!(ioctl_size(UFFDIO_MOVE) == size_of::<UffdioMove>());
+    assert!(ioctl_size(UFFDIO_WRITEPROTECT) == size_of::<UffdioWriteprotect>());
+    assert!(ioctl_size(UFFDIO_POISON) == size_of::<UffdioPoison>());
+    assert!(size_of::<UffdMsgRaw>() == UFFD_MSG_BYTES);
+};
+
+/// Bytes of one `struct uffd_msg`.
+const UFFD_MSG_BYTES: usize = 32;
+#[allow(dead_code)]
+#[repr(C)]
+struct UffdMsgRaw {
+    event: u8,
+    reserved: [u8; 7],
+    args: [u64; 3],
 }
 
 /// One 32-byte `uffd_msg`, decoded.
@@ -219,17 +268,11 @@ pub fn uffd_copy(fd: i32, dst: usize, src: *const u8, mode: u64) -> Result<(), E
     let mut copy = UffdioCopy {
         dst: dst as u64,
         src: src as u64,
-        len: PAGE as u64,
+        len: PAGE_SIZE as u64,
         mode,
         copy: 0,
     };
     ioctl(fd, UFFDIO_COPY, &mut copy)
-}
-
-#[repr(C)]
-struct UffdioWriteprotect {
-    range: UffdioRange,
-    mode: u64,
 }
 
 /// `UFFDIO_WRITEPROTECT` of one page: `protect` or lift the protection
@@ -238,11 +281,42 @@ pub fn uffd_writeprotect(fd: i32, addr: usize, protect: bool) -> Result<(), Errn
     let mut wp = UffdioWriteprotect {
         range: UffdioRange {
             start: addr as u64,
-            len: PAGE as u64,
+            len: PAGE_SIZE as u64,
         },
         mode: protect as u64,
     };
     ioctl(fd, UFFDIO_WRITEPROTECT, &mut wp)
+}
+
+/// `UFFDIO_POISON` of `len` bytes: accesses fault with SIGBUS until the
+/// range is filled again (`UFFDIO_COPY` replaces the marker) or discarded.
+/// An evicted page carries one so that it can never read as zeros, even if
+/// the program closes the userfaultfd and the range is unregistered.
+pub fn uffd_poison(fd: i32, start: usize, len: usize) -> Result<(), Errno> {
+    let mut poison = UffdioPoison {
+        range: UffdioRange {
+            start: start as u64,
+            len: len as u64,
+        },
+        mode: 0,
+        updated: 0,
+    };
+    ioctl(fd, UFFDIO_POISON, &mut poison)
+}
+
+/// `MADV_POPULATE_WRITE` of one page: the kernel write-faults it in (a
+/// copy-on-write break after `fork()` makes it exclusive again, so
+/// `UFFDIO_MOVE` accepts it) without user space touching the page. An absent
+/// or write-protected page fails with `EFAULT` instead of raising a signal.
+pub fn populate_write(addr: usize, len: usize) -> Result<(), Errno> {
+    // SAFETY: populating (not discarding) a range of our own mapping; the
+    // kernel keeps the contents.
+    let rc = unsafe { libc::madvise(addr as *mut c_void, len, MADV_POPULATE_WRITE) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
 }
 
 /// `UFFDIO_ZEROPAGE` of one page.
@@ -250,7 +324,7 @@ pub fn uffd_zeropage(fd: i32, dst: usize, mode: u64) -> Result<(), Errno> {
     let mut zero = UffdioZeropage {
         range: UffdioRange {
             start: dst as u64,
-            len: PAGE as u64,
+            len: PAGE_SIZE as u64,
         },
         mode,
         zeropage: 0,
@@ -282,16 +356,16 @@ pub fn uffd_move(
 
 /// Reads pending `uffd_msg`s from a non-blocking uffd into `out`; returns how many.
 pub fn uffd_read(fd: i32, out: &mut [UffdMsg]) -> Result<usize, Errno> {
-    let mut raw = [0u8; 32 * 16];
-    let want = out.len().min(16) * 32;
+    let mut raw = [0u8; UFFD_MSG_BYTES * 16];
+    let want = out.len().min(16) * UFFD_MSG_BYTES;
     // SAFETY: `raw` is a live buffer of at least `want` bytes.
     let n = unsafe { libc::read(fd, raw.as_mut_ptr().cast(), want) };
     if n < 0 {
         return Err(Errno::last());
     }
-    let count = n as usize / 32;
+    let count = n as usize / UFFD_MSG_BYTES;
     for (i, msg) in out.iter_mut().take(count).enumerate() {
-        let m = &raw[i * 32..i * 32 + 32];
+        let m = &raw[i * UFFD_MSG_BYTES..(i + 1) * UFFD_MSG_BYTES];
         let word = |o: usize| {
             let mut b = [0u8; 8];
             b.copy_from_slice(&m[o..o + 8]);
@@ -482,44 +556,85 @@ pub fn futex_wake_all(word: &std::sync::atomic::AtomicU32) {
     }
 }
 
-/// Writes `msg` to stderr and aborts: for the few states the signal handler
-/// cannot recover from without handing back wrong bytes.
-pub fn fatal(msg: &str) -> ! {
-    // SAFETY: write(2) and abort(3) are async-signal-safe; `msg` is a live buffer.
-    unsafe {
-        libc::write(2, msg.as_ptr().cast(), msg.len());
-        libc::abort()
+/// A message for the few states the fault path cannot recover from without
+/// handing back wrong bytes, built without allocating (the fault path may be
+/// interrupting `malloc`): text and numbers are appended to a fixed buffer,
+/// then written to stderr and the process aborts.
+pub struct Fatal {
+    buf: [u8; 768],
+    len: usize,
+}
+
+impl Fatal {
+    /// Starts the message with `zpage: `.
+    pub fn new() -> Fatal {
+        Fatal {
+            buf: [0; 768],
+            len: 0,
+        }
+        .text("zpage: ")
+    }
+
+    /// Appends `s` (truncated if the buffer is full).
+    pub fn text(mut self, s: &str) -> Fatal {
+        let n = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        self
+    }
+
+    /// Appends `value` in decimal.
+    pub fn dec(self, mut value: u64) -> Fatal {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+            if value == 0 {
+                break;
+            }
+        }
+        self.text(std::str::from_utf8(&digits[i..]).unwrap_or("?"))
+    }
+
+    /// Appends `value` as `0x...` hexadecimal.
+    pub fn hex(self, value: u64) -> Fatal {
+        let mut digits = [0u8; 18];
+        digits[0] = b'0';
+        digits[1] = b'x';
+        for (i, digit) in digits[2..].iter_mut().enumerate() {
+            let nibble = (value >> (60 - 4 * i)) & 0xf;
+            *digit = b"0123456789abcdef"[nibble as usize];
+        }
+        self.text(std::str::from_utf8(&digits).unwrap_or("?"))
+    }
+
+    /// The message so far (for tests).
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+    }
+
+    /// Writes the message and a newline to stderr and aborts.
+    pub fn abort(self) -> ! {
+        let this = self.text("\n");
+        // SAFETY: write(2) and abort(3) are async-signal-safe; the buffer is live.
+        unsafe {
+            libc::write(2, this.buf.as_ptr().cast(), this.len);
+            libc::abort()
+        }
     }
 }
 
-/// Forces a private page back to exclusive ownership after `fork()` (so that
-/// `UFFDIO_MOVE` stops failing with `EBUSY`) without changing its contents:
-/// an atomic add of zero is a write fault (copy-on-write break) whose store is
-/// the value already there, atomic with respect to any concurrent store.
-///
-/// # Safety
-/// `addr` must be 8-byte aligned and inside a live read-write mapping. If the
-/// page is absent the access faults and is resolved by the region's handler.
-pub unsafe fn touch_write(addr: usize) {
-    // LLVM turns an idempotent atomic RMW (fetch_add(0)) into a fenced load,
-    // which does not break copy-on-write; spell the locked add out.
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: guaranteed by the caller; `lock add [addr], 0` writes the value
-    // already there, atomically with respect to every other store.
-    unsafe {
-        std::arch::asm!("lock add qword ptr [{0}], 0", in(reg) addr, options(nostack));
+impl Default for Fatal {
+    fn default() -> Self {
+        Fatal::new()
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        // SAFETY: guaranteed by the caller; AtomicU64 has the alignment of u64.
-        let word = unsafe { &*(addr as *const std::sync::atomic::AtomicU64) };
-        let v = word.load(std::sync::atomic::Ordering::Relaxed);
-        let _ = word.compare_exchange(
-            v,
-            v,
-            std::sync::atomic::Ordering::SeqCst,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+}
+
+impl std::fmt::Debug for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -536,7 +651,7 @@ impl Mapping {
     /// (userfaultfd resolves in 4 KiB pages; a THP would be split by the first
     /// MOVE anyway).
     pub fn new(pages: usize) -> Result<Mapping, Errno> {
-        let len = pages * PAGE;
+        let len = pages * PAGE_SIZE;
         let base = mmap_anon(len)? as usize;
         let m = Mapping {
             base,
@@ -555,25 +670,22 @@ impl Mapping {
         self.len
     }
 
+    pub fn pages(&self) -> usize {
+        self.len / PAGE_SIZE
+    }
+
     pub fn addr(&self, page: usize) -> usize {
-        self.base + page * PAGE
+        self.base + page * PAGE_SIZE
     }
 
     /// The page at index `page`, which the caller knows to be present and not
     /// concurrently modified (a staging slot it owns).
-    pub fn page(&self, page: usize) -> &[u8; PAGE] {
-        assert!(page < self.len / PAGE);
+    pub fn page(&self, page: usize) -> &[u8; PAGE_SIZE] {
+        assert!(page < self.pages());
         // SAFETY: in bounds of a live mapping owned by self, page-aligned; the
         // staging protocol gives the caller exclusive ownership of the slot, so
         // nothing writes it while the reference lives.
-        unsafe { &*(self.addr(page) as *const [u8; PAGE]) }
-    }
-
-    /// See [`touch_write`].
-    pub fn touch_write(&self, page: usize) {
-        assert!(page < self.len / PAGE);
-        // SAFETY: in bounds of a live read-write mapping owned by self, aligned.
-        unsafe { touch_write(self.addr(page)) }
+        unsafe { &*(self.addr(page) as *const [u8; PAGE_SIZE]) }
     }
 
     /// The whole mapping as bytes.
@@ -607,10 +719,21 @@ pub(crate) fn exclusive_bytes<'a, T>(m: &Mapping, _exclusive: &'a mut T) -> &'a 
     unsafe { std::slice::from_raw_parts_mut(m.base() as *mut u8, m.len()) }
 }
 
+/// Signals that report a fault of the instruction being executed; they must
+/// stay deliverable everywhere (blocked, the kernel kills the process).
+const SYNCHRONOUS_SIGNALS: [i32; 5] = [
+    libc::SIGBUS,
+    libc::SIGSEGV,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGTRAP,
+];
+
 /// Blocks every asynchronous signal in the calling thread until the guard
-/// drops: code that holds store locks must not be interrupted by a program
-/// signal handler that touches region memory (its fault would wait on those
-/// locks). SIGBUS, SIGSEGV, SIGILL, SIGFPE stay deliverable.
+/// drops. Code that holds a page claimed, or a store lock, runs under one: a
+/// program signal handler interrupting it could touch that page (or fault
+/// into a load that needs that lock) and wait forever on its own thread.
+/// The synchronous signals stay deliverable.
 pub struct SignalGuard {
     old: libc::sigset_t,
 }
@@ -621,22 +744,24 @@ impl std::fmt::Debug for SignalGuard {
     }
 }
 
+/// The set of asynchronous signals (all but [`SYNCHRONOUS_SIGNALS`]).
+fn asynchronous_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is initialised by sigfillset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for sig in SYNCHRONOUS_SIGNALS {
+            libc::sigdelset(&mut set, sig);
+        }
+        set
+    }
+}
+
 impl SignalGuard {
     pub fn block_async() -> SignalGuard {
-        // SAFETY: sigset_t values initialised by sigfillset/sigemptyset; the
-        // old mask is written into our own struct.
+        let set = asynchronous_signals();
+        // SAFETY: valid sigset_t values; the old mask is written into our own struct.
         unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut set);
-            for sig in [
-                libc::SIGBUS,
-                libc::SIGSEGV,
-                libc::SIGILL,
-                libc::SIGFPE,
-                libc::SIGTRAP,
-            ] {
-                libc::sigdelset(&mut set, sig);
-            }
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut old);
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
@@ -654,8 +779,71 @@ impl Drop for SignalGuard {
     }
 }
 
+/// Spawns one of zpage's own threads with every asynchronous signal blocked
+/// for its whole life, so that the program's handlers (timers, SIGCHLD, a
+/// runtime's thread-suspension signals) never run on it: it holds locks and
+/// claimed pages that such a handler could wait on. The mask is inherited at
+/// creation, so it is in force before the thread runs a single instruction.
+pub fn spawn_blocking_signals(
+    name: &str,
+    body: Box<dyn FnOnce() + Send>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let _blocked_while_spawning = SignalGuard::block_async();
+    std::thread::Builder::new().name(name.into()).spawn(body)
+}
+
+/// True if the calling thread blocks `signal`.
+#[cfg(test)]
+pub fn blocks_signal(signal: i32) -> bool {
+    // SAFETY: reads the current mask into a zeroed sigset_t.
+    unsafe {
+        let mut cur: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
+        libc::sigismember(&cur, signal) == 1
+    }
+}
+
 /// `getpid`.
 pub fn getpid() -> i32 {
     // SAFETY: no arguments.
     unsafe { libc::getpid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fatal_messages_format_numbers_without_allocating() {
+        let message = Fatal::new()
+            .text("page ")
+            .dec(1234)
+            .text(" at ")
+            .hex(0xdead_beef);
+        assert_eq!(message.as_str(), "zpage: page 1234 at 0x00000000deadbeef");
+        assert_eq!(Fatal::new().dec(0).as_str(), "zpage: 0");
+        assert_eq!(
+            Fatal::new().dec(u64::MAX).as_str(),
+            "zpage: 18446744073709551615"
+        );
+    }
+
+    #[test]
+    fn zpage_threads_block_asynchronous_signals() {
+        let blocked = spawn_blocking_signals(
+            "zpage-test",
+            Box::new(|| {
+                assert!(blocks_signal(libc::SIGALRM));
+                assert!(blocks_signal(libc::SIGCHLD));
+                assert!(!blocks_signal(libc::SIGBUS));
+                assert!(!blocks_signal(libc::SIGSEGV));
+            }),
+        )
+        .unwrap();
+        blocked.join().unwrap();
+        assert!(
+            !blocks_signal(libc::SIGALRM),
+            "the spawning thread's mask is restored"
+        );
+    }
 }

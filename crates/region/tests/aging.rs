@@ -55,26 +55,26 @@ fn faulting_share(
     for _ in 0..touches {
         touch(&mut rng, &mut hot_faults);
     }
-    let before = region.stats().faults;
+    let before = region.stats().fault_count;
     hot_faults = 0;
     for _ in 0..touches {
         touch(&mut rng, &mut hot_faults);
     }
     eprintln!("{aging:?}: hot-page faults {hot_faults}");
     let st = region.stats();
-    let share = (st.faults - before) as f64 / touches as f64;
+    let share = (st.fault_count - before) as f64 / touches as f64;
     eprintln!(
         "{aging:?}: faulting share {share:.4} (faults {}, restores {}, trial hits {}, activations {}, demotions {}, resident {} of {} budget, throttles {} for {} ms, sync evictions {})",
-        st.faults - before,
-        st.restores,
-        st.trial_hits,
-        st.activations,
-        st.demotions,
+        st.fault_count - before,
+        st.restore_count,
+        st.trial_hit_count,
+        st.activation_count,
+        st.demotion_count,
         st.resident_bytes,
         st.budget_bytes,
-        st.throttles,
+        st.throttle_count,
         st.throttle_ns / 1_000_000,
-        st.sync_evictions
+        st.sync_eviction_count
     );
     share
 }

@@ -75,7 +75,7 @@ fn fork_child_sees_evicted_pages() {
     assert_eq!(check(&region), 0);
     evict_all(&region);
     let after = region.stats();
-    assert!(after.ebusy_fixes > 0, "{after:?}");
+    assert!(after.ebusy_fix_count > 0, "{after:?}");
     assert!(after.stored_pages > 1000, "{after:?}");
     assert_eq!(check(&region), 0);
 }
@@ -110,7 +110,7 @@ fn dontneed_reads_zeros() {
             assert_eq!(read(&region, p, w), want, "page {p} word {w}");
         }
     }
-    assert!(region.stats().discarded > 0);
+    assert!(region.stats().discard_count > 0);
 }
 
 #[test]
@@ -256,6 +256,41 @@ fn closed_uffd_is_detected() {
         region.prefault(0, PAGE_SIZE),
         Err(RegionError::UffdLost(_))
     ));
+    std::process::exit(0);
+}
+
+#[test]
+fn closed_uffd_never_reads_zeros() {
+    if !is_child() {
+        let output = run_child_output("closed_uffd_never_reads_zeros");
+        use std::os::unix::process::ExitStatusExt;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.signal(),
+            Some(libc::SIGABRT),
+            "{:?}\n{stderr}",
+            output.status
+        );
+        assert!(
+            stderr.contains("the program closed zpage's userfaultfd"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("READ ZEROS"), "{stderr}");
+        return;
+    }
+    let region = small_region(4, 1);
+    fill(&region);
+    evict_all(&region);
+    assert!(region.stats().stored_pages > 100);
+    // SAFETY: closing the region's uffd behind its back (the hazard under test).
+    unsafe { libc::close(region.raw_uffd()) };
+    // Every evicted page must fault (and end the process), never read zeros.
+    for p in 0..region.len() / PAGE_SIZE {
+        if read(&region, p, 0) != pattern(p, 0) {
+            eprintln!("page {p} READ ZEROS after the uffd was closed");
+        }
+    }
+    eprintln!("every page read back: the test wants an abort before this");
     std::process::exit(0);
 }
 
@@ -418,16 +453,16 @@ fn pin_keeps_pages_resident() {
     fill(&region);
     region.pin(0, 64 * PAGE_SIZE).expect("pin");
     let before = region.stats();
-    assert_eq!(before.pinned_bytes, 64 * PAGE_SIZE);
+    assert_eq!(before.pinned_bytes, 64 * PAGE_SIZE as u64);
     evict_all(&region);
     fill(&region);
     // Pinned pages never leave: no fault when touching them.
-    let faults = region.stats().faults;
+    let faults = region.stats().fault_count;
     for p in 0..64 {
         assert_eq!(read(&region, p, 0), pattern(p, 0));
     }
     assert_eq!(
-        region.stats().faults,
+        region.stats().fault_count,
         faults,
         "touching pinned pages faulted"
     );

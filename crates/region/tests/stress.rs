@@ -55,14 +55,14 @@ fn stress(mode: FaultMode, aging: AgingPolicy, ops_total: usize, mib: usize) -> 
             let base = region.as_ptr() as usize;
             while !stop.load(Ordering::Relaxed) {
                 let before = region.stats();
-                max_resident.fetch_max(before.resident_bytes, Ordering::Relaxed);
+                max_resident.fetch_max(before.resident_bytes as usize, Ordering::Relaxed);
                 // Physical memory: the region's Rss plus pages waiting in
                 // staging. A page that moves between the two while smaps is
                 // read would be counted twice; the smaller staged figure of
                 // before/after excludes it.
                 let rss = rss_of(base);
                 let after = region.stats();
-                let staged = before.staged_bytes.min(after.staged_bytes);
+                let staged = before.staged_bytes.min(after.staged_bytes) as usize;
                 max_rss.fetch_max(rss + staged, Ordering::Relaxed);
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
@@ -137,7 +137,7 @@ fn stress(mode: FaultMode, aging: AgingPolicy, ops_total: usize, mib: usize) -> 
         "at rest: rss {rss}, resident-staged {}",
         st.resident_bytes - st.staged_bytes
     );
-    assert!(rss <= st.resident_bytes - st.staged_bytes);
+    assert!(rss as u64 <= st.resident_bytes - st.staged_bytes);
     Outcome {
         wrong,
         max_resident: max_resident.load(Ordering::Relaxed),

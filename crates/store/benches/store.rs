@@ -46,7 +46,10 @@ fn store_and_load(c: &mut Criterion) {
     });
     for pool in PoolKind::all() {
         let store = Store::new(StoreConfig {
-            pool,
+            pages: zpage_store::PageStoreConfig {
+                pool,
+                ..Default::default()
+            },
             ..StoreConfig::default()
         })
         .unwrap();

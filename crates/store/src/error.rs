@@ -5,9 +5,6 @@ use zpage_pool::PoolError;
 /// Errors from the compressed page store.
 #[derive(Debug, Error)]
 pub enum StoreError {
-    /// The page is in the backing file and the caller asked not to block on I/O.
-    #[error("page {0} is in the backing file: load it with Store::load outside a signal handler")]
-    WouldBlock(u64),
     /// No page is stored under this key.
     #[error("no page stored under key {0}")]
     NotFound(u64),
@@ -17,6 +14,9 @@ pub enum StoreError {
     /// The pool refused or lost an object.
     #[error(transparent)]
     Pool(#[from] PoolError),
+    /// A stored page could not be read back.
+    #[error("the stored page cannot be read: {0}")]
+    Load(#[from] crate::LoadError),
     /// A worker made for another store was used with this one.
     #[error(
         "this worker belongs to another store: create one with Store::worker on the store you call"

@@ -1,28 +1,39 @@
 //! The compressed page store: zswap's front end without the kernel.
 //!
-//! A [`Store`] maps a page key to an entry: a same-filled word, a compressed
-//! blob (handle, length, codec, timestamp) in a [`zpage_pool`] pool, or the raw
-//! page when it does not compress below the threshold. It keeps the pages in
-//! LRU order, enforces a pool limit with zswap's accept-threshold hysteresis,
-//! and counts every outcome ([`StoreStats`]): the union of zswap's debugfs
-//! counters, zram's `mm_stat`/`io_stat`, and Zircon's compression stats with
-//! its log-bucket histogram of how long pages stayed compressed.
+//! Two layers:
+//! - [`PageStore`], the object store: `put` a page and get a [`PageRef`], one
+//!   word naming a same-filled word, a compressed blob (pool shard, handle,
+//!   codec) or a raw page; `get` by reference; `free`. A region keeps the
+//!   reference in the page's own slot, as Zircon keeps its `CompressedRef`.
+//! - [`Store`], the keyed store on top: caller-chosen keys, LRU order, a pool
+//!   limit that writes back to a backing file (CRC-checked) as zswap's
+//!   shrinker does, and recompression of old pages with a second codec.
 //!
-//! Loads of different pages do not serialize: the page table is sharded and
-//! loads take read locks only. Each thread brings its own [`Worker`] (codec
-//! state and a buffer), so neither path allocates per call.
+//! Both count every outcome ([`StoreStats`]): the union of zswap's debugfs
+//! counters, zram's `mm_stat`/`io_stat`, and Zircon's compression stats with
+//! its log-bucket histogram of how long pages stayed compressed. The pool
+//! limit follows zswap's accept-threshold hysteresis.
+//!
+//! Loads do not serialize: they take read locks only. Each thread brings its
+//! own [`Worker`] (codec state and a buffer), so neither path allocates per
+//! call, and loads allocate nothing even when a blob turns out corrupt.
 #![forbid(unsafe_code)]
 
 mod backing;
 mod config;
 mod error;
+mod object;
 mod stats;
 mod store;
 
 pub use backing::BackingConfig;
 pub use config::StoreConfig;
 pub use error::{Result, StoreError};
+pub use object::{
+    LoadError, PageRef, PageStore, PageStoreConfig, Put, RefKind, RejectReason, Worker,
+    MAX_POOL_SHARDS,
+};
 pub use stats::{age_bucket, CompressionTrigger, Contents, EventCounts, StoreStats, AGE_BUCKETS};
-pub use store::{EntryInfo, EntryKind, RecompressStats, RejectReason, Store, StoreOutcome, Worker};
+pub use store::{EntryInfo, EntryKind, RecompressStats, Store, StoreOutcome};
 pub use zpage_codec::{CodecSpec, Page, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;

@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use zpage_codec::PAGE_SIZE;
 
 /// Buckets in the how-long-compressed histogram, as Zircon's `pages_decompressed_within_log_time`.
 pub const AGE_BUCKETS: usize = 8;
@@ -165,6 +166,44 @@ pub struct StoreStats {
     pub events: EventCounts,
     /// Unit of `events.decompressed_within_log_time` (Zircon `pages_decompressed_unit_ns`).
     pub age_unit_ns: u64,
+}
+
+/// Builds a snapshot from the object store's gauges and counters plus what
+/// only the keyed layer knows (pages in the backing file, its size, the
+/// table's metadata).
+pub(crate) fn snapshot(
+    pages: &crate::PageStore,
+    written_back_pages: u64,
+    backing_used_bytes: u64,
+    table_metadata_bytes: u64,
+    age_unit_ns: u64,
+) -> StoreStats {
+    let gauges = &pages.gauges;
+    let same = gauges.same_filled_pages.load(Relaxed);
+    let compressed = gauges.compressed_pages.load(Relaxed);
+    let raw = gauges.raw_pages.load(Relaxed);
+    let in_memory = same + compressed + raw;
+    let compressed_bytes = gauges.compressed_bytes.load(Relaxed);
+    let used = pages.pool_memory_used_bytes();
+    StoreStats {
+        contents: Contents {
+            stored_pages: in_memory + written_back_pages,
+            same_filled_pages: same,
+            compressed_pages: compressed,
+            raw_pages: raw,
+            written_back_pages,
+            backing_used_bytes,
+            uncompressed_bytes: in_memory * PAGE_SIZE as u64,
+            compressed_bytes,
+            pool_memory_used_bytes: used,
+            pool_memory_used_max_bytes: gauges.pool_pages_max.load(Relaxed) * PAGE_SIZE as u64,
+            pool_memory_limit_bytes: pages.config().max_pool_bytes.unwrap_or(0),
+            pool_fragmentation_bytes: used.saturating_sub(compressed_bytes),
+            metadata_bytes: pages.pool_metadata_bytes() + table_metadata_bytes,
+        },
+        events: pages.counters.snapshot(),
+        age_unit_ns,
+    }
 }
 
 impl StoreStats {

@@ -5,8 +5,8 @@ mod pages;
 
 use zpage_codec::{fill_page, Encoded, Encoder, Page, PAGE_SIZE};
 use zpage_store::{
-    CodecSpec, EventCounts, PoolKind, RejectReason, RejectThreshold, Store, StoreConfig,
-    StoreError, StoreOutcome,
+    CodecSpec, EventCounts, PageStoreConfig, PoolKind, RejectReason, RejectThreshold, Store,
+    StoreConfig, StoreError, StoreOutcome,
 };
 
 fn text_page(seed: u8) -> Box<Page> {
@@ -118,7 +118,10 @@ fn scripted_sequence_counts_exactly() {
 #[test]
 fn poor_pages_are_rejected_when_raw_storage_is_off_and_stale_copies_dropped() {
     let store = Store::new(StoreConfig {
-        keep_incompressible: false,
+        pages: PageStoreConfig {
+            keep_incompressible: false,
+            ..PageStoreConfig::default()
+        },
         ..StoreConfig::default()
     })
     .unwrap();
@@ -142,8 +145,11 @@ fn poor_pages_are_rejected_when_raw_storage_is_off_and_stale_copies_dropped() {
 fn pool_limit_refuses_with_hysteresis_like_zswap() {
     // Raw pages take one pool page each, so the limit counts in whole pages.
     let store = Store::new(StoreConfig {
-        max_pool_bytes: Some(4 * PAGE_SIZE as u64),
-        accept_threshold_percent: 50,
+        pages: PageStoreConfig {
+            max_pool_bytes: Some(4 * PAGE_SIZE as u64),
+            accept_threshold_percent: 50,
+            ..PageStoreConfig::default()
+        },
         ..StoreConfig::default()
     })
     .unwrap();
@@ -210,21 +216,30 @@ fn invalid_configs_are_errors_naming_the_field() {
     for (config, field) in [
         (
             StoreConfig {
-                accept_threshold_percent: 0,
+                pages: PageStoreConfig {
+                    accept_threshold_percent: 0,
+                    ..PageStoreConfig::default()
+                },
                 ..StoreConfig::default()
             },
             "accept_threshold_percent",
         ),
         (
             StoreConfig {
-                pool_shards: 0,
+                pages: PageStoreConfig {
+                    pool_shards: 0,
+                    ..PageStoreConfig::default()
+                },
                 ..StoreConfig::default()
             },
             "pool_shards",
         ),
         (
             StoreConfig {
-                max_pool_bytes: Some(0),
+                pages: PageStoreConfig {
+                    max_pool_bytes: Some(0),
+                    ..PageStoreConfig::default()
+                },
                 ..StoreConfig::default()
             },
             "max_pool_bytes",
@@ -238,7 +253,10 @@ fn invalid_configs_are_errors_naming_the_field() {
         ),
         (
             StoreConfig {
-                codec: "zstd-dict".parse().unwrap(),
+                pages: PageStoreConfig {
+                    codec: "zstd-dict".parse().unwrap(),
+                    ..PageStoreConfig::default()
+                },
                 ..StoreConfig::default()
             },
             "dictionary",

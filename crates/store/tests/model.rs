@@ -7,7 +7,7 @@ mod pages;
 use proptest::prelude::*;
 use std::collections::HashMap;
 use zpage_codec::PAGE_SIZE;
-use zpage_store::{PoolKind, Store, StoreConfig, StoreError, StoreOutcome};
+use zpage_store::{PageStoreConfig, PoolKind, Store, StoreConfig, StoreError, StoreOutcome};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -34,7 +34,7 @@ proptest! {
     #[test]
     fn store_agrees_with_a_map(pool_index in 0usize..3, track_lru: bool, ops in proptest::collection::vec(op(), 1..300)) {
         let pool = PoolKind::all()[pool_index];
-        let store = Store::new(StoreConfig { pool, track_lru, ..StoreConfig::default() }).unwrap();
+        let store = Store::new(StoreConfig { pages: PageStoreConfig { pool, ..PageStoreConfig::default() }, track_lru, ..StoreConfig::default() }).unwrap();
         let mut worker = store.worker().unwrap();
         let mut model: HashMap<u64, u64> = HashMap::new();
         let mut out = Box::new([0u8; PAGE_SIZE]);
@@ -49,10 +49,8 @@ proptest! {
                     let take = matches!(op, Op::Take(_));
                     let result = if take {
                         store.take(&mut worker, key, &mut out)
-                    } else if key % 2 == 0 {
-                        store.load(&mut worker, key, &mut out)
                     } else {
-                        store.load_without_parking(&mut worker, key, &mut out)
+                        store.load(&mut worker, key, &mut out)
                     };
                     match (result, model.get(&key).copied()) {
                         (Ok(()), Some(version)) => prop_assert_eq!(pages::identify(&out), Some((key, version))),

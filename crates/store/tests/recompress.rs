@@ -5,12 +5,15 @@
 mod pages;
 
 use zpage_codec::PAGE_SIZE;
-use zpage_store::{EntryKind, Store, StoreConfig, StoreError};
+use zpage_store::{EntryKind, PageStoreConfig, Store, StoreConfig, StoreError};
 
 #[test]
 fn old_pages_move_to_the_stronger_codec_when_it_saves_a_size_class() {
     let store = Store::new(StoreConfig {
-        recompress_codec: Some("zstd:3".parse().unwrap()),
+        pages: PageStoreConfig {
+            recompress_codec: Some("zstd:3".parse().unwrap()),
+            ..PageStoreConfig::default()
+        },
         ..StoreConfig::default()
     })
     .unwrap();

@@ -8,7 +8,7 @@ mod pages;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::sync::Arc;
 use zpage_codec::PAGE_SIZE;
-use zpage_store::{PoolKind, Store, StoreConfig, StoreError};
+use zpage_store::{PageStoreConfig, PoolKind, Store, StoreConfig, StoreError};
 
 const THREADS: u64 = 4;
 const KEYS_PER_THREAD: u64 = 256;
@@ -16,8 +16,11 @@ const OPS_PER_THREAD: usize = 40_000;
 
 fn stress(pool: PoolKind, pool_shards: usize) {
     stress_with(StoreConfig {
-        pool,
-        pool_shards,
+        pages: PageStoreConfig {
+            pool,
+            pool_shards,
+            ..PageStoreConfig::default()
+        },
         ..StoreConfig::default()
     });
 }
@@ -139,8 +142,11 @@ fn concurrent_zbud() {
 fn concurrent_with_writeback_and_recompression() {
     let path = std::env::temp_dir().join(format!("zpage-stress-backing-{}", std::process::id()));
     stress_with(StoreConfig {
-        pool_shards: 2,
-        recompress_codec: Some("zstd:1".parse().unwrap()),
+        pages: PageStoreConfig {
+            pool_shards: 2,
+            recompress_codec: Some("zstd:1".parse().unwrap()),
+            ..PageStoreConfig::default()
+        },
         backing: Some(zpage_store::BackingConfig {
             path: path.clone(),
             max_bytes: 64 << 20,

@@ -7,7 +7,9 @@ mod pages;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use zpage_codec::PAGE_SIZE;
-use zpage_store::{BackingConfig, EntryKind, Store, StoreConfig, StoreError, StoreOutcome, Worker};
+use zpage_store::{
+    BackingConfig, EntryKind, PageStoreConfig, Store, StoreConfig, StoreError, StoreOutcome, Worker,
+};
 
 struct TempFile(PathBuf);
 
@@ -179,7 +181,10 @@ fn an_unusable_backing_path_is_an_error_naming_it() {
 fn hitting_the_pool_limit_writes_back_instead_of_refusing() {
     let file = TempFile::new("wb-limit");
     let store = Store::new(StoreConfig {
-        max_pool_bytes: Some(64 * PAGE_SIZE as u64),
+        pages: PageStoreConfig {
+            max_pool_bytes: Some(64 * PAGE_SIZE as u64),
+            ..PageStoreConfig::default()
+        },
         backing: Some(BackingConfig {
             path: file.0.clone(),
             max_bytes: 64 << 20,
@@ -209,29 +214,13 @@ fn hitting_the_pool_limit_writes_back_instead_of_refusing() {
 }
 
 #[test]
-fn signal_handler_loads_refuse_pages_in_the_file() {
-    let file = TempFile::new("wb-nonblocking");
-    let store = store_with_backing(&file, 1 << 20);
-    let mut worker = store.worker().unwrap();
-    let key = store_pages_in_pool(&store, &mut worker, 0..100)[0];
-    let mut out = Box::new([0u8; PAGE_SIZE]);
-    store
-        .load_without_parking(&mut worker, key, &mut out)
-        .unwrap();
-    assert_eq!(pages::identify(&out), Some((key, 0)));
-    store.write_back(1000).unwrap();
-    assert!(
-        matches!(store.load_without_parking(&mut worker, key, &mut out), Err(StoreError::WouldBlock(k)) if k == key)
-    );
-    store.load(&mut worker, key, &mut out).unwrap();
-    assert_eq!(pages::identify(&out), Some((key, 0)));
-}
-
-#[test]
 fn without_an_lru_the_oldest_page_operations_say_what_to_turn_on() {
     let store = Store::new(StoreConfig {
         track_lru: false,
-        recompress_codec: Some("zstd".parse().unwrap()),
+        pages: PageStoreConfig {
+            recompress_codec: Some("zstd".parse().unwrap()),
+            ..PageStoreConfig::default()
+        },
         ..StoreConfig::default()
     })
     .unwrap();

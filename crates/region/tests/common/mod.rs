@@ -92,6 +92,39 @@ pub fn run_child(name: &str) -> std::process::ExitStatus {
     }
 }
 
+/// Like [`run_child`], with the child's stderr captured.
+pub fn run_child_output(name: &str) -> std::process::Output {
+    let exe = std::env::current_exe().expect("test binary");
+    let child = std::process::Command::new(exe)
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("ZPAGE_CHILD", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn child");
+    let pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let done = std::sync::Arc::clone(&done);
+        std::thread::spawn(move || {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while !done.load(Ordering::Acquire) {
+                if std::time::Instant::now() > deadline {
+                    // SAFETY: kill(2) on our unreaped child (its pid cannot
+                    // have been reused: `done` is set only after the wait).
+                    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        })
+    };
+    let output = child.wait_with_output().expect("wait child");
+    done.store(true, Ordering::Release);
+    watchdog.join().expect("watchdog");
+    output
+}
+
 pub fn is_child() -> bool {
     std::env::var_os("ZPAGE_CHILD").is_some()
 }

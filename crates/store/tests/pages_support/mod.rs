@@ -79,8 +79,11 @@ pub fn filled_store(
     version: u64,
 ) -> (zpage_store::Store, zpage_store::Worker) {
     let store = zpage_store::Store::new(zpage_store::StoreConfig {
-        pool,
-        codec: codec.parse().unwrap(),
+        pages: zpage_store::PageStoreConfig {
+            pool,
+            codec: codec.parse().unwrap(),
+            ..zpage_store::PageStoreConfig::default()
+        },
         ..zpage_store::StoreConfig::default()
     })
     .unwrap();

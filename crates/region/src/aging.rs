@@ -1,0 +1,334 @@
+//! The aging policy: which resident pages go out first. Everything the policy
+//! decides lives in this module (changing the policy touches this file only):
+//! what it remembers per page ([`PageAging`]), what a refault teaches it
+//! ([`on_refault`], run by the faulting thread), what an eviction stamps
+//! ([`on_evicted`]), and the queues the reclaimer picks victims from
+//! ([`Aging`]).
+//!
+//! The kernel exposes no accessed bits here, so the policy works from what
+//! user space sees: faults.
+//!
+//! - **Refault distance** (as `mm/workingset.c`): each eviction stamps the
+//!   page with an eviction clock; a refault whose distance is under a
+//!   threshold is *quick*. A quick refault activates a page that was active
+//!   before or refaulted quickly last time too (a first quick refault only
+//!   marks it: cold pages that come back soon by chance do not displace the
+//!   hot set). Active pages are protected: victims come from the *inactive*
+//!   queue (admission order) first.
+//! - **A threshold that follows the active queues' fill**: the whole budget
+//!   while they are empty (a new hot set is learnt within a few refaults per
+//!   page, and a wrong activation displaces nothing), down to a quarter of it
+//!   when they are full (a wrong activation then costs a hot page its place,
+//!   so the evidence must be stronger).
+//! - **Two active queues**: pages activated once, and pages activated again
+//!   after a demotion. Demotions take the oldest page activated once first (a
+//!   cold page activated by chance), a repeatedly activated one only when
+//!   there is none, and that one spends an activation.
+//! - **Trial eviction** (the reclaimer's side): evicted pages wait
+//!   uncompressed in staging for a while; a touch brings one back cheaply and
+//!   counts as a quick refault.
+//!
+//! [`AgingPolicy::Fifo`] evicts in admission order (the baseline).
+//!
+//! The per-page functions are async-signal-safe: relaxed atomics only.
+
+use crate::config::AgingPolicy;
+use crate::queues::Record;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+const WAS_ACTIVE: u8 = 1;
+const QUICK_ONCE: u8 = 2;
+/// Bits 2-7 of the history byte count activations (saturating at 63).
+const ACT_ONE: u8 = 4;
+
+/// What the policy remembers of one page.
+#[derive(Debug, Default)]
+#[repr(C)]
+pub struct PageAging {
+    /// Admission generation: a queue record of an older admission is stale.
+    pub gen: AtomicU32,
+    /// The eviction clock when the page last went out.
+    evicted_at: AtomicU32,
+    /// WAS_ACTIVE, QUICK_ONCE and the activation count.
+    history: AtomicU8,
+}
+
+impl PageAging {
+    /// Starts a new admission; returns its generation (for the record).
+    pub fn admit(&self) -> u32 {
+        self.gen.fetch_add(1, Ordering::AcqRel).wrapping_add(1)
+    }
+
+    /// How many times the page was activated (decayed by slow refaults and demotions).
+    pub fn activations(&self) -> u8 {
+        self.history.load(Ordering::Relaxed) / ACT_ONE
+    }
+
+    /// Takes one activation from a demoted page; it stays marked as having
+    /// been active, so one quick refault brings it back.
+    fn spend_activation(&self) {
+        let cur = self.history.load(Ordering::Relaxed);
+        if cur >= 2 * ACT_ONE {
+            self.history.store(cur - ACT_ONE, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The policy's budget-wide clock and threshold, shared with faulting threads.
+#[derive(Debug)]
+pub struct AgingClock {
+    policy: AgingPolicy,
+    eviction_clock: AtomicU32,
+    /// A refault this many evictions or fewer after the page's eviction is quick.
+    activate_distance: AtomicU32,
+}
+
+impl AgingClock {
+    pub fn new(policy: AgingPolicy, budget_pages: usize) -> AgingClock {
+        AgingClock {
+            policy,
+            eviction_clock: AtomicU32::new(1 << 31),
+            activate_distance: AtomicU32::new(budget_pages.clamp(1, u32::MAX as usize) as u32),
+        }
+    }
+
+    pub fn policy(&self) -> AgingPolicy {
+        self.policy
+    }
+}
+
+/// Stamps a page that just went out. Async-signal-safe.
+pub fn on_evicted(clock: &AgingClock, page: &PageAging) {
+    let now = clock.eviction_clock.fetch_add(1, Ordering::AcqRel);
+    page.evicted_at.store(now, Ordering::Relaxed);
+}
+
+/// The refault-distance test with a second-chance filter, run when an evicted
+/// page comes back: true if the page is to be activated. Async-signal-safe.
+pub fn on_refault(clock: &AgingClock, page: &PageAging) -> bool {
+    if clock.policy == AgingPolicy::Fifo {
+        return false;
+    }
+    let now = clock.eviction_clock.load(Ordering::Relaxed);
+    let then = page.evicted_at.load(Ordering::Relaxed);
+    let quick = now.wrapping_sub(then) <= clock.activate_distance.load(Ordering::Relaxed);
+    let prev = page.history.load(Ordering::Relaxed);
+    let activate = quick && prev & (WAS_ACTIVE | QUICK_ONCE) != 0;
+    let count = prev & !(WAS_ACTIVE | QUICK_ONCE);
+    let next = match (quick, activate) {
+        (true, true) => WAS_ACTIVE | count.saturating_add(ACT_ONE).min(0xfc),
+        (true, false) => prev | QUICK_ONCE,
+        // A slow refault: forget the quick one, spend one activation.
+        (false, _) => {
+            let c = count.saturating_sub(ACT_ONE);
+            if c == 0 {
+                0
+            } else {
+                c | WAS_ACTIVE
+            }
+        }
+    };
+    page.history.store(next, Ordering::Relaxed);
+    activate
+}
+
+/// A staged page touched again: a trial-eviction hit counts as a quick refault.
+pub fn on_trial_hit(clock: &AgingClock, page: &PageAging) -> bool {
+    on_refault(clock, page)
+}
+
+/// Runs a closure on the aging data of the page a record names (when the
+/// record's region still exists).
+pub type PageOf<'a> = dyn FnMut(Record, &mut dyn FnMut(&PageAging)) + 'a;
+
+/// What the reclaimer learns when it looks a record up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// A resident page of that admission, unpinned and free to take.
+    Evictable,
+    /// Resident, but not evictable now (pinned, or held by another thread for
+    /// a moment): keep its record.
+    Busy,
+    /// Not resident any more, or a later admission: drop the record.
+    Stale,
+}
+
+/// The reclaimer's queues (owned by the reclaimer thread).
+#[derive(Debug)]
+pub struct Aging {
+    policy: AgingPolicy,
+    /// Resident pages in admission order.
+    inactive: VecDeque<Record>,
+    /// Pages whose refault distance showed them to be in use, activated once
+    /// (demoted first: a cold page activated by a chance quick refault)...
+    active_once: VecDeque<Record>,
+    /// ... and activated again after a demotion (the hot set proper).
+    active_repeat: VecDeque<Record>,
+    /// Most active pages kept (the budget less the staging target and a
+    /// minimum inactive share).
+    active_max: usize,
+    budget_pages: usize,
+}
+
+impl Aging {
+    pub fn new(policy: AgingPolicy, budget_pages: usize, staging_target: usize) -> Aging {
+        let inactive_min = (budget_pages / 64).max(16);
+        Aging {
+            policy,
+            inactive: VecDeque::new(),
+            active_once: VecDeque::new(),
+            active_repeat: VecDeque::new(),
+            active_max: budget_pages
+                .saturating_sub(staging_target + inactive_min)
+                .max(1),
+            budget_pages,
+        }
+    }
+
+    /// Records a page that became resident; `activations` is its history's
+    /// count (read by the caller from the page).
+    pub fn admit(&mut self, record: Record, activations: u8) {
+        if record.activate() && self.policy == AgingPolicy::Refault {
+            if activations >= 2 {
+                self.active_repeat.push_back(record);
+            } else {
+                self.active_once.push_back(record);
+            }
+        } else {
+            self.inactive.push_back(record);
+        }
+    }
+
+    /// A record to try again soon (a victim that could not be taken now).
+    pub fn retry_first(&mut self, record: Record) {
+        self.inactive.push_front(record);
+    }
+
+    /// A record to try again later.
+    pub fn retry_later(&mut self, record: Record) {
+        self.inactive.push_back(record);
+    }
+
+    /// Demotes pages over the active limit and moves the quick-refault
+    /// threshold with the active queues' fill.
+    pub fn rebalance(
+        &mut self,
+        clock: &AgingClock,
+        standing: &mut dyn FnMut(Record) -> Standing,
+        page_of: &mut PageOf<'_>,
+    ) {
+        while self.active_len() > self.active_max {
+            let Some(record) = self.demote(standing, page_of) else {
+                break;
+            };
+            self.inactive.push_back(record);
+        }
+        let fill = self.active_len().min(self.active_max) as u64;
+        let budget = self.budget_pages as u64;
+        let distance = budget - 3 * budget * fill / (4 * self.active_max as u64);
+        clock
+            .activate_distance
+            .store(distance.clamp(1, u32::MAX as u64) as u32, Ordering::Relaxed);
+    }
+
+    fn active_len(&self) -> usize {
+        self.active_once.len() + self.active_repeat.len()
+    }
+
+    /// The oldest page activated once; only when there is none, the oldest
+    /// page activated repeatedly, which spends one activation.
+    fn demote(
+        &mut self,
+        standing: &mut dyn FnMut(Record) -> Standing,
+        page_of: &mut PageOf<'_>,
+    ) -> Option<Record> {
+        loop {
+            let (record, repeat) = match self.active_once.pop_front() {
+                Some(record) => (record, false),
+                None => (self.active_repeat.pop_front()?, true),
+            };
+            if standing(record) == Standing::Stale {
+                continue;
+            }
+            if repeat {
+                page_of(record, &mut |aging| aging.spend_activation());
+            }
+            return Some(record);
+        }
+    }
+
+    /// The next page to evict: the oldest inactive one; when none is left,
+    /// the oldest active one (demoted). Stale records are dropped on the way;
+    /// busy ones go to the back.
+    pub fn next_victim(
+        &mut self,
+        standing: &mut dyn FnMut(Record) -> Standing,
+        page_of: &mut PageOf<'_>,
+    ) -> Option<Record> {
+        let mut busy_seen = 0;
+        loop {
+            let record = match self.inactive.pop_front() {
+                Some(record) => record,
+                None => self.demote(standing, page_of)?,
+            };
+            match standing(record) {
+                Standing::Evictable => return Some(record),
+                Standing::Stale => {}
+                Standing::Busy => {
+                    self.inactive.push_back(record);
+                    busy_seen += 1;
+                    if busy_seen > self.inactive.len() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes evictable records from the front of the inactive queue while
+    /// `take` accepts them (clean pages for faulting threads to drop); stops
+    /// at the first it refuses.
+    pub fn take_front_while(
+        &mut self,
+        max: usize,
+        standing: &mut dyn FnMut(Record) -> Standing,
+        take: &mut dyn FnMut(Record) -> bool,
+    ) -> Vec<Record> {
+        let mut taken = Vec::with_capacity(max);
+        while taken.len() < max {
+            let Some(record) = self.inactive.pop_front() else {
+                break;
+            };
+            match standing(record) {
+                Standing::Stale => continue,
+                Standing::Evictable if take(record) => taken.push(record),
+                _ => {
+                    self.inactive.push_front(record);
+                    break;
+                }
+            }
+        }
+        taken
+    }
+
+    /// Drops stale records once the queues grow past `limit` (records of
+    /// pages that left through other paths accumulate otherwise).
+    pub fn prune(&mut self, limit: usize, standing: &mut dyn FnMut(Record) -> Standing) {
+        if self.inactive.len() + self.active_len() <= limit {
+            return;
+        }
+        for queue in [
+            &mut self.inactive,
+            &mut self.active_once,
+            &mut self.active_repeat,
+        ] {
+            queue.retain(|&record| standing(record) != Standing::Stale);
+        }
+    }
+
+    /// Records held (for stats and tests).
+    pub fn len(&self) -> usize {
+        self.inactive.len() + self.active_len()
+    }
+}

@@ -1,0 +1,581 @@
+//! A budget: what every region drawing on it shares. One resident limit,
+//! one compressed store, one staging area, one reclaimer and one aging
+//! policy across all of them, and one userfaultfd (so one event thread).
+//! A [`crate::Region`] made with [`crate::Region::new`] has a budget of its
+//! own; [`crate::Region::with_budget`] draws on a [`Budget`] the caller made
+//! (a whole process under `zpage run`, a program with many buffers).
+//!
+//! Everything here that the fault path calls is async-signal-safe: atomics,
+//! futexes, ioctls and `madvise` only.
+
+use crate::aging::AgingClock;
+use crate::config::{AgingPolicy, BudgetConfig, FaultMode};
+use crate::core::RegionCore;
+use crate::error::RegionError;
+use crate::queues::{Record, Ring, VictimQueue};
+use crate::sys::{self, Errno, Mapping, PAGE_SIZE};
+use crate::workers::WorkerSlots;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use zpage_store::{PageStore, PageStoreConfig};
+
+/// A userfaultfd zpage owns. Closed on drop, unless the program closed it
+/// first (the number may belong to someone else by then).
+#[derive(Debug)]
+pub struct Uffd {
+    fd: i32,
+    lost: AtomicBool,
+}
+
+impl Uffd {
+    pub fn fd(&self) -> i32 {
+        self.fd
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    pub fn mark_lost(&self) {
+        self.lost.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Uffd {
+    fn drop(&mut self) {
+        if !self.is_lost() {
+            sys::close(self.fd);
+        }
+    }
+}
+
+fn uffd_unavailable(e: Errno, mode: FaultMode) -> RegionError {
+    RegionError::UffdUnavailable {
+        errno: e.to_string(),
+        fix: match mode {
+            FaultMode::Sigbus => "zpage needs userfaultfd(2) with UFFD_USER_MODE_ONLY (Linux >= 5.11, CONFIG_USERFAULTFD=y; not blocked by seccomp)",
+            FaultMode::HandlerThread => "FaultMode::HandlerThread traps kernel-mode faults and so needs CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1, or read-write access to /dev/userfaultfd; or use FaultMode::Sigbus, which needs no privilege",
+        },
+    }
+}
+
+/// Creates a uffd with `features`; `kernel_faults` asks for one that traps
+/// kernel-mode accesses too (privileged).
+fn make_uffd(features: u64, kernel_faults: bool, mode: FaultMode) -> Result<Uffd, RegionError> {
+    let base_flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let fd = if kernel_faults {
+        match sys::userfaultfd(base_flags) {
+            Ok(fd) => fd,
+            Err(e) => sys::userfaultfd_dev(base_flags).map_err(|_| uffd_unavailable(e, mode))?,
+        }
+    } else {
+        sys::userfaultfd(base_flags | sys::UFFD_USER_MODE_ONLY)
+            .map_err(|e| uffd_unavailable(e, mode))?
+    };
+    // Owned from here: an early return closes it.
+    let uffd = Uffd {
+        fd: sys::dup_high(fd, 512),
+        lost: AtomicBool::new(false),
+    };
+    match sys::uffd_api(uffd.fd, features) {
+        Ok(_) => Ok(uffd),
+        Err(e) => {
+            // Learn what is there, for the error message.
+            let available = match sys::userfaultfd(base_flags | sys::UFFD_USER_MODE_ONLY) {
+                Ok(probe) => {
+                    let available = sys::uffd_api(probe, 0).unwrap_or(0);
+                    sys::close(probe);
+                    available
+                }
+                Err(_) => 0,
+            };
+            if features & !available != 0 {
+                Err(RegionError::FeaturesMissing {
+                    missing: features & !available,
+                    available,
+                })
+            } else {
+                Err(RegionError::sys("UFFDIO_API", e))
+            }
+        }
+    }
+}
+
+/// The staging area: pages moved out of regions wait here uncompressed (on
+/// trial, or until compressed), and clean pages wait here until their memory
+/// is discarded in a batch (one TLB flush for many pages). A slot is free in
+/// the bitmap only once its memory is discarded, so a MOVE into a free slot
+/// always finds it empty.
+#[derive(Debug)]
+pub struct Staging {
+    mapping: Mapping,
+    /// MOVE's destination must be registered with the uffd the ioctl is made
+    /// on; this one has no events, so discarding slots raises none.
+    pub uffd: Uffd,
+    bits: Box<[AtomicU64]>,
+    /// Slots whose page is no longer needed, waiting to be discarded.
+    discards: Ring,
+    pending: AtomicUsize,
+    /// Held by the one thread discarding (the ring has one consumer).
+    discarding: AtomicBool,
+}
+
+/// Discard batches at least this large (one `madvise` and one TLB flush per
+/// run of adjacent slots in it).
+const DISCARD_BATCH: usize = 64;
+
+impl Staging {
+    fn new(slots: usize) -> Result<Staging, RegionError> {
+        let slots = slots.div_ceil(64) * 64;
+        let mapping = Mapping::new(slots).map_err(|e| RegionError::sys("mmap(staging)", e))?;
+        let uffd = make_uffd(
+            sys::FEATURE_SIGBUS | sys::FEATURE_MOVE,
+            false,
+            FaultMode::Sigbus,
+        )?;
+        sys::uffd_register(
+            uffd.fd(),
+            mapping.base(),
+            mapping.len(),
+            sys::REGISTER_MODE_MISSING,
+        )
+        .map_err(|e| RegionError::sys("UFFDIO_REGISTER(staging)", e))?;
+        Ok(Staging {
+            mapping,
+            uffd,
+            bits: (0..slots / 64).map(|_| AtomicU64::new(0)).collect(),
+            discards: Ring::new(4 * DISCARD_BATCH),
+            pending: AtomicUsize::new(0),
+            discarding: AtomicBool::new(false),
+        })
+    }
+
+    pub fn addr(&self, slot: usize) -> usize {
+        self.mapping.addr(slot)
+    }
+
+    /// The uncompressed page in `slot` (its owner reads it while it holds the page).
+    pub fn page(&self, slot: usize) -> &[u8; PAGE_SIZE] {
+        self.mapping.page(slot)
+    }
+
+    /// Takes a free slot (any thread; async-signal-safe).
+    pub fn alloc(&self, hint: usize) -> Option<usize> {
+        let words = self.bits.len();
+        for i in 0..words {
+            let w = (hint / 64 + i) % words;
+            let mut cur = self.bits[w].load(Ordering::Acquire);
+            while cur != u64::MAX {
+                let bit = (!cur).trailing_zeros() as usize;
+                match self.bits[w].compare_exchange(
+                    cur,
+                    cur | (1 << bit),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Some(w * 64 + bit),
+                    Err(actual) => cur = actual,
+                }
+            }
+        }
+        None
+    }
+
+    /// Gives back a slot whose memory is already empty (a MOVE into it failed).
+    pub fn free_unused(&self, slot: usize) {
+        self.bits[slot / 64].fetch_and(!(1 << (slot % 64)), Ordering::AcqRel);
+    }
+
+    /// Queues `slot` to be discarded with others; when enough are waiting,
+    /// discards them now. Async-signal-safe.
+    pub fn discard_later(&self, slot: usize, budget_resident: &AtomicUsize) {
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        if !self.discards.try_push(slot as u64 + 1) {
+            // The queue is full (its consumer is busy): this one goes alone.
+            self.pending.fetch_sub(1, Ordering::AcqRel);
+            let _ = sys::discard(self.addr(slot), PAGE_SIZE);
+            self.free_unused(slot);
+            budget_resident.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        if self.pending.load(Ordering::Acquire) >= DISCARD_BATCH {
+            self.discard_pending(budget_resident);
+        }
+    }
+
+    /// Discards every queued slot and frees it; returns how many. Only one
+    /// thread discards at a time; another caller returns 0 at once.
+    /// Async-signal-safe (no allocation: slots are sorted in a stack array).
+    pub fn discard_pending(&self, budget_resident: &AtomicUsize) -> usize {
+        if self.discarding.swap(true, Ordering::AcqRel) {
+            return 0;
+        }
+        let mut total = 0;
+        loop {
+            let mut batch = [0u32; 4 * DISCARD_BATCH];
+            let mut n = 0;
+            while n < batch.len() {
+                match self.discards.pop() {
+                    Some(v) => {
+                        batch[n] = (v - 1) as u32;
+                        n += 1;
+                    }
+                    None => break,
+                }
+            }
+            if n == 0 {
+                break;
+            }
+            let batch = &mut batch[..n];
+            batch.sort_unstable();
+            let mut i = 0;
+            while i < n {
+                let mut j = i + 1;
+                while j < n && batch[j] == batch[j - 1] + 1 {
+                    j += 1;
+                }
+                let _ = sys::discard(self.addr(batch[i] as usize), (j - i) * PAGE_SIZE);
+                i = j;
+            }
+            for &slot in batch.iter() {
+                self.free_unused(slot as usize);
+            }
+            self.pending.fetch_sub(n, Ordering::AcqRel);
+            budget_resident.fetch_sub(n, Ordering::AcqRel);
+            total += n;
+        }
+        self.discarding.store(false, Ordering::Release);
+        total
+    }
+}
+
+/// The limits in pages, computed once from the configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub budget_pages: usize,
+    pub high_pages: usize,
+    pub low_pages: usize,
+    /// Staged pages kept on trial (0 with FIFO aging: it compresses at once).
+    pub staging_target: usize,
+}
+
+/// Everything the regions of one budget, its reclaimer and its event thread share.
+#[derive(Debug)]
+pub struct Shared {
+    pub limits: Limits,
+    pub mode: FaultMode,
+    pub track_writes: bool,
+    pub store: PageStore,
+    /// The regions' userfaultfd (every region of the budget is registered on it).
+    pub uffd: Uffd,
+    pub staging: Staging,
+    pub workers: WorkerSlots,
+    pub clock: AgingClock,
+    /// "Page became resident" records, from the fault path to the reclaimer.
+    pub admits: Ring,
+    /// Victims a fault took but could not evict (no longer clean): back to the reclaimer.
+    pub returned: Ring,
+    /// Pages whose compressed copy went stale on the fault path (a write
+    /// after the restore, a discard): the reclaimer frees those copies, since
+    /// freeing takes the pool's lock and may free memory. Lossy: a notice
+    /// that does not fit is dropped, and the copy stays with its page (one
+    /// per page at most) until the page is next evicted or its region goes.
+    pub stale_refs: Ring,
+    /// An admission or returned record did not fit in its ring: the
+    /// reclaimer rebuilds its queues from the pages themselves.
+    pub records_lost: AtomicBool,
+    /// Clean candidates that faulting threads evict themselves.
+    pub victims: VictimQueue,
+    /// A fault found the victim queue half empty and kicked the reclaimer.
+    pub refill_wanted: AtomicBool,
+    /// Pages resident in the budget's regions plus pages occupying staging slots.
+    pub resident: AtomicUsize,
+    /// Pages of every live region of the budget (bounds the reclaimer's queues).
+    pub region_pages: AtomicUsize,
+    pub kick: AtomicU32,
+    /// The reclaimer is (about to be) asleep on `kick`.
+    pub reclaimer_idle: AtomicBool,
+    /// Futex word the reclaimer bumps when it made room under the budget.
+    pub room: AtomicU32,
+    pub room_waiters: AtomicU32,
+    pub stop: AtomicBool,
+    /// Set by the fork prepare hook: no eviction until the parent hook clears it.
+    pub fork_pause: AtomicBool,
+    /// Evictions in flight; with the pause flags a Dekker pair, so whoever
+    /// sets a pause and then waits for this to reach zero knows no eviction
+    /// can start after it (without a lock: `restore_all` may run in a signal
+    /// handler).
+    pub evicting: AtomicUsize,
+    /// Odd while the event thread is reading and applying events.
+    pub event_seq: AtomicU64,
+    /// Installs (COPY / ZEROPAGE / MOVE into a region) in flight. With
+    /// `event_seq` this forms a Dekker pair: an install starts only while no
+    /// event is being read, and the event thread reads only when no install is
+    /// in flight. So no page can be installed from a stale copy after a
+    /// program-side `MADV_DONTNEED` has been acknowledged and before its pages
+    /// are marked discarded.
+    pub installs: AtomicUsize,
+    /// Serialises the reclaimer's work with `advise_cold` and region teardown.
+    pub reclaim_lock: Mutex<()>,
+    pub owner_pid: i32,
+}
+
+impl Shared {
+    fn new(config: &BudgetConfig) -> Result<Shared, RegionError> {
+        config.validate()?;
+        let budget_pages = config.budget_bytes / PAGE_SIZE;
+        let staging_target = match config.aging {
+            AgingPolicy::Fifo => 0,
+            AgingPolicy::Refault => budget_pages * config.staging_pct as usize / 100,
+        };
+        let limits = Limits {
+            budget_pages,
+            high_pages: budget_pages * config.high_watermark_pct as usize / 100,
+            low_pages: budget_pages * config.low_watermark_pct as usize / 100,
+            staging_target,
+        };
+        let features = crate::event::FEATURES | sys::FEATURE_MOVE | sys::FEATURE_POISON;
+        let uffd = match config.mode {
+            FaultMode::Sigbus => make_uffd(features | sys::FEATURE_SIGBUS, false, config.mode)?,
+            FaultMode::HandlerThread => make_uffd(features, true, config.mode)?,
+        };
+        // Room for the trial set, one round's worth of pages in flight, and
+        // the discard batches.
+        let staging = Staging::new(
+            staging_target + (limits.high_pages - limits.low_pages) + 8 * DISCARD_BATCH + 1024,
+        )?;
+        let store = PageStore::new(PageStoreConfig {
+            codec: config.codec.clone(),
+            threshold: config.threshold,
+            pool: config.pool,
+            max_pool_bytes: config.max_pool_bytes,
+            ..PageStoreConfig::default()
+        })?;
+        let nworkers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            * 4
+            + 8;
+        let workers = (0..nworkers)
+            .map(|_| store.worker())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Shared {
+            limits,
+            mode: config.mode,
+            track_writes: config.track_writes,
+            workers: WorkerSlots::new(workers),
+            store,
+            uffd,
+            staging,
+            clock: AgingClock::new(config.aging, budget_pages),
+            admits: Ring::new(budget_pages * 2),
+            returned: Ring::new(4096),
+            stale_refs: Ring::new(budget_pages),
+            records_lost: AtomicBool::new(false),
+            victims: VictimQueue::new((budget_pages / 16).clamp(16, 8192)),
+            refill_wanted: AtomicBool::new(false),
+            resident: AtomicUsize::new(0),
+            region_pages: AtomicUsize::new(0),
+            kick: AtomicU32::new(0),
+            reclaimer_idle: AtomicBool::new(false),
+            room: AtomicU32::new(0),
+            room_waiters: AtomicU32::new(0),
+            stop: AtomicBool::new(false),
+            fork_pause: AtomicBool::new(false),
+            evicting: AtomicUsize::new(0),
+            event_seq: AtomicU64::new(0),
+            installs: AtomicUsize::new(0),
+            reclaim_lock: Mutex::new(()),
+            owner_pid: sys::getpid(),
+        })
+    }
+
+    /// Eviction of `core`'s pages is paused (fork in progress, or `restore_all`).
+    pub fn paused(&self, core: &RegionCore) -> bool {
+        self.fork_pause.load(Ordering::SeqCst) || core.held()
+    }
+
+    /// Announces an eviction; false (and nothing announced) if paused.
+    pub fn begin_evict(&self, core: &RegionCore) -> bool {
+        self.evicting.fetch_add(1, Ordering::SeqCst);
+        if self.paused(core) {
+            self.evicting.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    pub fn end_evict(&self) {
+        self.evicting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Sets a pause flag and waits until no eviction is in flight.
+    pub fn pause(&self, flag: &AtomicBool) {
+        flag.store(true, Ordering::SeqCst);
+        while self.evicting.load(Ordering::SeqCst) != 0 {
+            sys::yield_now();
+        }
+    }
+
+    fn wait_events_applied(&self) {
+        while self.event_seq.load(Ordering::SeqCst) & 1 == 1 {
+            sys::yield_now();
+        }
+    }
+
+    /// Runs one install ioctl under the install/event protocol, retrying
+    /// `EAGAIN` (events pending) after letting the event thread through.
+    pub fn install(&self, mut f: impl FnMut() -> Result<(), Errno>) -> Result<(), Errno> {
+        loop {
+            self.installs.fetch_add(1, Ordering::SeqCst);
+            if self.event_seq.load(Ordering::SeqCst) & 1 == 1 {
+                self.installs.fetch_sub(1, Ordering::SeqCst);
+                self.wait_events_applied();
+                continue;
+            }
+            let r = f();
+            self.installs.fetch_sub(1, Ordering::SeqCst);
+            match r {
+                Err(Errno(libc::EAGAIN)) => sys::yield_now(),
+                r => return r,
+            }
+        }
+    }
+
+    /// Wakes the reclaimer. The futex system call is made only when it sleeps
+    /// (`reclaimer_idle`): the counter bump alone makes its next wait return
+    /// at once, so a busy reclaimer costs the fault path no system call.
+    pub fn kick_reclaimer(&self) {
+        self.kick.fetch_add(1, Ordering::SeqCst);
+        if self.reclaimer_idle.load(Ordering::SeqCst) {
+            sys::futex_wake(&self.kick);
+        }
+    }
+
+    /// Reclaimer side: wake throttled faults if there is room now.
+    pub fn signal_room(&self) {
+        if self.room_waiters.load(Ordering::SeqCst) != 0
+            && self.resident.load(Ordering::SeqCst) < self.limits.budget_pages
+        {
+            self.room.fetch_add(1, Ordering::SeqCst);
+            sys::futex_wake_all(&self.room);
+        }
+    }
+
+    /// Tells the reclaimer that `page` of `core` holds a stale compressed
+    /// copy. Async-signal-safe.
+    pub fn notice_stale_copy(&self, core: &RegionCore, page: usize) {
+        let gen = core.pages[page].aging.gen.load(Ordering::Relaxed);
+        let _ = self
+            .stale_refs
+            .try_push_record(Record::new(core.id(), page, gen, false));
+    }
+
+    /// Queues a record for the reclaimer, or flags the loss. Async-signal-safe.
+    pub fn queue_record(&self, ring: &Ring, record: Record) {
+        if !ring.try_push_record(record) {
+            self.records_lost.store(true, Ordering::Release);
+        }
+    }
+
+    /// Records that a page of `core` became resident: its record goes to the
+    /// reclaimer's queues.
+    pub fn admitted(&self, core: &RegionCore, page: usize, activate: bool) {
+        let gen = core.pages[page].aging.admit();
+        self.queue_record(&self.admits, Record::new(core.id(), page, gen, activate));
+        if self.resident.load(Ordering::Relaxed) > self.limits.high_pages {
+            self.kick_reclaimer();
+        }
+    }
+
+    /// Budget-wide figures for a stats snapshot.
+    pub fn resident_pages(&self) -> usize {
+        self.resident.load(Ordering::Relaxed)
+    }
+}
+
+/// The owner of a budget's threads: they stop when the last [`Budget`] handle
+/// and the last region drawing on it are gone.
+#[derive(Debug)]
+pub(crate) struct Owner {
+    pub shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let shared = &self.shared;
+        shared.stop.store(true, Ordering::Release);
+        shared.kick_reclaimer();
+        sys::futex_wake(&shared.kick);
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        if shared.owner_pid == sys::getpid() {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        } else {
+            // A forked child: the threads stayed in the parent.
+            for thread in threads {
+                std::mem::forget(thread);
+            }
+        }
+    }
+}
+
+/// A resident budget that many regions draw on: one limit, one compressed
+/// pool, one reclaimer and one aging policy across them. Cheap to clone
+/// (clones share the budget). See the module documentation.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    pub(crate) owner: Arc<Owner>,
+}
+
+impl Budget {
+    /// Makes a budget and starts its reclaimer and event thread.
+    pub fn new(config: BudgetConfig) -> Result<Budget, RegionError> {
+        crate::signal::install().map_err(|e| RegionError::sys("sigaction(SIGBUS)", e))?;
+        crate::fork::install();
+        let shared = Arc::new(Shared::new(&config)?);
+        let owner = Arc::new(Owner {
+            shared: Arc::clone(&shared),
+            threads: Mutex::new(Vec::new()),
+        });
+        let spawn = |name: &str, body: Box<dyn FnOnce() + Send>| {
+            sys::spawn_blocking_signals(name, body).map_err(|e| RegionError::Sys {
+                call: "spawn",
+                errno: e.to_string(),
+            })
+        };
+        let reclaimer = crate::reclaim::Reclaimer::new(Arc::clone(&shared))?;
+        let mut threads = owner.threads.lock().unwrap_or_else(|e| e.into_inner());
+        threads.push(spawn("zpage-reclaim", Box::new(move || reclaimer.run()))?);
+        let events = Arc::clone(&shared);
+        threads.push(spawn(
+            "zpage-events",
+            Box::new(move || crate::event::run(events)),
+        )?);
+        drop(threads);
+        Ok(Budget { owner })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.owner.shared
+    }
+
+    /// The budget in bytes.
+    pub fn budget_bytes(&self) -> usize {
+        self.shared().limits.budget_pages * PAGE_SIZE
+    }
+
+    /// Bytes every region of the budget holds resident now (with staged pages).
+    pub fn resident_bytes(&self) -> usize {
+        self.shared().resident_pages() * PAGE_SIZE
+    }
+
+    /// The budget's compressed store counters.
+    pub fn store_stats(&self) -> zpage_store::StoreStats {
+        let _signals = sys::SignalGuard::block_async();
+        self.shared().store.stats()
+    }
+}

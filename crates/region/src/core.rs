@@ -1,0 +1,118 @@
+//! One region's own data: its mapping, its page slots, its counters. Shared
+//! by the public [`crate::Region`], the signal handler (through the region
+//! table) and the budget's threads.
+
+use crate::budget::Shared;
+use crate::counters::Counters;
+use crate::page::PageSlot;
+use crate::sys::Mapping;
+use crate::table::RegionId;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug)]
+pub struct RegionCore {
+    pub budget: Arc<Shared>,
+    pub mapping: Mapping,
+    pub pages: Box<[PageSlot]>,
+    pub counters: Counters,
+    /// Table index and incarnation, packed; set once registered.
+    id: AtomicU32,
+    /// This region's pages mapped, plus its pages in staging.
+    pub resident: AtomicUsize,
+    pub staged: AtomicUsize,
+    pub pinned: AtomicUsize,
+    /// Set by `restore_all`: none of this region's pages are evicted until `resume_eviction`.
+    hold: AtomicBool,
+    pub owner_pid: i32,
+    /// Why the region was closed (the program unmapped or moved part of it).
+    pub unmapped: Mutex<Option<String>>,
+    pub is_unmapped: AtomicBool,
+}
+
+impl RegionCore {
+    pub fn new(budget: Arc<Shared>, mapping: Mapping) -> RegionCore {
+        let pages = mapping.pages();
+        RegionCore {
+            budget,
+            pages: (0..pages).map(|_| PageSlot::default()).collect(),
+            mapping,
+            counters: Counters::default(),
+            id: AtomicU32::new(u32::MAX),
+            resident: AtomicUsize::new(0),
+            staged: AtomicUsize::new(0),
+            pinned: AtomicUsize::new(0),
+            hold: AtomicBool::new(false),
+            owner_pid: crate::sys::getpid(),
+            unmapped: Mutex::new(None),
+            is_unmapped: AtomicBool::new(false),
+        }
+    }
+
+    pub fn set_id(&self, id: RegionId) {
+        self.id.store(
+            u32::from(id.index) | (u32::from(id.incarnation) << 16),
+            Ordering::Release,
+        );
+    }
+
+    pub fn id(&self) -> RegionId {
+        let v = self.id.load(Ordering::Acquire);
+        RegionId {
+            index: v as u16,
+            incarnation: (v >> 16) as u8,
+        }
+    }
+
+    pub fn page_addr(&self, page: usize) -> usize {
+        self.mapping.addr(page)
+    }
+
+    pub fn page_count(&self) -> usize {
+        self.pages.len()
+    }
+
+    pub fn held(&self) -> bool {
+        self.hold.load(Ordering::SeqCst)
+    }
+
+    pub fn hold_flag(&self) -> &AtomicBool {
+        &self.hold
+    }
+
+    // Accounting. `resident` counts this region's mapped pages, `staged` its
+    // pages waiting uncompressed in staging slots; the budget's `resident`
+    // counts every mapped page of its regions plus every occupied staging
+    // slot (staged, or waiting to be discarded), so it falls only when memory
+    // is really given back.
+
+    /// A page was mapped in from nothing (zero fill, decompression).
+    pub fn count_mapped(&self) {
+        self.resident.fetch_add(1, Ordering::AcqRel);
+        self.budget.resident.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A mapped page vanished with its memory (the program discarded it).
+    pub fn count_vanished(&self) {
+        self.resident.fetch_sub(1, Ordering::AcqRel);
+        self.budget.resident.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A mapped page moved into a staging slot to wait there (trial eviction).
+    pub fn count_staged(&self) {
+        self.resident.fetch_sub(1, Ordering::AcqRel);
+        self.staged.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A mapped page moved into a staging slot to be discarded (its memory
+    /// is given back, and the budget's count falls, when the slot is).
+    pub fn count_dropped(&self) {
+        self.resident.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// A staged page left staging (compressed, dropped, or copied back to the
+    /// region: the copy is counted by `count_mapped`); its slot is discarded later.
+    pub fn count_unstaged(&self) {
+        self.staged.fetch_sub(1, Ordering::AcqRel);
+    }
+}

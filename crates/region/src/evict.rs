@@ -1,0 +1,413 @@
+//! Taking pages out of a region, and compressing them.
+//!
+//! Eviction moves a page with `UFFDIO_MOVE` into a staging slot. MOVE
+//! transfers the physical page under both page-table locks, so a write racing
+//! with it lands in the page being moved, and any access after it faults: no
+//! write can be lost. The region's now empty entry then gets a poison marker
+//! (`UFFDIO_POISON`), so the page faults even if the program closes the
+//! userfaultfd (an unregistered, empty entry would read as zeros).
+//!
+//! A dirty page waits in its slot uncompressed (trial eviction) until the
+//! reclaimer compresses it; a clean page (its compressed copy still exact)
+//! needs no compression: its slot is discarded with others in a batch.
+//!
+//! `EBUSY` from MOVE means the page is shared copy-on-write (after `fork()`):
+//! `MADV_POPULATE_WRITE` breaks the sharing from the kernel side, without
+//! zpage's threads touching region memory, and the next attempt succeeds.
+//!
+//! [`evict_clean_now`] runs on the fault path and is async-signal-safe (see
+//! `fault.rs`); the rest runs on the reclaimer or in `advise_cold`, with
+//! asynchronous signals blocked.
+
+use crate::aging;
+use crate::config::FaultMode;
+use crate::core::RegionCore;
+use crate::counters::Counters;
+use crate::page::{State, Tag};
+use crate::queues::Record;
+use crate::sys::{self, Errno, PAGE_SIZE};
+use zpage_store::{CompressionTrigger, Put, Worker};
+
+/// Where code runs: the fault path may not free pool memory (the pool's
+/// `free` takes its lock and may give memory back to the allocator).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// A signal handler, the handler thread, or an API call resolving a fault.
+    Fault,
+    /// The reclaimer, `advise_cold`, the event thread, region teardown.
+    Reclaim,
+}
+
+/// Gives up the compressed copy of `page` (the caller holds the page): freed
+/// now off the fault path; on it, left with the page as a stale copy and
+/// noticed to the reclaimer.
+pub fn give_up_copy(core: &RegionCore, page: usize, path: Path) {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    match path {
+        Path::Reclaim => {
+            if let Some(stale) = slot.take_page_ref() {
+                budget.store.free(stale);
+            }
+        }
+        Path::Fault => {
+            if slot.page_ref().is_some() {
+                budget.notice_stale_copy(core, page);
+            }
+        }
+    }
+}
+
+/// Frees the stale compressed copy of a page that holds one (a notice from
+/// the fault path). Reclaimer only.
+pub fn free_stale_copy(core: &RegionCore, page: usize) {
+    let slot = &core.pages[page];
+    let s = slot.load();
+    let stale = match s.tag() {
+        Tag::Empty => true,
+        Tag::Resident => !s.clean(),
+        _ => false,
+    };
+    // Held for a moment, so no fault restores or evicts it meanwhile.
+    if stale && slot.claim(s, s.with(Tag::Restoring)) {
+        give_up_copy(core, page, Path::Reclaim);
+        slot.publish(s);
+    }
+}
+
+/// What an attempt to take one page out achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evict {
+    /// Now STAGED in this slot, waiting to be compressed.
+    Staged(usize),
+    /// A clean page: now STORED by its existing copy; its memory goes with its slot.
+    Dropped,
+    /// The page was absent (the program discarded it): it is EMPTY now.
+    Hole,
+    /// No staging slot free.
+    NoSlot,
+    /// Pinned, held by another thread for a moment, shared after fork, or
+    /// another transient condition: try later.
+    Retry,
+    /// Not a resident page any more.
+    Stale,
+    /// Eviction of this region is paused (fork, `restore_all`).
+    Paused,
+}
+
+/// Moves one resident page out of `core`. Reclaimer and `advise_cold` only.
+pub fn evict(core: &RegionCore, page: usize, hint: usize) -> Evict {
+    let budget = &*core.budget;
+    if !budget.begin_evict(core) {
+        return Evict::Paused;
+    }
+    let result = evict_unpaused(core, page, hint);
+    budget.end_evict();
+    result
+}
+
+fn evict_unpaused(core: &RegionCore, page: usize, hint: usize) -> Evict {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    let s = slot.load();
+    match s.tag() {
+        // Resident, but another thread holds it for a moment: keep its record.
+        Tag::Restoring | Tag::Evicting => return Evict::Retry,
+        Tag::Resident if s.pins() != 0 => return Evict::Retry,
+        Tag::Resident => {}
+        _ => return Evict::Stale,
+    }
+    let Some(staging_slot) = budget.staging.alloc(hint) else {
+        return Evict::NoSlot;
+    };
+    let claimed = s.with_slot(Tag::Evicting, staging_slot);
+    if !slot.claim(s, claimed) {
+        budget.staging.free_unused(staging_slot);
+        return Evict::Retry;
+    }
+    match move_out(core, page, staging_slot) {
+        Ok(()) => {}
+        Err(Errno(libc::ENOENT)) => return hole(core, page, staging_slot, Path::Reclaim),
+        Err(Errno(libc::EBUSY)) => {
+            budget.staging.free_unused(staging_slot);
+            make_exclusive(core, page, s);
+            return Evict::Retry;
+        }
+        Err(_) => {
+            budget.staging.free_unused(staging_slot);
+            slot.publish(s);
+            return Evict::Retry;
+        }
+    }
+    Counters::bump(&core.counters.eviction_count);
+    if s.discarded() {
+        // The program discarded the page while it was still mapped: what we
+        // moved out is dead; it reads as zeros from now on.
+        drop_moved(core, page, staging_slot, Path::Reclaim);
+        return Evict::Hole;
+    }
+    poison(core, page);
+    aging::on_evicted(&budget.clock, &slot.aging);
+    if s.clean() {
+        if !slot.claim(claimed, s.with(Tag::Stored).set_clean(false)) {
+            drop_moved(core, page, staging_slot, Path::Reclaim);
+            return Evict::Hole;
+        }
+        core.count_dropped();
+        budget.staging.discard_later(staging_slot, &budget.resident);
+        Counters::bump(&core.counters.clean_eviction_count);
+        return Evict::Dropped;
+    }
+    // A dirty page's copy, if it still has one, is stale.
+    give_up_copy(core, page, Path::Reclaim);
+    if !slot.claim(claimed, s.with_slot(Tag::Staged, staging_slot)) {
+        drop_moved(core, page, staging_slot, Path::Reclaim);
+        return Evict::Hole;
+    }
+    core.count_staged();
+    Evict::Staged(staging_slot)
+}
+
+/// `UFFDIO_MOVE` of the page into the staging slot.
+fn move_out(core: &RegionCore, page: usize, staging_slot: usize) -> Result<(), Errno> {
+    let budget = &*core.budget;
+    match sys::uffd_move(
+        budget.staging.uffd.fd(),
+        budget.staging.addr(staging_slot),
+        core.page_addr(page),
+        PAGE_SIZE,
+        0,
+    ) {
+        Ok(_) | Err((_, PAGE_SIZE)) => Ok(()),
+        Err((e, _)) => Err(e),
+    }
+}
+
+/// Marks the region's entry of an evicted page so that it never reads as
+/// zeros (see the module docs). Held by us, the page cannot be restored
+/// meanwhile; a failure (an event pending, the process exiting) leaves the
+/// entry empty, which still faults while the userfaultfd lives.
+///
+/// Not in `FaultMode::HandlerThread`: a poisoned entry fails kernel accesses
+/// with `EFAULT` instead of reporting them to the handler thread, which is
+/// what that mode exists for.
+fn poison(core: &RegionCore, page: usize) {
+    if core.budget.mode == FaultMode::Sigbus {
+        let _ = sys::uffd_poison(core.budget.uffd.fd(), core.page_addr(page), PAGE_SIZE);
+    }
+}
+
+/// The page was not there (the program discarded it): zeros from now on.
+fn hole(core: &RegionCore, page: usize, staging_slot: usize, path: Path) -> Evict {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    budget.staging.free_unused(staging_slot);
+    give_up_copy(core, page, path);
+    let s = slot.load();
+    slot.set(s.emptied());
+    core.count_vanished();
+    Counters::bump(&core.counters.hole_count);
+    Evict::Hole
+}
+
+/// Drops a page we moved out but may not keep (the program discarded it).
+fn drop_moved(core: &RegionCore, page: usize, staging_slot: usize, path: Path) {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    give_up_copy(core, page, path);
+    slot.set(slot.load().emptied());
+    core.count_dropped();
+    budget.staging.discard_later(staging_slot, &budget.resident);
+    Counters::bump(&core.counters.discard_count);
+}
+
+/// After `fork()` the page is shared copy-on-write and MOVE refuses it.
+/// `MADV_POPULATE_WRITE` breaks the sharing from the kernel; a clean page is
+/// write-protected, so its protection is lifted first, and the page is
+/// treated as written from then on (its compressed copy is given up).
+fn make_exclusive(core: &RegionCore, page: usize, s: State) {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    let addr = core.page_addr(page);
+    if s.clean() {
+        let _ = budget.install(|| sys::uffd_writeprotect(budget.uffd.fd(), addr, false));
+        give_up_copy(core, page, Path::Reclaim);
+    }
+    let _ = sys::populate_write(addr, PAGE_SIZE);
+    slot.publish(s.with(Tag::Resident).set_clean(false));
+    Counters::bump(&core.counters.ebusy_fix_count);
+}
+
+/// Evicts a clean candidate on the calling (faulting) thread: MOVE it out (a
+/// racing access faults and waits; nothing can write it meanwhile: it is
+/// write-protected), and leave its slot to be discarded with others; its
+/// compressed copy is exact. Async-signal-safe. False if the page is not a
+/// clean, unpinned resident page of that admission any more.
+pub fn evict_clean_now(core: &RegionCore, record: Record) -> bool {
+    let budget = &*core.budget;
+    if !budget.begin_evict(core) {
+        return false;
+    }
+    let evicted = evict_clean_unpaused(core, record);
+    budget.end_evict();
+    evicted
+}
+
+fn evict_clean_unpaused(core: &RegionCore, record: Record) -> bool {
+    let budget = &*core.budget;
+    let page = record.page();
+    let Some(slot) = core.pages.get(page) else {
+        return false;
+    };
+    let s = slot.load();
+    if s.tag() != Tag::Resident
+        || !s.clean()
+        || s.discarded()
+        || s.pins() != 0
+        || !record.is_generation(slot.aging.gen.load(std::sync::atomic::Ordering::Acquire))
+    {
+        return false;
+    }
+    let Some(staging_slot) = budget.staging.alloc(page) else {
+        return false;
+    };
+    let claimed = s.with_slot(Tag::Evicting, staging_slot);
+    if !slot.claim(s, claimed) {
+        budget.staging.free_unused(staging_slot);
+        return false;
+    }
+    match move_out(core, page, staging_slot) {
+        Ok(()) => {}
+        Err(Errno(libc::ENOENT)) => {
+            hole(core, page, staging_slot, Path::Fault);
+            return true;
+        }
+        Err(_) => {
+            budget.staging.free_unused(staging_slot);
+            slot.publish(s);
+            return false;
+        }
+    }
+    poison(core, page);
+    aging::on_evicted(&budget.clock, &slot.aging);
+    if !slot.claim(claimed, s.with(Tag::Stored).set_clean(false)) {
+        drop_moved(core, page, staging_slot, Path::Fault);
+        return true;
+    }
+    core.count_dropped();
+    budget.staging.discard_later(staging_slot, &budget.resident);
+    Counters::bump(&core.counters.eviction_count);
+    Counters::bump(&core.counters.clean_eviction_count);
+    Counters::bump(&core.counters.sync_eviction_count);
+    true
+}
+
+/// Why a page is being compressed (Zircon's triggers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// `advise_cold`.
+    Eager,
+    /// The reclaimer.
+    Pressure,
+}
+
+/// Compresses the staged page `page` in `staging_slot`. Returns false if the
+/// page left staging meanwhile (a fault took it back) or could not be stored
+/// (it is put back in the region).
+pub fn compress(
+    core: &RegionCore,
+    page: usize,
+    staging_slot: usize,
+    worker: &mut Worker,
+    trigger: Trigger,
+) -> bool {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    let s = slot.load();
+    if s.tag() != Tag::Staged || s.slot() != staging_slot {
+        return false;
+    }
+    let compressing = s.with_slot(Tag::Compressing, staging_slot);
+    if !slot.claim(s, compressing) {
+        return false;
+    }
+    let store_trigger = match trigger {
+        Trigger::Eager => CompressionTrigger::Eager,
+        Trigger::Pressure => CompressionTrigger::MemoryPressure,
+    };
+    match budget
+        .store
+        .put(worker, budget.staging.page(staging_slot), store_trigger)
+    {
+        Ok(Put::Stored { page_ref, .. }) => {
+            give_up_copy(core, page, Path::Reclaim);
+            slot.set_page_ref(Some(page_ref));
+            if !slot.claim(compressing, s.with(Tag::Stored)) {
+                // The program discarded the page meanwhile.
+                if let Some(stale) = slot.take_page_ref() {
+                    budget.store.free(stale);
+                }
+                drop_staged(core, staging_slot);
+                slot.set(slot.load().emptied());
+                return false;
+            }
+            core.count_unstaged();
+            budget.staging.discard_later(staging_slot, &budget.resident);
+            Counters::bump(&core.counters.compression_count);
+            Counters::bump(match trigger {
+                Trigger::Eager => &core.counters.eager_compression_count,
+                Trigger::Pressure => &core.counters.pressure_compression_count,
+            });
+            true
+        }
+        Ok(Put::Rejected(_)) | Err(_) => {
+            // Could not store (pool limit, codec error): put the page back
+            // where it was (Zircon keeps failed pages resident too).
+            Counters::bump(&core.counters.compress_failure_count);
+            put_back(core, page, compressing);
+            false
+        }
+    }
+}
+
+/// Puts a page the reclaimer could not store back into the region (it holds
+/// it COMPRESSING in its slot).
+fn put_back(core: &RegionCore, page: usize, held: State) {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    let staging_slot = held.slot();
+    let src = budget.staging.page(staging_slot).as_ptr();
+    let dst = core.page_addr(page);
+    let r = budget.install(|| {
+        if slot.load().discarded() {
+            return Err(Errno(libc::ECANCELED));
+        }
+        sys::uffd_copy(budget.uffd.fd(), dst, src, 0)
+    });
+    match r {
+        Ok(()) => {
+            core.count_unstaged();
+            core.count_mapped();
+            budget.staging.discard_later(staging_slot, &budget.resident);
+            slot.publish(held.with(Tag::Resident).set_clean(false));
+            budget.admitted(core, page, false);
+        }
+        Err(Errno(libc::ECANCELED)) => {
+            drop_staged(core, staging_slot);
+            slot.set(held.emptied());
+        }
+        Err(_) => {
+            // Leave it staged; a fault takes it back.
+            slot.publish(held.with_slot(Tag::Staged, staging_slot));
+        }
+    }
+}
+
+/// Drops a staged page's data (its range was discarded by the program, or
+/// its region is going away). Async-signal-safe.
+pub fn drop_staged(core: &RegionCore, staging_slot: usize) {
+    let budget = &*core.budget;
+    core.count_unstaged();
+    budget.staging.discard_later(staging_slot, &budget.resident);
+    Counters::bump(&core.counters.discard_count);
+}

@@ -1,0 +1,424 @@
+//! Fault resolution: making one page present with its right contents.
+//!
+//! **Async-signal-safety argument.** [`resolve`] runs in the faulting thread's
+//! SIGBUS handler (the default mode), on the event thread
+//! (`FaultMode::HandlerThread`), and in API calls (`prefault`, `pin`,
+//! `advise_willneed`, `restore_all`), which block asynchronous signals while
+//! they hold a page. In all of them it:
+//! - allocates and frees nothing: a page is claimed by compare-and-swap of
+//!   its state word; the decompression worker comes from a preallocated slot;
+//!   loads use the object store's `get_in_handler`, which spins on the pool's
+//!   read lock and allocates nothing even for a corrupt blob; references given
+//!   up go to a lock-free ring for the reclaimer to free (freeing takes the
+//!   pool's write lock); fatal messages are built in a stack buffer;
+//! - makes only async-signal-safe system calls: ioctl, madvise, futex,
+//!   sched_yield, nanosleep, clock_gettime, write and abort;
+//! - never waits for its own thread. The states it waits on (EVICTING,
+//!   COMPRESSING, RESTORING) and the pool write lock it may spin behind are
+//!   held only by zpage's own threads (which block asynchronous signals and
+//!   never touch region memory), by other threads inside this handler (which
+//!   runs with every signal blocked), or by API calls (which block
+//!   asynchronous signals while they hold them). So no handler of the
+//!   program can run on a thread while that thread holds what the handler's
+//!   own fault would wait for;
+//! - never panics on a reachable path (page indices are checked by the caller).
+//!
+//! A page whose contents cannot be restored (a corrupt blob, a userfaultfd the
+//! program closed) ends the process with a message naming the page and the
+//! cause, never zeros or wrong bytes.
+
+use crate::aging;
+use crate::budget::Shared;
+use crate::core::RegionCore;
+use crate::counters::Counters;
+use crate::evict::{self, Path};
+use crate::page::{State, Tag};
+use crate::sys::{self, Errno, Fatal, PAGE_SIZE};
+use crate::table;
+use std::sync::atomic::Ordering;
+
+static ZERO_PAGE: [u8; PAGE_SIZE] = [0; PAGE_SIZE];
+
+/// Where a restore request comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ctx {
+    /// The faulting thread's SIGBUS handler.
+    Signal,
+    /// The handler thread: the faulting thread sleeps in the kernel until woken.
+    Thread,
+    /// An API call: nobody is waiting on a fault.
+    Api,
+}
+
+/// What the faulting access was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// A write.
+    pub write: bool,
+    /// A write to a present, write-protected page (or, for an API call, the
+    /// caller needs the page writable by the kernel).
+    pub protection: bool,
+}
+
+impl Access {
+    pub const READ: Access = Access {
+        write: false,
+        protection: false,
+    };
+    /// What an API call asks for: present and writable.
+    pub const WRITABLE: Access = Access {
+        write: true,
+        protection: true,
+    };
+}
+
+/// The start of a fatal message about one page.
+pub(crate) fn about_page(core: &RegionCore, page: usize) -> Fatal {
+    Fatal::new()
+        .text("page ")
+        .dec(page as u64)
+        .text(" (address ")
+        .hex(core.page_addr(page) as u64)
+        .text(") of the region at ")
+        .hex(core.mapping.base() as u64)
+}
+
+/// Makes the page at index `page` of `core` present with its right contents.
+/// Returns `Err` only when the mapping is going away (munmap in flight,
+/// process exiting); the access then fails the way it would without zpage.
+pub fn resolve(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Result<(), Errno> {
+    let started = sys::now_ns();
+    let result = resolve_inner(core, page, access, ctx);
+    if ctx != Ctx::Api {
+        core.counters.record_fault(sys::now_ns() - started);
+    }
+    result
+}
+
+fn resolve_inner(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Result<(), Errno> {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    // API calls leave the budget to the reclaimer; a fault makes room once.
+    let mut room_made = ctx == Ctx::Api;
+    let mut protection = access.protection;
+    loop {
+        let s = slot.load();
+        match s.tag() {
+            Tag::Resident if protection && s.clean() => {
+                lift_protection(core, page, s)?;
+                if ctx != Ctx::Api {
+                    return Ok(());
+                }
+                // An API caller also needs the page present: look again.
+                protection = false;
+            }
+            Tag::Empty | Tag::Resident => {
+                if s.tag() == Tag::Empty && !room_made {
+                    make_room(core);
+                    room_made = true;
+                    continue;
+                }
+                // Claimed, so no eviction can move the page out between our
+                // look and our fill.
+                if !slot.claim(s, s.with(Tag::Restoring)) {
+                    continue;
+                }
+                let filled = match fill_zero(budget, core.page_addr(page), access.write) {
+                    Ok(filled) => filled,
+                    Err(e) => {
+                        slot.publish(s);
+                        return Err(e);
+                    }
+                };
+                if filled {
+                    // Zeros are right for a page we never held (EMPTY) and for
+                    // one the program discarded (RESIDENT in our books, but
+                    // absent); no discard is pending after a fill.
+                    evict::give_up_copy(core, page, Path::Fault);
+                    slot.set(s.emptied().with(Tag::Resident));
+                    Counters::bump(&core.counters.zero_fill_count);
+                } else {
+                    slot.publish(s);
+                }
+                if s.tag() == Tag::Empty && filled {
+                    core.count_mapped();
+                    budget.admitted(core, page, false);
+                }
+                if ctx == Ctx::Thread && !filled {
+                    let _ = sys::uffd_wake(budget.uffd.fd(), core.page_addr(page), PAGE_SIZE);
+                }
+                return Ok(());
+            }
+            Tag::Staged => {
+                if !slot.claim(s, s.with_slot(Tag::Restoring, s.slot())) {
+                    continue;
+                }
+                match restore_staged(core, page, s) {
+                    Err(Errno(libc::ECANCELED)) => continue,
+                    r => return r,
+                }
+            }
+            Tag::Stored => {
+                if !room_made {
+                    make_room(core);
+                    room_made = true;
+                    continue;
+                }
+                if !slot.claim(s, s.with(Tag::Restoring)) {
+                    continue;
+                }
+                match restore_stored(core, page, s, access.write) {
+                    Err(Errno(libc::ECANCELED)) => continue,
+                    r => return r,
+                }
+            }
+            Tag::Evicting | Tag::Compressing | Tag::Restoring => {
+                // Owned by another thread, which always finishes.
+                sys::yield_now();
+            }
+        }
+    }
+}
+
+/// First write since the restore: lift the protection; the compressed copy
+/// is stale from now on and goes back to the store.
+fn lift_protection(core: &RegionCore, page: usize, s: State) -> Result<(), Errno> {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    if !slot.claim(s, s.with(Tag::Restoring)) {
+        return Ok(());
+    }
+    let addr = core.page_addr(page);
+    match budget.install(|| sys::uffd_writeprotect(budget.uffd.fd(), addr, false)) {
+        Ok(()) => {
+            evict::give_up_copy(core, page, Path::Fault);
+            slot.publish(s.with(Tag::Resident).set_clean(false));
+            Counters::bump(&core.counters.first_write_count);
+            Ok(())
+        }
+        Err(e) => {
+            slot.publish(s);
+            Err(e)
+        }
+    }
+}
+
+/// Maps zeros at `addr`: the shared zero page for a read (no memory), a
+/// zeroed page for a write (one fault instead of two). `Ok(false)` if the
+/// page was already present (or still carries an eviction marker the
+/// program's discard is about to clear: the access faults again meanwhile).
+fn fill_zero(budget: &Shared, addr: usize, write: bool) -> Result<bool, Errno> {
+    let r = budget.install(|| {
+        if write {
+            sys::uffd_copy(budget.uffd.fd(), addr, ZERO_PAGE.as_ptr(), 0)
+        } else {
+            sys::uffd_zeropage(budget.uffd.fd(), addr, 0)
+        }
+    });
+    match r {
+        Ok(()) => Ok(true),
+        Err(Errno(libc::EEXIST)) => Ok(false),
+        Err(e) => Err(check_uffd(budget, e)),
+    }
+}
+
+/// Ends the process if `e` says the userfaultfd is gone (the program closed
+/// it): evicted pages could not be restored, and must never read as zeros.
+fn check_uffd(budget: &Shared, e: Errno) -> Errno {
+    if matches!(e.0, libc::EBADF | libc::ENOTTY | libc::EINVAL) {
+        budget.uffd.mark_lost();
+        Fatal::new()
+            .text("the program closed zpage's userfaultfd (fd ")
+            .dec(budget.uffd.fd() as u64)
+            .text("): evicted pages can no longer be restored; ending the process rather than let them read as zeros. Do not close file descriptors you did not open")
+            .abort()
+    }
+    e
+}
+
+/// Copies `src` into the region's page with `UFFDIO_COPY`, unless the program
+/// discarded the page while we held it (`ECANCELED`).
+fn copy_in(core: &RegionCore, page: usize, src: *const u8, protect: bool) -> Result<(), Errno> {
+    let budget = &*core.budget;
+    let dst = core.page_addr(page);
+    let mode = if protect { sys::COPY_MODE_WP } else { 0 };
+    let r = budget.install(|| {
+        if core.pages[page].load().discarded() {
+            return Err(Errno(libc::ECANCELED));
+        }
+        sys::uffd_copy(budget.uffd.fd(), dst, src, mode)
+    });
+    match r {
+        Err(Errno(libc::EEXIST)) => about_page(core, page)
+            .text(": its address is mapped although the page is evicted (was the region remapped?); refusing to guess its contents")
+            .abort(),
+        Err(e) if e.0 != libc::ECANCELED => Err(check_uffd(budget, e)),
+        r => r,
+    }
+}
+
+/// A fault on a staged page: copy it back from its staging slot (no
+/// decompression, and no TLB flush, unlike moving it back); the slot is
+/// discarded later with others.
+fn restore_staged(core: &RegionCore, page: usize, s: State) -> Result<(), Errno> {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    let staging_slot = s.slot();
+    match copy_in(
+        core,
+        page,
+        budget.staging.page(staging_slot).as_ptr(),
+        false,
+    ) {
+        Ok(()) => {}
+        Err(Errno(libc::ECANCELED)) => {
+            evict::drop_staged(core, staging_slot);
+            slot.set(s.emptied());
+            return Err(Errno(libc::ECANCELED));
+        }
+        Err(e) => {
+            slot.publish(s);
+            return Err(e);
+        }
+    }
+    core.count_unstaged();
+    core.count_mapped();
+    budget.staging.discard_later(staging_slot, &budget.resident);
+    let activate = aging::on_trial_hit(&budget.clock, &slot.aging);
+    slot.publish(s.with(Tag::Resident).set_clean(false));
+    Counters::bump(&core.counters.trial_hit_count);
+    if activate {
+        Counters::bump(&core.counters.activation_count);
+    }
+    budget.admitted(core, page, activate);
+    Ok(())
+}
+
+/// A fault on a stored page: decompress it and copy it in. A read maps it
+/// write-protected (with write tracking) and keeps its compressed copy, so
+/// that, unwritten, it can be dropped again without compressing; a write maps
+/// it writable at once (one fault instead of two) and gives the copy up.
+fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Result<(), Errno> {
+    let budget = &*core.budget;
+    let slot = &core.pages[page];
+    let Some(page_ref) = slot.page_ref() else {
+        about_page(core, page)
+            .text(": it is marked stored but holds no reference (zpage bug)")
+            .abort()
+    };
+    let protect = budget.track_writes && !write;
+    let copied = budget.workers.with(|worker, buffer| {
+        if let Err(e) = budget.store.get_in_handler(worker, page_ref, buffer) {
+            let message = about_page(core, page).text(" cannot be restored: ");
+            let message = match e {
+                zpage_store::LoadError::Corrupt { codec, blob_bytes } => message
+                    .text("its ")
+                    .text(codec)
+                    .text(" blob of ")
+                    .dec(blob_bytes as u64)
+                    .text(" bytes does not decode (corrupt compressed data)"),
+                zpage_store::LoadError::StaleRef(raw) => message
+                    .text("its reference ")
+                    .hex(raw)
+                    .text(" names no live object in the pool"),
+                zpage_store::LoadError::ForeignWorker => {
+                    message.text("a worker of another store was used")
+                }
+            };
+            message
+                .text("; ending the process rather than hand back wrong bytes")
+                .abort()
+        }
+        copy_in(core, page, buffer.as_ptr(), protect)
+    });
+    match copied {
+        Ok(()) => {}
+        Err(Errno(libc::ECANCELED)) => {
+            // Discarded by the program while we held it: zeros.
+            evict::give_up_copy(core, page, Path::Fault);
+            Counters::bump(&core.counters.discard_count);
+            slot.set(s.emptied());
+            return Err(Errno(libc::ECANCELED));
+        }
+        Err(e) => {
+            slot.publish(s);
+            return Err(e);
+        }
+    }
+    if !protect {
+        evict::give_up_copy(core, page, Path::Fault);
+    }
+    core.count_mapped();
+    let activate = aging::on_refault(&budget.clock, &slot.aging);
+    slot.publish(s.with(Tag::Resident).set_clean(protect));
+    Counters::bump(&core.counters.restore_count);
+    if activate {
+        Counters::bump(&core.counters.activation_count);
+    }
+    budget.admitted(core, page, activate);
+    Ok(())
+}
+
+/// Before a fault makes one more page resident. At the high watermark the
+/// faulting thread drops a clean page itself: one page in, one page out,
+/// with no compression (the page's copy is exact) and no wait for the
+/// reclaimer. Only at the hard limit does a fault wait.
+fn make_room(core: &RegionCore) {
+    let budget = &*core.budget;
+    if budget.fork_pause.load(Ordering::SeqCst) {
+        return;
+    }
+    if budget.resident.load(Ordering::Acquire) >= budget.limits.high_pages {
+        for _ in 0..4 {
+            let Some(record) = budget.victims.take() else {
+                break;
+            };
+            let dropped = table::with_region(record.region(), |victim| {
+                evict::evict_clean_now(victim, record)
+            });
+            match dropped {
+                Some(true) => break,
+                // Not clean (written since), or held for a moment: back to the reclaimer.
+                Some(false) => budget.queue_record(&budget.returned, record),
+                // Its region is gone.
+                None => {}
+            }
+        }
+        if budget.track_writes
+            && budget.victims.len() < budget.victims.capacity() / 2
+            && !budget.refill_wanted.swap(true, Ordering::AcqRel)
+        {
+            budget.kick_reclaimer();
+        }
+    }
+    throttle(core);
+}
+
+/// Over the hard limit: give back the staging slots waiting to be
+/// discarded; if that is not enough, wake the reclaimer and sleep until it
+/// made room (bounded at 100 ms, after which the fault proceeds over budget
+/// rather than stall forever, e.g. when everything resident is pinned).
+fn throttle(core: &RegionCore) {
+    let budget = &*core.budget;
+    let full = || budget.resident.load(Ordering::SeqCst) >= budget.limits.budget_pages;
+    if !full() {
+        return;
+    }
+    budget.staging.discard_pending(&budget.resident);
+    if !full() || budget.fork_pause.load(Ordering::SeqCst) {
+        return;
+    }
+    let started = sys::now_ns();
+    Counters::bump(&core.counters.throttle_count);
+    budget.room_waiters.fetch_add(1, Ordering::SeqCst);
+    while full() && !budget.stop.load(Ordering::Relaxed) && sys::now_ns() - started < 100_000_000 {
+        let seq = budget.room.load(Ordering::SeqCst);
+        if !full() {
+            break;
+        }
+        budget.kick_reclaimer();
+        sys::futex_wait(&budget.room, seq, 1_000_000);
+    }
+    budget.room_waiters.fetch_sub(1, Ordering::SeqCst);
+    Counters::add(&core.counters.throttle_ns, sys::now_ns() - started);
+}

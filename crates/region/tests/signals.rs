@@ -1,0 +1,271 @@
+//! The fault path's safety argument, tested: it allocates nothing, and a
+//! program's signal handler that reads region memory works while the
+//! interrupted thread faults, prefaults, pins and reads stats (and while
+//! zpage's own threads hold locks and pages: they block asynchronous signals,
+//! so a process-directed timer signal never lands on them).
+mod common;
+
+use common::*;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use zpage_region::{Budget, BudgetConfig, Region, RegionConfig, PAGE_SIZE};
+
+/// Counts the allocations and frees each thread makes.
+struct PerThreadCounter;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; it only
+// counts, in a const-initialised thread-local that needs no allocation.
+unsafe impl GlobalAlloc for PerThreadCounter {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as ours, passed through.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as ours, passed through.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: PerThreadCounter = PerThreadCounter;
+
+fn allocations_here() -> u64 {
+    ALLOCATIONS.with(|c| c.get())
+}
+
+fn pattern(page: usize, round: u64) -> u64 {
+    (page as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ round.wrapping_mul(0xD6E8_FEB8_6659_FD93)
+        | 1
+}
+
+#[test]
+fn the_fault_path_allocates_nothing() {
+    let region = Region::new(RegionConfig::new(32 * MIB, 4 * MIB)).expect("region");
+    let pages = region.len() / PAGE_SIZE;
+    // Half the pages written (the rest are never written: zero fills).
+    for p in (0..pages).step_by(2) {
+        write(&region, p, 0, pattern(p, 1));
+    }
+    // Wait until the reclaimer has brought the region under its budget.
+    while region.stats().budget_resident_bytes > region.stats().budget_bytes {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let before = region.stats();
+    let faults_before = region.fault_count();
+    let allocations_before = allocations_here();
+    // Every kind of fault, on this thread only, with nothing else allocating
+    // here: restores (read: write-protected; write: writable), trial hits,
+    // zero fills, first writes to restored pages, and the clean evictions the
+    // faulting thread does itself at the high watermark.
+    let mut rng = Rng(0x5eed);
+    let mut wrong = 0u64;
+    for i in 0..200_000u64 {
+        let p = rng.below(pages);
+        let expected = if p.is_multiple_of(2) {
+            pattern(p, 1)
+        } else {
+            0
+        };
+        match i % 8 {
+            0 if p.is_multiple_of(2) => write(&region, p, 0, pattern(p, 1)),
+            _ => {
+                if read(&region, p, 0) != expected {
+                    wrong += 1;
+                }
+            }
+        }
+    }
+    let allocations = allocations_here() - allocations_before;
+    let faults = region.fault_count() - faults_before;
+    let after = region.stats();
+    assert_eq!(wrong, 0);
+    assert!(faults > 10_000, "{faults} faults");
+    assert_eq!(
+        allocations, 0,
+        "{allocations} allocations in {faults} faults"
+    );
+    for (name, grew) in [
+        ("restores", after.restore_count > before.restore_count),
+        ("zero fills", after.zero_fill_count > before.zero_fill_count),
+        (
+            "first writes",
+            after.first_write_count > before.first_write_count,
+        ),
+        (
+            "faulting-thread evictions",
+            after.sync_eviction_count > before.sync_eviction_count,
+        ),
+    ] {
+        assert!(
+            grew,
+            "no {name} happened: the test does not cover that path\n{after:#?}"
+        );
+    }
+}
+
+// ---- A program's timer signal handler reading region memory ----------------
+
+/// The region the handler reads (set before the timer starts).
+static HANDLER_BASE: AtomicUsize = AtomicUsize::new(0);
+static HANDLER_PAGES: AtomicUsize = AtomicUsize::new(0);
+static HANDLER_READS: AtomicU64 = AtomicU64::new(0);
+static HANDLER_WRONG: AtomicU64 = AtomicU64::new(0);
+static HANDLER_RNG: AtomicU64 = AtomicU64::new(0x1234_5678);
+
+extern "C" fn on_alarm(_signal: libc::c_int) {
+    let base = HANDLER_BASE.load(Ordering::Relaxed);
+    let pages = HANDLER_PAGES.load(Ordering::Relaxed);
+    if base == 0 || pages == 0 {
+        return;
+    }
+    let mut x = HANDLER_RNG.load(Ordering::Relaxed);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    HANDLER_RNG.store(x, Ordering::Relaxed);
+    let page = (x % pages as u64) as usize;
+    // SAFETY: in bounds of the live region (it outlives the timer), aligned.
+    let word = unsafe { &*((base + page * PAGE_SIZE) as *const AtomicU64) };
+    if word.load(Ordering::Relaxed) != pattern(page, 7) {
+        HANDLER_WRONG.fetch_add(1, Ordering::Relaxed);
+    }
+    HANDLER_READS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn start_timer(interval_us: i64) {
+    // SAFETY: installs a plain handler (it only reads memory and bumps
+    // atomics) and arms the process-wide real-time timer.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_alarm as *const () as usize;
+        act.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(
+            libc::sigaction(libc::SIGALRM, &act, std::ptr::null_mut()),
+            0
+        );
+        let tick = libc::timeval {
+            tv_sec: 0,
+            tv_usec: interval_us,
+        };
+        let timer = libc::itimerval {
+            it_interval: tick,
+            it_value: tick,
+        };
+        assert_eq!(
+            libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+fn stop_timer() {
+    // SAFETY: disarms the timer.
+    unsafe {
+        let zero: libc::itimerval = std::mem::zeroed();
+        libc::setitimer(libc::ITIMER_REAL, &zero, std::ptr::null_mut());
+    }
+}
+
+/// How long the signal test runs (longer with ZPAGE_STRESS_SECONDS).
+fn seconds() -> u64 {
+    std::env::var("ZPAGE_STRESS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+}
+
+/// A 10 kHz process-directed timer whose handler reads a random page of a
+/// region with a small budget, while the main thread reads and writes other
+/// pages and calls prefault, pin, unpin, advise_willneed and stats, and a
+/// second region on the same budget is read by another thread. Runs in a
+/// child process: a hang is caught by the parent's timeout, not by a wedged
+/// test binary.
+#[test]
+fn a_timer_signal_handler_reads_region_memory() {
+    if !is_child() {
+        let output = run_child_output("a_timer_signal_handler_reads_region_memory");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{:?}\n{stderr}", output.status);
+        assert!(stderr.contains("handler reads:"), "{stderr}");
+        return;
+    }
+    let budget = Budget::new(BudgetConfig::new(8 * MIB)).expect("budget");
+    let region = Region::with_budget(&budget, 64 * MIB).expect("region");
+    let neighbour = std::sync::Arc::new(Region::with_budget(&budget, 16 * MIB).expect("region"));
+    let pages = region.len() / PAGE_SIZE;
+    for p in 0..pages {
+        write(&region, p, 0, pattern(p, 7));
+    }
+    for p in 0..neighbour.len() / PAGE_SIZE {
+        write(&neighbour, p, 0, pattern(p, 9));
+    }
+    HANDLER_BASE.store(region.as_ptr() as usize, Ordering::Relaxed);
+    HANDLER_PAGES.store(pages, Ordering::Relaxed);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (neighbour, stop) = (
+            std::sync::Arc::clone(&neighbour),
+            std::sync::Arc::clone(&stop),
+        );
+        std::thread::spawn(move || {
+            let mut rng = Rng(99);
+            let pages = neighbour.len() / PAGE_SIZE;
+            let mut wrong = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let p = rng.below(pages);
+                if read(&neighbour, p, 0) != pattern(p, 9) {
+                    wrong += 1;
+                }
+            }
+            wrong
+        })
+    };
+    start_timer(100);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds());
+    let mut rng = Rng(7);
+    let mut wrong = 0u64;
+    let mut round = 0u64;
+    while std::time::Instant::now() < deadline {
+        round += 1;
+        for _ in 0..2000 {
+            let p = rng.below(pages);
+            if read(&region, p, 0) != pattern(p, 7) {
+                wrong += 1;
+            }
+            if rng.below(8) == 0 {
+                write(&region, p, 1, round);
+            }
+        }
+        let p = rng.below(pages - 16);
+        region
+            .prefault(p * PAGE_SIZE, 16 * PAGE_SIZE)
+            .expect("prefault");
+        region.pin(p * PAGE_SIZE, 4 * PAGE_SIZE).expect("pin");
+        let _ = region.stats();
+        region.unpin(p * PAGE_SIZE, 4 * PAGE_SIZE).expect("unpin");
+        region
+            .advise_willneed(rng.below(pages - 8) * PAGE_SIZE, 8 * PAGE_SIZE)
+            .expect("willneed");
+    }
+    stop_timer();
+    stop.store(true, Ordering::Relaxed);
+    let neighbour_wrong = reader.join().expect("reader");
+    let reads = HANDLER_READS.load(Ordering::Relaxed);
+    let handler_wrong = HANDLER_WRONG.load(Ordering::Relaxed);
+    eprintln!(
+        "handler reads: {reads}, wrong {handler_wrong}; main-thread wrong {wrong}; neighbour wrong {neighbour_wrong}; faults {}",
+        region.fault_count()
+    );
+    assert_eq!(wrong + handler_wrong + neighbour_wrong, 0);
+    assert!(reads > 1000, "the timer fired {reads} times");
+    std::process::exit(0);
+}
