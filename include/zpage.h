@@ -64,7 +64,7 @@ typedef struct zpage_options {
     int aging;             /* ZPAGE_AGING_* */
     int pool;              /* ZPAGE_POOL_* */
     uint64_t max_pool_bytes; /* cap on the compressed pool; 0: unlimited */
-    int track_writes;      /* 1 (default): unwritten restored pages are dropped again without compressing */
+    int keep_clean_copies; /* 1: restored pages keep their compressed copy until written; 0 (default): exclusive */
     int reserved;          /* 0 */
 } zpage_options;
 

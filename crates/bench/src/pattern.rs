@@ -86,8 +86,11 @@ pub struct TouchPlan {
     pub pattern: Pattern,
     /// Number of touches.
     pub touches: u64,
-    /// Seed of the access sequence.
+    /// Seed of the access sequence and of the hot set's placement.
     pub seed: u64,
+    /// Which of several concurrent sequences over the same pages (and the
+    /// same hot set) this is; stream 0 is the sequence of a lone thread.
+    pub stream: u64,
 }
 
 impl TouchPlan {
@@ -95,7 +98,11 @@ impl TouchPlan {
     pub fn iter(&self) -> TouchIter {
         TouchIter {
             plan: *self,
-            rng: SplitMix64::new(self.seed),
+            rng: SplitMix64::new(if self.stream == 0 {
+                self.seed
+            } else {
+                self.seed ^ crate::rng::mix64(self.stream)
+            }),
             scatter: Scatter::new(self.pages, self.seed),
             hot_pages: self.pattern.hot_pages(self.pages),
             done: 0,
@@ -203,6 +210,7 @@ mod tests {
             pattern,
             touches,
             seed: 42,
+            stream: 0,
         }
     }
 
@@ -221,6 +229,27 @@ mod tests {
         assert!(p.iter().eq(p.iter()));
         let other_seed = TouchPlan { seed: 43, ..p };
         assert!(!p.iter().eq(other_seed.iter()));
+    }
+
+    #[test]
+    fn streams_differ_but_share_the_hot_set() {
+        let first = plan(Pattern::HOT_COLD_80_20, 10_000, 50_000);
+        let second = TouchPlan { stream: 1, ..first };
+        assert!(!first.iter().eq(second.iter()));
+        // The hot 20% of pages takes 80% of the touches in both streams,
+        // and it is the same 20%: the pages the first stream touches most.
+        let mut counts = vec![0u32; 10_000];
+        for (page, _) in first.iter() {
+            counts[page as usize] += 1;
+        }
+        let hot: HashSet<u64> = (0..10_000u64)
+            .filter(|&p| counts[p as usize] >= 10)
+            .collect();
+        let in_hot = second.iter().filter(|(page, _)| hot.contains(page)).count();
+        assert!(
+            in_hot > 50_000 * 3 / 4,
+            "{in_hot} of the second stream's touches hit the first's hot set"
+        );
     }
 
     #[test]

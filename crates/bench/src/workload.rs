@@ -372,6 +372,11 @@ pub struct WorkloadSpec {
     /// CPU from the workload on a small machine.
     #[serde(default)]
     pub sample_every_ms: u64,
+    /// Threads touching memory at once in each timed phase (0 or 1: one).
+    /// The touches are split between them; each follows its own sequence of
+    /// the same pattern, and every tier runs the same threads.
+    #[serde(default)]
+    pub threads: u64,
 }
 
 impl WorkloadSpec {
@@ -564,13 +569,97 @@ pub fn fill(
     })
 }
 
-/// Runs one timed phase over memory already filled.
+/// Where the threads of a phase meet: after the warm-up (so every thread's
+/// measured touches start together) and at half of the measured touches.
+struct PhaseClock<'a> {
+    probe: &'a dyn MemoryProbe,
+    threads: usize,
+    warmed_up: std::sync::Barrier,
+    started: std::sync::Mutex<Option<MeasuredSpan>>,
+    halfway: AtomicU64,
+}
+
+/// One thread's share of a phase: its touches, timed into its own histogram.
+fn run_touches(
+    memory: &Memory,
+    library: Option<&FileMapping>,
+    phase: &Phase,
+    plan: TouchPlan,
+    warmup: u64,
+    clock: &PhaseClock<'_>,
+    progress: &mut dyn FnMut(u64) -> Result<(), BenchError>,
+) -> Result<LatencyHistogram, BenchError> {
+    let mut latency = LatencyHistogram::new();
+    let mut library_rng = SplitMix64::new(plan.seed ^ 0x11B2_A4C0_FFEE);
+    let mut sum = 0u64;
+    let half = warmup + (plan.touches - warmup) / 2;
+    let mut halfway_seen = false;
+    let start_measuring = || {
+        // Every thread waits here; one of them records the start.
+        if clock.warmed_up.wait().is_leader() {
+            *clock.started.lock().unwrap_or_else(|e| e.into_inner()) = Some(MeasuredSpan {
+                start: Instant::now(),
+                faults_before: clock.probe.faults(),
+                faults_at_half: None,
+            });
+        }
+        clock.warmed_up.wait();
+    };
+    if warmup == 0 {
+        start_measuring();
+    }
+    for (n, (page, word)) in plan.iter().enumerate() {
+        let n = n as u64;
+        if n == warmup && warmup > 0 {
+            start_measuring();
+        }
+        let t0 = Instant::now();
+        match phase.access {
+            Access::Word(Op::Read) => sum = sum.wrapping_add(memory.read_word(page, word)),
+            Access::Word(Op::Write) => memory.write_word(page, word, n),
+            Access::PageScan => sum = sum.wrapping_add(memory.sum_page(page)),
+            Access::LibraryAndData => {
+                let library = library.expect("checked by the caller");
+                let library_page = library_rng.below(library.pages());
+                sum = sum
+                    .wrapping_add(library.read_word(library_page, word))
+                    .wrapping_add(memory.read_word(page, 0));
+            }
+        }
+        if n >= warmup {
+            latency.record(t0.elapsed().as_nanos() as u64);
+        }
+        if n >= half && !halfway_seen {
+            halfway_seen = true;
+            // The last thread past half of its touches marks the half.
+            if clock.halfway.fetch_add(1, Ordering::AcqRel) + 1 == clock.threads as u64 {
+                if let Some(span) = clock
+                    .started
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .as_mut()
+                {
+                    span.faults_at_half = Some(clock.probe.faults());
+                }
+            }
+        }
+        if n.is_multiple_of(PROGRESS_EVERY) {
+            progress(n)?;
+        }
+    }
+    black_box(sum);
+    Ok(latency)
+}
+
+/// Runs one timed phase over memory already filled, from `threads` threads.
+#[allow(clippy::too_many_arguments)]
 pub fn run_phase(
     memory: &Memory,
     library: Option<&FileMapping>,
     phase: &Phase,
     seed: u64,
     sample_every_ms: u64,
+    threads: u64,
     probe: &dyn MemoryProbe,
     observer: &mut dyn Observer,
 ) -> Result<PhaseOutcome, BenchError> {
@@ -579,59 +668,88 @@ pub fn run_phase(
             "swapdemo needs its library mapping".into(),
         ));
     }
-    let warmup = phase.warmup_touches;
-    let plan = TouchPlan {
+    let threads = threads.max(1) as usize;
+    let warmup = phase.warmup_touches / threads as u64;
+    let touches = phase.touches / threads as u64;
+    // Thread t follows its own sequence of the pattern (thread 0 the one a
+    // single-threaded run follows).
+    let plan_of = |t: usize| TouchPlan {
         pages: memory.pages(),
         pattern: phase.pattern,
-        touches: warmup + phase.touches,
+        touches: warmup + touches,
         seed,
+        stream: t as u64,
     };
     let name = phase.name();
-    observer.phase_started(&name, warmup + phase.touches);
-    let half = warmup + phase.touches / 2;
+    observer.phase_started(&name, warmup + touches);
+    let clock = PhaseClock {
+        probe,
+        threads,
+        warmed_up: std::sync::Barrier::new(threads),
+        started: std::sync::Mutex::new(None),
+        halfway: AtomicU64::new(0),
+    };
+    let failed = AtomicBool::new(false);
     let (result, resident_max_bytes) = with_resident_sampler(probe, sample_every_ms, || {
-        let mut latency = LatencyHistogram::new();
-        let mut library_rng = SplitMix64::new(seed ^ 0x11B2_A4C0_FFEE);
-        let mut sum = 0u64;
         let warmup_started_faults = probe.faults();
-        let mut measured = MeasuredSpan {
-            start: Instant::now(),
-            faults_before: warmup_started_faults,
-            faults_at_half: None,
-        };
-        for (n, (page, word)) in plan.iter().enumerate() {
-            let n = n as u64;
-            if n == warmup && warmup > 0 {
-                measured.start = Instant::now();
-                measured.faults_before = probe.faults();
+        let latency = std::thread::scope(|scope| {
+            let others: Vec<_> = (1..threads)
+                .map(|t| {
+                    let (clock, failed) = (&clock, &failed);
+                    scope.spawn(move || {
+                        run_touches(
+                            memory,
+                            library,
+                            phase,
+                            plan_of(t),
+                            warmup,
+                            clock,
+                            &mut |_| {
+                                if failed.load(Ordering::Relaxed) || stop_requested() {
+                                    Err(BenchError::Interrupted)
+                                } else {
+                                    Ok(())
+                                }
+                            },
+                        )
+                    })
+                })
+                .collect();
+            // Thread 0 is this one: it reports progress.
+            let mut latency = run_touches(
+                memory,
+                library,
+                phase,
+                plan_of(0),
+                warmup,
+                &clock,
+                &mut |n| {
+                    observer.progress(n);
+                    if stop_requested() {
+                        return Err(BenchError::Interrupted);
+                    }
+                    Ok(())
+                },
+            );
+            if latency.is_err() {
+                failed.store(true, Ordering::Relaxed);
             }
-            let t0 = Instant::now();
-            match phase.access {
-                Access::Word(Op::Read) => sum = sum.wrapping_add(memory.read_word(page, word)),
-                Access::Word(Op::Write) => memory.write_word(page, word, n),
-                Access::PageScan => sum = sum.wrapping_add(memory.sum_page(page)),
-                Access::LibraryAndData => {
-                    let library = library.expect("checked above");
-                    let library_page = library_rng.below(library.pages());
-                    sum = sum
-                        .wrapping_add(library.read_word(library_page, word))
-                        .wrapping_add(memory.read_word(page, 0));
+            for other in others {
+                let theirs = other.join().unwrap_or(Err(BenchError::Interrupted));
+                match (&mut latency, theirs) {
+                    (Ok(ours), Ok(theirs)) => ours.merge(&theirs),
+                    (Ok(_), Err(e)) => latency = Err(e),
+                    _ => {}
                 }
             }
-            if n >= warmup {
-                latency.record(t0.elapsed().as_nanos() as u64);
-            }
-            if n == half {
-                measured.faults_at_half = Some(probe.faults());
-            }
-            if n.is_multiple_of(PROGRESS_EVERY) {
-                observer.progress(n);
-                if stop_requested() {
-                    return Err(BenchError::Interrupted);
-                }
-            }
-        }
-        black_box(sum);
+            latency
+        })?;
+        let measured = clock
+            .started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .expect("the measured touches started");
         let warmup_faults = measured.faults_before - warmup_started_faults;
         Ok((latency, measured, warmup_faults))
     });
@@ -677,6 +795,7 @@ pub fn execute(
             phase,
             seed,
             spec.sample_every_ms,
+            spec.threads,
             probe,
             observer,
         )?);
@@ -742,6 +861,7 @@ mod tests {
             seed: 1,
             only_phases: vec![],
             sample_every_ms: 0,
+            threads: 1,
         }
     }
 
@@ -780,6 +900,39 @@ mod tests {
         // a warm-up of as many.
         assert!(hot.touches * 80 / 100 / 2_000 >= 32);
         assert_eq!(hot.warmup_touches, hot.touches);
+    }
+
+    #[test]
+    fn several_threads_share_a_phase() {
+        let mut s = spec(WorkloadKind::Replay, DataSource::Realistic { seed: 3 });
+        s.only_phases = vec!["random-read".into(), "hotcold-read".into()];
+        s.threads = 3;
+        let mapping = AnonMapping::new(s.size_bytes as usize).unwrap();
+        let memory = mapping.memory();
+        struct NoProbe;
+        impl MemoryProbe for NoProbe {
+            fn resident_bytes(&self) -> u64 {
+                0
+            }
+            fn compressed_bytes(&self) -> u64 {
+                0
+            }
+            fn faults(&self) -> u64 {
+                0
+            }
+        }
+        let (_, outcomes) = execute(&memory, None, &s, &NoProbe, &mut QuietObserver).unwrap();
+        assert_eq!(outcomes.len(), 2);
+        for outcome in outcomes {
+            // Each thread's share, all measured.
+            let per_thread = outcome.phase.touches / 3;
+            assert_eq!(
+                outcome.latency.count(),
+                3 * per_thread,
+                "{:?}",
+                outcome.phase
+            );
+        }
     }
 
     #[test]
@@ -850,6 +1003,7 @@ mod tests {
             &phase,
             7,
             0,
+            1,
             &probe,
             &mut QuietObserver,
         )

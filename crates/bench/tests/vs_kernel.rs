@@ -48,6 +48,7 @@ fn small_vs_kernel_run_measures_and_restores_the_machine() {
         // swap-in; that is the kernel's behaviour, not what this test checks.
         only_phases: vec!["sequential-read".into(), "random-read".into()],
         sample_every_ms: 0,
+        threads: 1,
     };
     let swapfile_dir = std::env::temp_dir();
     let mut guard = MachineGuard::take(&swapfile_dir).expect("take the machine");

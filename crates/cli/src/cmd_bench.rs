@@ -55,6 +55,10 @@ pub struct Args {
     /// Resident-memory sampling period in milliseconds (each sample is a mincore over the data).
     #[arg(long, default_value_t = zpage_bench::workload::DEFAULT_SAMPLE_EVERY_MS)]
     pub sample_ms: u64,
+    /// Threads touching memory at once in every timed phase (the touches are
+    /// split between them; every tier runs the same threads).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub threads: u64,
     /// Skip the FIFO-aging region that the hot/cold phases are compared with.
     #[arg(long)]
     pub no_fifo: bool,
@@ -210,6 +214,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         seed: args.seed,
         only_phases: args.phases.clone(),
         sample_every_ms: args.sample_ms,
+        threads: args.threads,
     };
     let mut specs = Vec::new();
     let mut scratch = Vec::new();

@@ -101,6 +101,7 @@ fn touch_loop(
         pattern: Pattern::HOT_COLD_80_20,
         touches: u64::MAX,
         seed,
+        stream: 0,
     };
     let mut total = LatencyHistogram::new();
     let mut window = LatencyHistogram::new();
@@ -168,6 +169,7 @@ fn demo(args: Args) -> Result<()> {
         seed: args.seed,
         only_phases: vec![],
         sample_every_ms: 0,
+        threads: 1,
     };
     say(format!(
         "zpage demo: a {} data set (log text, pointer-heavy objects, counters, zero and random pages) \

@@ -65,9 +65,10 @@ pub struct ZpageOptions {
     pub pool: c_int,
     /// Cap on the compressed pool's memory in bytes; 0: unlimited.
     pub max_pool_bytes: u64,
-    /// 1 (default): restored pages are write-protected until written, so an
-    /// unwritten page is evicted again without compressing; 0: off.
-    pub track_writes: c_int,
+    /// 1: a restored page keeps its compressed copy until written (saves
+    /// compression CPU, costs pool memory); 0 (default): restores give their
+    /// copy up, so the pool holds only evicted pages.
+    pub keep_clean_copies: c_int,
     /// Reserved, must be 0.
     pub reserved: c_int,
 }
@@ -82,7 +83,7 @@ const _: () = {
     assert!(offset_of!(ZpageOptions, aging) == 16);
     assert!(offset_of!(ZpageOptions, pool) == 20);
     assert!(offset_of!(ZpageOptions, max_pool_bytes) == 24);
-    assert!(offset_of!(ZpageOptions, track_writes) == 32);
+    assert!(offset_of!(ZpageOptions, keep_clean_copies) == 32);
     assert!(size_of::<ZpageOptions>() == 40);
 };
 
@@ -95,7 +96,7 @@ pub const ZPAGE_OPTIONS_LAYOUT: [(&str, usize, usize); 8] = [
     ("aging", 16, 4),
     ("pool", 20, 4),
     ("max_pool_bytes", 24, 8),
-    ("track_writes", 32, 4),
+    ("keep_clean_copies", 32, 4),
     ("reserved", 36, 4),
 ];
 
@@ -212,7 +213,7 @@ fn default_options() -> ZpageOptions {
         aging: ZPAGE_AGING_REFAULT,
         pool: ZPAGE_POOL_SIZE_CLASS,
         max_pool_bytes: 0,
-        track_writes: 1,
+        keep_clean_copies: 0,
         reserved: 0,
     }
 }
@@ -318,12 +319,12 @@ fn budget_config_from(
         }
     };
     config.max_pool_bytes = (options.max_pool_bytes != 0).then_some(options.max_pool_bytes);
-    config.track_writes = match options.track_writes {
+    config.keep_clean_copies = match options.keep_clean_copies {
         0 => false,
         1 => true,
         other => {
             return Err(invalid(format!(
-                "options.track_writes {other} is not 0 or 1"
+                "options.keep_clean_copies {other} is not 0 or 1"
             )))
         }
     };

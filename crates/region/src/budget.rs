@@ -18,7 +18,7 @@ use crate::workers::WorkerSlots;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use zpage_store::{PageStore, PageStoreConfig};
+use zpage_store::{PageRef, PageStore, PageStoreConfig};
 
 /// A userfaultfd zpage owns. Closed on drop, unless the program closed it
 /// first (the number may belong to someone else by then).
@@ -114,6 +114,10 @@ pub struct Staging {
     /// on; this one has no events, so discarding slots raises none.
     pub uffd: Uffd,
     bits: Box<[AtomicU64]>,
+    /// Where the next allocation starts looking: consecutive evictions get
+    /// adjacent slots, so a discard batch is a few long runs (one `madvise`
+    /// and one TLB flush each) rather than many single pages.
+    cursor: AtomicUsize,
     /// Slots whose page is no longer needed, waiting to be discarded.
     discards: Ring,
     pending: AtomicUsize,
@@ -145,6 +149,7 @@ impl Staging {
             mapping,
             uffd,
             bits: (0..slots / 64).map(|_| AtomicU64::new(0)).collect(),
+            cursor: AtomicUsize::new(0),
             discards: Ring::new(4 * DISCARD_BATCH),
             pending: AtomicUsize::new(0),
             discarding: AtomicBool::new(false),
@@ -161,20 +166,31 @@ impl Staging {
     }
 
     /// Takes a free slot (any thread; async-signal-safe).
-    pub fn alloc(&self, hint: usize) -> Option<usize> {
+    pub fn alloc(&self) -> Option<usize> {
         let words = self.bits.len();
-        for i in 0..words {
-            let w = (hint / 64 + i) % words;
+        let start = self.cursor.load(Ordering::Relaxed) % (words * 64);
+        for i in 0..=words {
+            let w = (start / 64 + i) % words;
             let mut cur = self.bits[w].load(Ordering::Acquire);
-            while cur != u64::MAX {
-                let bit = (!cur).trailing_zeros() as usize;
+            // In the starting word, look at and after the cursor's bit first.
+            let from = if i == 0 { start % 64 } else { 0 };
+            loop {
+                let free = !cur & (u64::MAX << from);
+                if free == 0 {
+                    break;
+                }
+                let bit = free.trailing_zeros() as usize;
                 match self.bits[w].compare_exchange(
                     cur,
                     cur | (1 << bit),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
-                    Ok(_) => return Some(w * 64 + bit),
+                    Ok(_) => {
+                        let slot = w * 64 + bit;
+                        self.cursor.store(slot + 1, Ordering::Relaxed);
+                        return Some(slot);
+                    }
                     Err(actual) => cur = actual,
                 }
             }
@@ -265,7 +281,7 @@ pub struct Limits {
 pub struct Shared {
     pub limits: Limits,
     pub mode: FaultMode,
-    pub track_writes: bool,
+    pub keep_clean_copies: bool,
     pub store: PageStore,
     /// The regions' userfaultfd (every region of the budget is registered on it).
     pub uffd: Uffd,
@@ -276,12 +292,10 @@ pub struct Shared {
     pub admits: Ring,
     /// Victims a fault took but could not evict (no longer clean): back to the reclaimer.
     pub returned: Ring,
-    /// Pages whose compressed copy went stale on the fault path (a write
-    /// after the restore, a discard): the reclaimer frees those copies, since
-    /// freeing takes the pool's lock and may free memory. Lossy: a notice
-    /// that does not fit is dropped, and the copy stays with its page (one
-    /// per page at most) until the page is next evicted or its region goes.
-    pub stale_refs: Ring,
+    /// Compressed copies given up on the fault path (a restore, a write
+    /// after a restore, a discard): freed by the reclaimer, since freeing
+    /// takes the pool's lock and may give memory back to the allocator.
+    pub freed_refs: Ring,
     /// An admission or returned record did not fit in its ring: the
     /// reclaimer rebuilds its queues from the pages themselves.
     pub records_lost: AtomicBool,
@@ -363,7 +377,7 @@ impl Shared {
         Ok(Shared {
             limits,
             mode: config.mode,
-            track_writes: config.track_writes,
+            keep_clean_copies: config.keep_clean_copies,
             workers: WorkerSlots::new(workers),
             store,
             uffd,
@@ -371,7 +385,7 @@ impl Shared {
             clock: AgingClock::new(config.aging, budget_pages),
             admits: Ring::new(budget_pages * 2),
             returned: Ring::new(4096),
-            stale_refs: Ring::new(budget_pages),
+            freed_refs: Ring::new(budget_pages),
             records_lost: AtomicBool::new(false),
             victims: VictimQueue::new((budget_pages / 16).clamp(16, 8192)),
             refill_wanted: AtomicBool::new(false),
@@ -463,13 +477,16 @@ impl Shared {
         }
     }
 
-    /// Tells the reclaimer that `page` of `core` holds a stale compressed
-    /// copy. Async-signal-safe.
-    pub fn notice_stale_copy(&self, core: &RegionCore, page: usize) {
-        let gen = core.pages[page].aging.gen.load(Ordering::Relaxed);
-        let _ = self
-            .stale_refs
-            .try_push_record(Record::new(core.id(), page, gen, false));
+    /// Hands a compressed copy given up on the fault path to the reclaimer,
+    /// which frees it. Async-signal-safe. A full ring waits for the
+    /// reclaimer to drain it: the caller holds nothing the reclaimer waits
+    /// for (it never waits on a page another thread holds, and it drains
+    /// this ring even while a fork pauses eviction).
+    pub fn free_later(&self, page_ref: PageRef) {
+        while !self.freed_refs.try_push(page_ref.to_raw()) {
+            self.kick_reclaimer();
+            sys::yield_now();
+        }
     }
 
     /// Queues a record for the reclaimer, or flags the loss. Async-signal-safe.

@@ -54,13 +54,16 @@ pub struct BudgetConfig {
     pub max_pool_bytes: Option<u64>,
     /// Fault resolution mode.
     pub mode: FaultMode,
-    /// Write tracking: restored pages are mapped write-protected (sync
-    /// uffd-wp); the first write costs one more fault, and a page never
-    /// written since its restore is evicted again without compressing (its
-    /// compressed copy is kept), as the kernel drops clean swap-cache pages.
-    /// In `Sigbus` mode the kernel cannot write a protected page either:
-    /// `prefault` lifts the protection.
-    pub track_writes: bool,
+    /// Keep a restored page's compressed copy while the page stays unwritten:
+    /// it is mapped write-protected (sync uffd-wp), its first write costs one
+    /// more fault and gives the copy up, and an unwritten page is evicted
+    /// again without compressing, as the kernel drops clean swap-cache
+    /// pages. Saves compression CPU on read-mostly data; costs pool memory
+    /// (the copies of resident pages, on top of what zram would hold). Off by
+    /// default: a restore gives its copy up (zswap's exclusive loads), so the
+    /// pool holds only what is evicted. In `Sigbus` mode the kernel cannot
+    /// write a protected page either: `prefault` lifts the protection.
+    pub keep_clean_copies: bool,
     /// Aging policy.
     pub aging: AgingPolicy,
     /// The reclaimer starts when resident memory exceeds this percentage of the budget.
@@ -74,7 +77,7 @@ pub struct BudgetConfig {
 
 impl BudgetConfig {
     /// A budget of `budget_bytes` with LZ4, the size-class pool, the SIGBUS
-    /// fault mode, write tracking and zpage's aging policy.
+    /// fault mode, exclusive loads and zpage's aging policy.
     pub fn new(budget_bytes: usize) -> Self {
         BudgetConfig {
             budget_bytes,
@@ -83,7 +86,7 @@ impl BudgetConfig {
             pool: PoolKind::SizeClass,
             max_pool_bytes: None,
             mode: FaultMode::Sigbus,
-            track_writes: true,
+            keep_clean_copies: false,
             aging: AgingPolicy::Refault,
             high_watermark_pct: 97,
             low_watermark_pct: 93,

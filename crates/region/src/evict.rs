@@ -28,8 +28,8 @@ use crate::queues::Record;
 use crate::sys::{self, Errno, PAGE_SIZE};
 use zpage_store::{CompressionTrigger, Put, Worker};
 
-/// Where code runs: the fault path may not free pool memory (the pool's
-/// `free` takes its lock and may give memory back to the allocator).
+/// Where code runs: the fault path may not free pool memory itself (the
+/// pool's `free` takes its lock and may give memory back to the allocator).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
     /// A signal handler, the handler thread, or an API call resolving a fault.
@@ -39,8 +39,7 @@ pub enum Path {
 }
 
 /// Gives up the compressed copy of `page` (the caller holds the page): freed
-/// now off the fault path; on it, left with the page as a stale copy and
-/// noticed to the reclaimer.
+/// now off the fault path, by the reclaimer on it.
 pub fn give_up_copy(core: &RegionCore, page: usize, path: Path) {
     let budget = &*core.budget;
     let slot = &core.pages[page];
@@ -51,27 +50,10 @@ pub fn give_up_copy(core: &RegionCore, page: usize, path: Path) {
             }
         }
         Path::Fault => {
-            if slot.page_ref().is_some() {
-                budget.notice_stale_copy(core, page);
+            if let Some(stale) = slot.take_page_ref() {
+                budget.free_later(stale);
             }
         }
-    }
-}
-
-/// Frees the stale compressed copy of a page that holds one (a notice from
-/// the fault path). Reclaimer only.
-pub fn free_stale_copy(core: &RegionCore, page: usize) {
-    let slot = &core.pages[page];
-    let s = slot.load();
-    let stale = match s.tag() {
-        Tag::Empty => true,
-        Tag::Resident => !s.clean(),
-        _ => false,
-    };
-    // Held for a moment, so no fault restores or evicts it meanwhile.
-    if stale && slot.claim(s, s.with(Tag::Restoring)) {
-        give_up_copy(core, page, Path::Reclaim);
-        slot.publish(s);
     }
 }
 
@@ -96,17 +78,17 @@ pub enum Evict {
 }
 
 /// Moves one resident page out of `core`. Reclaimer and `advise_cold` only.
-pub fn evict(core: &RegionCore, page: usize, hint: usize) -> Evict {
+pub fn evict(core: &RegionCore, page: usize) -> Evict {
     let budget = &*core.budget;
     if !budget.begin_evict(core) {
         return Evict::Paused;
     }
-    let result = evict_unpaused(core, page, hint);
+    let result = evict_unpaused(core, page);
     budget.end_evict();
     result
 }
 
-fn evict_unpaused(core: &RegionCore, page: usize, hint: usize) -> Evict {
+fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
     let budget = &*core.budget;
     let slot = &core.pages[page];
     let s = slot.load();
@@ -117,7 +99,7 @@ fn evict_unpaused(core: &RegionCore, page: usize, hint: usize) -> Evict {
         Tag::Resident => {}
         _ => return Evict::Stale,
     }
-    let Some(staging_slot) = budget.staging.alloc(hint) else {
+    let Some(staging_slot) = budget.staging.alloc() else {
         return Evict::NoSlot;
     };
     let claimed = s.with_slot(Tag::Evicting, staging_slot);
@@ -185,16 +167,30 @@ fn move_out(core: &RegionCore, page: usize, staging_slot: usize) -> Result<(), E
 
 /// Marks the region's entry of an evicted page so that it never reads as
 /// zeros (see the module docs). Held by us, the page cannot be restored
-/// meanwhile; a failure (an event pending, the process exiting) leaves the
-/// entry empty, which still faults while the userfaultfd lives.
+/// meanwhile.
+///
+/// The marker goes in under the install protocol (no event is being read
+/// meanwhile), and not at all if the program discarded the page: a
+/// discard's zap clears the entry only if it comes after the marker, and an
+/// event read before this point has already marked the page discarded. A
+/// marker left on a discarded page would never be cleared, and faults on it
+/// would find an empty page they cannot fill.
 ///
 /// Not in `FaultMode::HandlerThread`: a poisoned entry fails kernel accesses
 /// with `EFAULT` instead of reporting them to the handler thread, which is
 /// what that mode exists for.
 fn poison(core: &RegionCore, page: usize) {
-    if core.budget.mode == FaultMode::Sigbus {
-        let _ = sys::uffd_poison(core.budget.uffd.fd(), core.page_addr(page), PAGE_SIZE);
+    let budget = &*core.budget;
+    if budget.mode != FaultMode::Sigbus {
+        return;
     }
+    let addr = core.page_addr(page);
+    let _ = budget.install(|| {
+        if core.pages[page].load().discarded() {
+            return Ok(());
+        }
+        sys::uffd_poison(budget.uffd.fd(), addr, PAGE_SIZE)
+    });
 }
 
 /// The page was not there (the program discarded it): zeros from now on.
@@ -268,7 +264,7 @@ fn evict_clean_unpaused(core: &RegionCore, record: Record) -> bool {
     {
         return false;
     }
-    let Some(staging_slot) = budget.staging.alloc(page) else {
+    let Some(staging_slot) = budget.staging.alloc() else {
         return false;
     };
     let claimed = s.with_slot(Tag::Evicting, staging_slot);

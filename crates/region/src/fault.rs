@@ -306,7 +306,7 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
             .text(": it is marked stored but holds no reference (zpage bug)")
             .abort()
     };
-    let protect = budget.track_writes && !write;
+    let protect = budget.keep_clean_copies && !write;
     let copied = budget.workers.with(|worker, buffer| {
         if let Err(e) = budget.store.get_in_handler(worker, page_ref, buffer) {
             let message = about_page(core, page).text(" cannot be restored: ");
@@ -384,7 +384,7 @@ fn make_room(core: &RegionCore) {
                 None => {}
             }
         }
-        if budget.track_writes
+        if budget.keep_clean_copies
             && budget.victims.len() < budget.victims.capacity() / 2
             && !budget.refill_wanted.swap(true, Ordering::AcqRel)
         {

@@ -76,7 +76,6 @@ pub struct Reclaimer {
     aging: Aging,
     /// Staged pages in eviction order, with their slots.
     staged: VecDeque<(Record, usize)>,
-    hint: usize,
 }
 
 impl std::fmt::Debug for Reclaimer {
@@ -101,7 +100,6 @@ impl Reclaimer {
             worker,
             aging,
             staged: VecDeque::new(),
-            hint: 0,
         })
     }
 
@@ -111,12 +109,10 @@ impl Reclaimer {
         if budget.records_lost.swap(false, Ordering::AcqRel) {
             self.rebuild();
         }
-        while let Some(record) = budget.stale_refs.pop_record() {
-            table::with_region(record.region(), |core| {
-                if record.page() < core.page_count() {
-                    evict::free_stale_copy(core, record.page());
-                }
-            });
+        while let Some(raw) = budget.freed_refs.pop() {
+            if let Some(page_ref) = zpage_store::PageRef::from_raw(raw) {
+                budget.store.free(page_ref);
+            }
         }
         budget.staging.discard_pending(&budget.resident);
         while let Some(record) = budget.returned.pop_record() {
@@ -163,7 +159,7 @@ impl Reclaimer {
     /// Queues the next clean candidates for faulting threads to drop.
     fn refill_victims(&mut self) {
         let budget = Arc::clone(&self.budget);
-        if !budget.track_writes || budget.fork_pause.load(Ordering::SeqCst) {
+        if !budget.keep_clean_copies || budget.fork_pause.load(Ordering::SeqCst) {
             return;
         }
         // A dirty page at the front needs compressing: the refill stops
@@ -183,13 +179,11 @@ impl Reclaimer {
 
     /// Takes one page out; true if it left its region.
     fn take_out(&mut self, record: Record) -> Option<bool> {
-        let hint = self.hint;
         let outcome = table::with_region(record.region(), |core: &RegionCore| {
-            evict::evict(core, record.page(), hint)
+            evict::evict(core, record.page())
         })?;
         match outcome {
             Evict::Staged(slot) => {
-                self.hint = slot;
                 self.staged.push_back((record, slot));
                 Some(true)
             }
@@ -310,7 +304,7 @@ impl Reclaimer {
             // Keep the queues drained and the victim queue full even when no
             // round is needed.
             let refill = self.budget.refill_wanted.load(Ordering::Acquire);
-            if refill || !self.budget.admits.is_empty() || !self.budget.stale_refs.is_empty() {
+            if refill || !self.budget.admits.is_empty() || !self.budget.freed_refs.is_empty() {
                 let budget = Arc::clone(&self.budget);
                 let _g = budget
                     .reclaim_lock
@@ -346,12 +340,10 @@ pub fn compress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Result<
         .reclaim_lock
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let mut hint = 0;
     for page in pages {
         for _attempt in 0..3 {
-            match evict::evict(core, page, hint) {
+            match evict::evict(core, page) {
                 Evict::Staged(slot) => {
-                    hint = slot;
                     evict::compress(core, page, slot, &mut worker, Trigger::Eager);
                     break;
                 }

@@ -44,7 +44,7 @@ impl Region {
         let shared: &Arc<Shared> = budget.shared();
         let pages = size_bytes.div_ceil(PAGE_SIZE);
         let mapping = Mapping::new(pages).map_err(|e| RegionError::sys("mmap(region)", e))?;
-        let mode = if shared.track_writes {
+        let mode = if shared.keep_clean_copies {
             sys::REGISTER_MODE_MISSING | sys::REGISTER_MODE_WP
         } else {
             sys::REGISTER_MODE_MISSING

@@ -12,7 +12,7 @@ use zpage_region::{AgingPolicy, Region, RegionConfig, PAGE_SIZE};
 /// measured ones; returns the faulting share of the measured touches.
 fn faulting_share(
     aging: AgingPolicy,
-    track_writes: bool,
+    keep_clean_copies: bool,
     size: usize,
     budget: usize,
     hot_pages: usize,
@@ -21,7 +21,7 @@ fn faulting_share(
 ) -> f64 {
     let mut cfg = RegionConfig::new(size, budget);
     cfg.aging = aging;
-    cfg.track_writes = track_writes;
+    cfg.keep_clean_copies = keep_clean_copies;
     let region = Region::new(cfg).expect("region");
     let pages = region.len() / PAGE_SIZE;
     // The hot set is spread over the region (every k-th page), as hot objects are.
@@ -79,7 +79,7 @@ fn faulting_share(
     share
 }
 
-fn compare(track_writes: bool) {
+fn compare(keep_clean_copies: bool) {
     let (size, budget) = (64 * MIB, 16 * MIB);
     let budget_pages = budget / PAGE_SIZE;
     // 80% of touches on 20% of the pages: the hot set is 80% of the budget.
@@ -87,7 +87,7 @@ fn compare(track_writes: bool) {
     let touches = 1_000_000;
     let fifo = faulting_share(
         AgingPolicy::Fifo,
-        track_writes,
+        keep_clean_copies,
         size,
         budget,
         hot,
@@ -96,7 +96,7 @@ fn compare(track_writes: bool) {
     );
     let zpage = faulting_share(
         AgingPolicy::Refault,
-        track_writes,
+        keep_clean_copies,
         size,
         budget,
         hot,
@@ -104,7 +104,7 @@ fn compare(track_writes: bool) {
         touches,
     );
     eprintln!(
-        "hot/cold (write tracking {track_writes}): zpage {zpage:.4} vs FIFO {fifo:.4}: ratio {:.3}",
+        "hot/cold (write tracking {keep_clean_copies}): zpage {zpage:.4} vs FIFO {fifo:.4}: ratio {:.3}",
         zpage / fifo
     );
     assert!(zpage <= fifo / 2.0, "zpage {zpage} vs fifo {fifo}");
