@@ -5,8 +5,9 @@
 //! fuzzer reaches the depths of a format (zstd's entropy tables) in minutes
 //! rather than rediscovering the format from nothing. Whatever the blob, the
 //! decoder must return, not panic, and an `Ok` must mean that the whole page
-//! was written with what the blob really holds: the same library, called
-//! directly with room for two pages, is the oracle for that.
+//! was written (two decodes over different fills agree) with what the blob
+//! really holds: the same library, called directly with room for two pages,
+//! is the oracle for that.
 //!
 //! Run one target with `cargo +nightly fuzz run decode_zstd` from the
 //! repository root; `scripts/fuzz-short.sh` runs every target briefly.
@@ -154,6 +155,8 @@ struct DecodeHarness {
     bases: Vec<Vec<u8>>,
     edited: Vec<u8>,
     out: Box<Page>,
+    /// The page of the first of two decodes of one blob.
+    first: Box<Page>,
     wide: Vec<u8>,
 }
 
@@ -187,6 +190,7 @@ impl DecodeHarness {
             bases,
             edited: Vec::with_capacity(2 * PAGE_SIZE),
             out: Box::new([0u8; PAGE_SIZE]),
+            first: Box::new([0u8; PAGE_SIZE]),
             wide: vec![0u8; 2 * PAGE_SIZE],
         }
     }
@@ -244,38 +248,60 @@ impl DecodeHarness {
     fn check(&mut self, edited: bool, data: &[u8]) {
         let blob = if edited { &self.edited[..] } else { data };
         let name = self.spec.family().name();
-        // Two decodes over different fill bytes: a byte of the page left
-        // unwritten keeps its fill in one of them, and differs from the oracle.
-        for fill in [0x00, 0xff] {
-            self.out.fill(fill);
-            match self.decoder.decode(blob, &mut self.out) {
-                Ok(()) => {
-                    let decoded = self.oracle.decode(blob, &mut self.wide);
-                    assert_eq!(
-                        decoded,
-                        Some(PAGE_SIZE),
-                        "{name}: decode said Ok for a blob of {} bytes that decodes to {decoded:?} bytes",
-                        blob.len()
-                    );
-                    assert!(
-                        self.out[..] == self.wide[..PAGE_SIZE],
-                        "{name}: decode said Ok but the page differs from what the blob holds (fill {fill:#x})"
-                    );
+        self.out.fill(0x00);
+        match self.decoder.decode(blob, &mut self.out) {
+            Ok(()) => {}
+            Err(CodecError::Corrupt {
+                codec,
+                blob_len,
+                reason,
+            }) => {
+                assert_eq!((codec, blob_len), (name, blob.len()));
+                if let Corruption::WrongLength(written) = reason {
+                    assert!(written < PAGE_SIZE, "{name}: {reason}");
                 }
-                Err(CodecError::Corrupt {
-                    codec,
-                    blob_len,
-                    reason,
-                }) => {
-                    assert_eq!(fill, 0x00, "{name}: decoded a blob once, then refused it");
-                    assert_eq!((codec, blob_len), (name, blob.len()));
-                    if let Corruption::WrongLength(written) = reason {
-                        assert!(written < PAGE_SIZE, "{name}: {reason}");
-                    }
-                    return;
-                }
-                Err(other) => panic!("{name}: decode failed with a non-corrupt error: {other}"),
+                return;
             }
+            Err(other) => panic!("{name}: decode failed with a non-corrupt error: {other}"),
+        }
+        // Again over another fill: a byte the decoder left unwritten keeps
+        // its fill, and the two pages differ there.
+        self.first.copy_from_slice(&self.out[..]);
+        self.out.fill(0xff);
+        if let Err(error) = self.decoder.decode(blob, &mut self.out) {
+            panic!(
+                "{name}: decoded a blob of {} bytes once, then refused it: {error}",
+                blob.len()
+            );
+        }
+        assert!(
+            self.out[..] == self.first[..],
+            "{name}: decode said Ok but left part of the page unwritten"
+        );
+        match self.oracle.decode(blob, &mut self.wide) {
+            Some(len) => {
+                assert_eq!(
+                    len,
+                    PAGE_SIZE,
+                    "{name}: decode said Ok for a blob of {} bytes that holds {len} bytes",
+                    blob.len()
+                );
+                assert!(
+                    self.out[..] == self.wide[..PAGE_SIZE],
+                    "{name}: decode said Ok but the page differs from what the blob holds"
+                );
+            }
+            // zstd checks a block's output against the frame's block size
+            // limit only when the output buffer has room to hold the literals
+            // behind that limit: a malformed frame whose block overruns a small
+            // window decodes into exactly one page, and is refused when there
+            // is room for two. Either answer is zstd's, and the page written
+            // is whole (checked above).
+            None if matches!(self.oracle, Oracle::Zstd(_)) => {}
+            None => panic!(
+                "{name}: decode said Ok for a blob of {} bytes that the same library refuses with room for two pages",
+                blob.len()
+            ),
         }
     }
 }
