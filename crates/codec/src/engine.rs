@@ -6,7 +6,8 @@
 
 use crate::same_filled::same_filled_word;
 use crate::{
-    CodecError, CodecFamily, CodecSpec, Encoded, Page, RejectThreshold, Result, PAGE_SIZE,
+    CodecError, CodecFamily, CodecSpec, Corruption, Encoded, Page, RejectThreshold, Result,
+    PAGE_SIZE,
 };
 use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, DParameter, FrameFormat};
 
@@ -143,6 +144,20 @@ impl Encoder {
     }
 }
 
+/// `lz4_flex`'s error, as a static description: its `Display` formats numbers,
+/// and a `String` cannot be built on the fault path.
+fn lz4_flex_reason(error: &lz4_flex::block::DecompressError) -> &'static str {
+    use lz4_flex::block::DecompressError as E;
+    match error {
+        E::OutputTooSmall { .. } => "the block decodes to more than one page",
+        E::LiteralOutOfBounds => "a literal run reaches past the end of the block",
+        E::ExpectedAnotherByte => "the block ends inside a sequence",
+        E::OffsetZero => "a match has offset 0",
+        E::OffsetOutOfBounds => "a match copies from before the start of the page",
+        _ => "lz4_flex refused the block",
+    }
+}
+
 enum DecoderEngine {
     Lz4,
     Lz4Flex,
@@ -189,26 +204,33 @@ impl Decoder {
 
     /// Decodes `blob` into `dst`. Anything other than exactly one page of output is
     /// [`CodecError::Corrupt`]; `dst` may then hold garbage but nothing outside it is touched.
+    ///
+    /// Allocates nothing, on success or on error: the region's fault path
+    /// calls this from a signal handler, where `malloc` may be the function
+    /// it interrupted.
     pub fn decode(&mut self, blob: &[u8], dst: &mut Page) -> Result<()> {
-        let codec = self.family.name();
-        let corrupt = |reason: String| CodecError::Corrupt {
-            codec,
+        let corrupt = |reason| CodecError::Corrupt {
+            codec: self.family.name(),
             blob_len: blob.len(),
             reason,
         };
         let written = match &mut self.engine {
-            DecoderEngine::Lz4 => {
-                lzzzz::lz4::decompress(blob, dst).map_err(|e| corrupt(e.to_string()))?
-            }
-            DecoderEngine::Lz4Flex => {
-                lz4_flex::block::decompress_into(blob, dst).map_err(|e| corrupt(e.to_string()))?
-            }
+            // liblz4 reports every failure as one negative number, which lzzzz
+            // turns into one error kind: there is nothing finer to say.
+            DecoderEngine::Lz4 => lzzzz::lz4::decompress(blob, dst).map_err(|_| {
+                corrupt(Corruption::Rejected(
+                    "liblz4 refused the block (malformed, truncated, or longer than one page)",
+                ))
+            })?,
+            DecoderEngine::Lz4Flex => lz4_flex::block::decompress_into(blob, dst)
+                .map_err(|e| corrupt(Corruption::Rejected(lz4_flex_reason(&e))))?,
+            // zstd's error names are static C strings: naming one allocates nothing.
             DecoderEngine::Zstd(dctx) => dctx
                 .decompress(&mut dst[..], blob)
-                .map_err(|code| corrupt(zstd_safe::get_error_name(code).to_string()))?,
+                .map_err(|code| corrupt(Corruption::Rejected(zstd_safe::get_error_name(code))))?,
         };
         if written != PAGE_SIZE {
-            return Err(corrupt(format!("decoded {written} bytes, not one page")));
+            return Err(corrupt(Corruption::WrongLength(written)));
         }
         Ok(())
     }

@@ -27,14 +27,17 @@ pub enum CodecError {
     #[error("reject threshold {0} is not usable: give bytes from 64 to 4096, or a percentage from 2% to 100%")]
     InvalidThreshold(String),
     /// The blob does not decode to exactly one page.
+    ///
+    /// Every field is `Copy` and owns nothing: this error is built on the
+    /// fault path, which may run in a signal handler that interrupted `malloc`.
     #[error("corrupt {codec} blob of {blob_len} bytes: {reason}")]
     Corrupt {
         /// The codec that rejected the blob.
         codec: &'static str,
         /// Length of the blob that was given.
         blob_len: usize,
-        /// What the decompressor said.
-        reason: String,
+        /// What went wrong.
+        reason: Corruption,
     },
     /// A compressor reported an internal failure (not a poor ratio, which is an outcome).
     #[error("{codec} compression failed: {reason}")]
@@ -50,6 +53,18 @@ pub enum CodecError {
     /// A dictionary was required but not given, or given to a codec that cannot use it.
     #[error("{0}")]
     Dictionary(String),
+}
+
+/// Why a blob did not decode to one page (the `reason` of [`CodecError::Corrupt`]).
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+pub enum Corruption {
+    /// The decompressor refused the blob, in its own words (zstd's error name,
+    /// or what `lz4_flex` or liblz4 reports).
+    #[error("{0}")]
+    Rejected(&'static str),
+    /// The blob decoded without error, but to this many bytes instead of one page.
+    #[error("decoded {0} bytes, not one page")]
+    WrongLength(usize),
 }
 
 /// Result with a [`CodecError`].

@@ -22,7 +22,7 @@ mod spec;
 mod threshold;
 
 pub use engine::{Decoder, Encoder};
-pub use error::{CodecError, Result};
+pub use error::{CodecError, Corruption, Result};
 pub use same_filled::{fill_page, same_filled_word};
 pub use spec::{CodecFamily, CodecSpec, Dictionary};
 pub use threshold::RejectThreshold;

@@ -1,0 +1,7 @@
+//! Arbitrary bytes, and mutations of real blobs, through the zstd decoder.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use zpage_codec::CodecFamily;
+
+fuzz_target!(|data: &[u8]| zpage_fuzz::decode_arbitrary(CodecFamily::Zstd, data));
