@@ -42,8 +42,23 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("zpage: error: {error:#}");
+            eprintln!("zpage: error: {}", error_text(&error));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: library errors often quote
+/// their cause already (`cannot read X: No such file`), and printing the
+/// chain again would repeat it.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }

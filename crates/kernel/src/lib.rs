@@ -24,7 +24,7 @@ pub mod zram;
 pub mod zswap;
 
 pub use error::{KernelError, Result};
-pub use state_lock::KernelStateLock;
+pub use state_lock::{kernel_state_tests_enabled, KernelStateLock, KERNEL_STATE_TESTS_ENV};
 pub use sys::is_root;
 
 /// Reads a kernel file into a string, mapping errors to [`KernelError`].

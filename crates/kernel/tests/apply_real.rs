@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{skip_unless_root, MachineGuard};
+use common::{skip_unless_kernel_state_allowed, MachineGuard};
 use zpage_kernel::apply::{self, ApplyOptions, PlanOptions, SavedState, Step};
 use zpage_kernel::config::KernelConfig;
 use zpage_kernel::zram::ZramDevice;
@@ -46,7 +46,7 @@ fn options(guard: &MachineGuard) -> ApplyOptions {
 
 #[test]
 fn apply_status_revert_round_trip() {
-    if skip_unless_root("apply_status_revert_round_trip") {
+    if skip_unless_kernel_state_allowed("apply_status_revert_round_trip") {
         return;
     }
     let _lock = KernelStateLock::acquire();
@@ -167,7 +167,7 @@ fn apply_status_revert_round_trip() {
 
 #[test]
 fn failure_midway_rolls_everything_back() {
-    if skip_unless_root("failure_midway_rolls_everything_back") {
+    if skip_unless_kernel_state_allowed("failure_midway_rolls_everything_back") {
         return;
     }
     let _lock = KernelStateLock::acquire();
@@ -248,7 +248,7 @@ fn failure_midway_rolls_everything_back() {
 
 #[test]
 fn invalid_configs_change_nothing() {
-    if skip_unless_root("invalid_configs_change_nothing") {
+    if skip_unless_kernel_state_allowed("invalid_configs_change_nothing") {
         return;
     }
     let _lock = KernelStateLock::acquire();

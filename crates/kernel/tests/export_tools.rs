@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::skip_unless_root;
+use common::{skip_unless_kernel_state_allowed, skip_unless_root};
 use zpage_kernel::config::KernelConfig;
 use zpage_kernel::export::{export, split_files, ExportFormat};
 use zpage_kernel::{procfs, KernelStateLock};
@@ -171,7 +171,7 @@ fn sysctl_p_accepts_the_export() {
         !without.lines().any(|l| l.starts_with("vm.swappiness")),
         "auto without a measurement is left out: {without}"
     );
-    if skip_unless_root("sysctl_p_accepts_the_export") {
+    if skip_unless_kernel_state_allowed("sysctl_p_accepts_the_export") {
         return;
     }
     let Some(sysctl) = tool("sysctl") else {
