@@ -10,7 +10,7 @@ use zpage_kernel::apply::{self, ApplyOptions, PlanOptions, SavedState};
 use zpage_kernel::config::KernelConfig;
 use zpage_kernel::daemon::{Daemon, DaemonConfig};
 use zpage_kernel::export::{export, ExportFormat};
-use zpage_kernel::exporter::{self, Exporter};
+use zpage_kernel::exporter::{self, Exporter, Scraper};
 use zpage_kernel::status;
 
 /// Arguments of `zpage kernel`.
@@ -396,6 +396,9 @@ fn write_stdout(text: &str) -> anyhow::Result<()> {
 
 /// Arguments of `zpage exporter`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Programs using zpage regions publish DIR/zpage-<pid>.prom files; each scrape merges them (see docs/process-metrics.md). node_exporter's meminfo and pressure collectors cover SwapTotal, SwapFree, Zswap, Zswapped and PSI; zpage does not repeat them."
+)]
 pub struct ExporterArgs {
     /// Address to listen on (loopback by default: metrics reveal memory use).
     #[arg(long, default_value = exporter::DEFAULT_LISTEN)]
@@ -406,30 +409,31 @@ pub struct ExporterArgs {
     /// Print one scrape to stdout and exit (no server).
     #[arg(long)]
     once: bool,
-    /// Also serve the `*.prom` files in this directory (zpage regions and other programs write them).
+    /// Directory of the per-process metrics files [default: $ZPAGE_METRICS_DIR, /run/zpage for root, else $XDG_RUNTIME_DIR/zpage or /tmp/zpage-UID].
     #[arg(long, value_name = "DIR")]
-    textfile_dir: Option<PathBuf>,
+    process_metrics_dir: Option<PathBuf>,
+    /// Do not read per-process metrics files.
+    #[arg(long, conflicts_with = "process_metrics_dir")]
+    no_process_metrics: bool,
 }
 
 /// Runs `zpage exporter`.
 pub fn run_exporter(args: ExporterArgs) -> anyhow::Result<()> {
-    let textfile = |text: &mut String| {
-        if let Some(dir) = &args.textfile_dir {
-            text.push_str(&exporter::textfile_metrics(dir));
-        }
-    };
+    let dir = (!args.no_process_metrics).then(|| {
+        args.process_metrics_dir
+            .clone()
+            .unwrap_or_else(exporter::process_metrics::default_dir)
+    });
+    let scraper = Scraper::new(dir.clone());
     if args.once {
-        let mut text = exporter::render(&status::collect());
-        textfile(&mut text);
-        return write_stdout(&text);
+        return write_stdout(&scraper.scrape());
     }
-    let mut server = Exporter::bind(&args.listen)?;
-    if let Some(dir) = args.textfile_dir.clone() {
-        server = server.with_extra(Box::new(move || exporter::textfile_metrics(&dir)));
-    }
+    let server = Exporter::bind(&args.listen, scraper)?;
     eprintln!(
-        "zpage exporter: serving http://{}/metrics",
-        server.local_addr()?
+        "zpage exporter: serving http://{}/metrics{}",
+        server.local_addr()?,
+        dir.map(|d| format!(", with the per-process files in {}", d.display()))
+            .unwrap_or_default()
     );
     let stop = AtomicBool::new(false);
     server.serve(args.max_requests, &stop)?;

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::procfs::{self, MemoryPressure, SwapArea};
-use crate::zram::{IoStat, MmStat, ZramDevice};
+use crate::zram::{BdStat, IoStat, MmStat, ZramDevice};
 use crate::zswap::{self, CgroupZswap, DebugfsCounters};
 
 /// What a zram device can do on this kernel (by the attributes it has).
@@ -52,6 +52,16 @@ pub struct ZramStatus {
     pub mm_stat: Option<MmStat>,
     /// `io_stat`.
     pub io_stat: Option<IoStat>,
+    /// `bd_stat` (writeback), when the kernel has writeback.
+    pub bd_stat: Option<BdStat>,
+    /// Backing device for writeback, when one is set.
+    pub backing_dev: Option<String>,
+    /// Recompression algorithms by priority (`recomp_algorithm`), when set.
+    pub recompression_algorithms: Vec<String>,
+    /// Writeback budget left (`writeback_limit`, bytes) when `writeback_limit_enable` is 1.
+    pub writeback_limit_bytes: Option<u64>,
+    /// Where the device is mounted, when it holds a filesystem.
+    pub mountpoint: Option<String>,
     /// `orig_data_size / compr_data_size`: how well the data compresses.
     pub ratio_data_to_compressed: Option<f64>,
     /// `orig_data_size / mem_used_total`: what it really saves, overhead included.
@@ -128,7 +138,13 @@ pub fn zram_status(device: &ZramDevice, swaps: &[SwapArea]) -> ZramStatus {
     let initialised = note(&mut errors, device.is_initialised()).unwrap_or(false);
     let mm_stat = note(&mut errors, device.mm_stat());
     let io_stat = note(&mut errors, device.io_stat());
+    let bd_stat = note(&mut errors, device.bd_stat()).flatten();
+    let backing_dev = note(&mut errors, device.backing_dev()).flatten();
+    let recompression_algorithms =
+        note(&mut errors, device.recompression_algorithms()).unwrap_or_default();
+    let writeback_limit_bytes = note(&mut errors, device.writeback_limit_bytes()).flatten();
     let dev = device.dev_path().display().to_string();
+    let mountpoint = procfs::mountpoint_of(&dev);
     ZramStatus {
         name: device.name(),
         algorithm,
@@ -139,6 +155,11 @@ pub fn zram_status(device: &ZramDevice, swaps: &[SwapArea]) -> ZramStatus {
         ratio_data_to_memory_used: mm_stat.and_then(|m| ratio(m.orig_data_size, m.mem_used_total)),
         mm_stat,
         io_stat,
+        bd_stat,
+        backing_dev,
+        recompression_algorithms,
+        writeback_limit_bytes,
+        mountpoint,
         swap_priority: swaps.iter().find(|s| s.path == dev).map(|s| s.priority),
         features: ZramFeatures::detect(device),
         errors,
