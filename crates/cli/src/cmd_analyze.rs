@@ -1,7 +1,7 @@
 //! `zpage analyze`: how well does this memory compress, with which codec and
 //! pool, beside the kernel's zram.
 
-use crate::table::Table;
+use crate::table::{bar, ratio_text, Table};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -351,11 +351,11 @@ fn run_machine(args: &Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&scan)?);
         return Ok(());
     }
-    let table = machine_table(&scan, args.top);
     if args.csv {
-        print!("{}", table.csv());
+        print!("{}", machine_table(&scan, args.top, false).csv());
         return Ok(());
     }
+    let table = machine_table(&scan, args.top, true);
     println!(
         "Every readable process: resident private anonymous memory, compressed with {} into {}\n",
         scan.codec, scan.pool
@@ -378,8 +378,8 @@ fn run_machine(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn machine_table(scan: &MachineScan, top: usize) -> Table {
-    let mut table = Table::new(&[
+fn machine_table(scan: &MachineScan, top: usize, with_bars: bool) -> Table {
+    let mut header = vec![
         "command",
         "pid",
         "anonymous",
@@ -387,17 +387,26 @@ fn machine_table(scan: &MachineScan, top: usize) -> Table {
         "compressed",
         "ratio",
         "saved",
-    ]);
+    ];
+    if with_bars {
+        header.push("");
+    }
+    let mut table = Table::new(&header);
+    let most = scan.processes.first().map_or(0, |p| p.saved_bytes) as f64;
     for p in scan.processes.iter().take(top) {
-        table.row(vec![
+        let mut row = vec![
             p.command.clone(),
             p.pid.to_string(),
             human_bytes(p.anonymous_bytes),
             p.same_filled_pages.to_string(),
             human_bytes(p.compressed_memory_bytes),
-            format!("{:.2}", p.ratio),
+            ratio_text(p.anonymous_bytes, p.compressed_memory_bytes),
             human_bytes(p.saved_bytes),
-        ]);
+        ];
+        if with_bars {
+            row.push(bar(p.saved_bytes as f64, most, 30));
+        }
+        table.row(row);
     }
     table
 }

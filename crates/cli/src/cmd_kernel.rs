@@ -24,6 +24,9 @@ pub struct Args {
 enum KernelCommand {
     /// zram devices, zswap, swap areas, sysctls and memory pressure, with units.
     Status(StatusArgs),
+    /// One row per zram device, as zramctl prints them (same columns and options).
+    #[command(visible_alias = "zramctl")]
+    Devices(DevicesArgs),
     /// Configure zram, zswap, disk swap and sysctls from a TOML file (rolls back on failure).
     Apply(ApplyArgs),
     /// Restore the state saved before the first `apply`.
@@ -44,9 +47,11 @@ struct RecommendArgs {
     /// With --quick: pages per process at most (4 KiB each).
     #[arg(long, default_value_t = 4_096)]
     max_pages_per_process: u64,
-    /// Do not measure zram vs file speed for swappiness (measuring needs root and a free zram slot).
+    /// Measure zram against file reads for swappiness: creates a temporary zram
+    /// device and file (removed afterwards); needs root. Without it nothing on
+    /// the machine changes and swappiness is estimated.
     #[arg(long)]
-    no_measure: bool,
+    measure: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -57,9 +62,13 @@ struct RecommendArgs {
 struct ApplyArgs {
     /// TOML configuration file.
     config: PathBuf,
-    /// Print the plan and change nothing.
+    /// Print the plan and change nothing (nothing is measured either).
     #[arg(long)]
     dry_run: bool,
+    /// Allow steps that move swapped-out data back into RAM (swapoff of a
+    /// swap area in use) or discard a zram device's data.
+    #[arg(long)]
+    force: bool,
     /// Print the plan/result as JSON.
     #[arg(long)]
     json: bool,
@@ -69,10 +78,12 @@ struct ApplyArgs {
 }
 
 const CONFIG_HELP: &str = "Config keys:
-  [[zram]]   index, algorithm, algorithm_params, size (bytes | \"4G\" | \"25%\" | 0.25), mem_limit, swap_priority (default 100)
+  [[zram]]   index, algorithm, algorithm_params, size (bytes | \"4G\" | \"25%\" | 0.25), mem_limit, swap_priority (default 100),
+             writeback_device, writeback (idle | huge | huge_idle | incompressible), recompress_algorithms ([\"zstd\"]), recompress (idle | huge | huge_idle)
   [zswap]    enabled, compressor, max_pool_percent, accept_threshold_percent, shrinker
   [[swap]]   path, size (creates the file), priority (default 10), encrypted, required (default false = nofail), discard
-  [sysctl]   swappiness (0..200 or \"auto\"), page_cluster, watermark_scale_factor, extfrag_threshold";
+  [sysctl]   swappiness (0..200 or \"auto\"), page_cluster, watermark_scale_factor, extfrag_threshold
+  [daemon]   interval_seconds (60), idle_after_seconds (3600), writeback_budget (\"256M\"), recompress_budget (\"256M\")";
 
 #[derive(Debug, clap::Args)]
 struct RevertArgs {
@@ -88,8 +99,8 @@ struct RevertArgs {
 struct ExportArgs {
     /// TOML configuration file (the one given to `apply`).
     config: PathBuf,
-    /// zram-generator, sysctl, nixos or systemd.
-    #[arg(long, value_parser = ["zram-generator", "sysctl", "nixos", "systemd"])]
+    /// zram-generator, sysctl, nixos, systemd or zram-tools.
+    #[arg(long, value_parser = zpage_kernel::export::FORMAT_NAMES)]
     format: String,
     /// Value for swappiness = "auto" (default: the one measured by the last apply).
     #[arg(long)]
@@ -125,6 +136,37 @@ struct DaemonArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = DEVICE_COLUMNS_HELP)]
+struct DevicesArgs {
+    /// Columns to print, comma-separated (see below) [default: NAME,ALGORITHM,DISKSIZE,DATA,COMPR,TOTAL,STREAMS,MOUNTPOINT].
+    #[arg(
+        short = 'o',
+        long,
+        value_delimiter = ',',
+        conflicts_with = "output_all"
+    )]
+    output: Vec<String>,
+    /// Print every column.
+    #[arg(long)]
+    output_all: bool,
+    /// Sizes in bytes instead of 1.5M-style units.
+    #[arg(short = 'b', long)]
+    bytes: bool,
+    /// No heading line.
+    #[arg(short = 'n', long)]
+    noheadings: bool,
+    /// Columns separated by one space, unaligned.
+    #[arg(short = 'r', long)]
+    raw: bool,
+    /// Also list devices that are not initialised (zramctl lists only used ones).
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Print JSON: {"zramdevices": [...]}, sizes in bytes, null where there is no value.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
 struct StatusArgs {
     /// Print JSON (the raw kernel figures, bytes and pages).
     #[arg(long)]
@@ -137,10 +179,220 @@ struct StatusArgs {
     count: Option<u64>,
 }
 
+const DEVICE_COLUMNS_HELP: &str = "Columns (zramctl's, then zpage's):
+  NAME        device path              DISKSIZE    capacity for uncompressed data
+  DATA        uncompressed data stored COMPR       compressed size of that data
+  ALGORITHM   compression algorithm    STREAMS     compression streams (one per CPU)
+  ZERO-PAGES  same-filled pages        TOTAL       RAM used now, overhead included
+  MEM-LIMIT   RAM limit (0: none)      MEM-USED    PEAK RAM used since reset (mm_stat mem_used_max)
+  MIGRATED    pages freed by compaction COMP-RATIO DATA / COMPR (\"same-filled only\" when COMPR is 0)
+  MOUNTPOINT  mount point, or [SWAP]   BACKING-DEV writeback device
+  WB-DATA     data written back now    RECOMP      recompression algorithms";
+
+/// One column of `zpage kernel devices`: its zramctl name and how to get it.
+struct DeviceColumn {
+    name: &'static str,
+    /// Bytes (shown compact unless --bytes), a count, or text.
+    value: fn(&status::ZramStatus) -> DeviceValue,
+}
+
+enum DeviceValue {
+    Bytes(Option<u64>),
+    Count(Option<u64>),
+    Text(Option<String>),
+}
+
+fn streams() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
+const DEVICE_COLUMNS: &[DeviceColumn] = &[
+    DeviceColumn {
+        name: "NAME",
+        value: |z| DeviceValue::Text(Some(format!("/dev/{}", z.name))),
+    },
+    DeviceColumn {
+        name: "DISKSIZE",
+        value: |z| DeviceValue::Bytes(Some(z.disksize_bytes)),
+    },
+    DeviceColumn {
+        name: "DATA",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.orig_data_size)),
+    },
+    DeviceColumn {
+        name: "COMPR",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.compr_data_size)),
+    },
+    DeviceColumn {
+        name: "ALGORITHM",
+        value: |z| DeviceValue::Text(z.algorithm.clone()),
+    },
+    DeviceColumn {
+        name: "STREAMS",
+        value: |_| DeviceValue::Count(Some(streams())),
+    },
+    DeviceColumn {
+        name: "ZERO-PAGES",
+        value: |z| DeviceValue::Count(z.mm_stat.map(|m| m.same_pages)),
+    },
+    DeviceColumn {
+        name: "TOTAL",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.mem_used_total)),
+    },
+    DeviceColumn {
+        name: "MEM-LIMIT",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.mem_limit)),
+    },
+    DeviceColumn {
+        name: "MEM-USED",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.mem_used_max)),
+    },
+    DeviceColumn {
+        name: "MIGRATED",
+        value: |z| DeviceValue::Count(z.mm_stat.map(|m| m.pages_compacted)),
+    },
+    DeviceColumn {
+        name: "COMP-RATIO",
+        value: |z| {
+            DeviceValue::Text(z.mm_stat.and_then(|m| {
+                let text = crate::table::ratio_text(m.orig_data_size, m.compr_data_size);
+                (text != crate::table::MISSING).then_some(text)
+            }))
+        },
+    },
+    DeviceColumn {
+        name: "MOUNTPOINT",
+        value: |z| {
+            DeviceValue::Text(
+                z.mountpoint
+                    .clone()
+                    .or_else(|| z.swap_priority.map(|_| "[SWAP]".to_string())),
+            )
+        },
+    },
+    DeviceColumn {
+        name: "BACKING-DEV",
+        value: |z| DeviceValue::Text(z.backing_dev.clone()),
+    },
+    DeviceColumn {
+        name: "WB-DATA",
+        value: |z| {
+            DeviceValue::Bytes(
+                z.bd_stat
+                    .map(|b| b.bd_count * zpage_kernel::zram::ZRAM_BD_UNIT_BYTES),
+            )
+        },
+    },
+    DeviceColumn {
+        name: "RECOMP",
+        value: |z| {
+            DeviceValue::Text(
+                (!z.recompression_algorithms.is_empty())
+                    .then(|| z.recompression_algorithms.join(",")),
+            )
+        },
+    },
+];
+
+const DEFAULT_DEVICE_COLUMNS: [&str; 8] = [
+    "NAME",
+    "ALGORITHM",
+    "DISKSIZE",
+    "DATA",
+    "COMPR",
+    "TOTAL",
+    "STREAMS",
+    "MOUNTPOINT",
+];
+
+fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
+    use crate::table::{compact_bytes, Style, Table, MISSING};
+    let names: Vec<String> = if args.output_all {
+        DEVICE_COLUMNS.iter().map(|c| c.name.to_string()).collect()
+    } else if args.output.is_empty() {
+        DEFAULT_DEVICE_COLUMNS
+            .iter()
+            .map(|c| c.to_string())
+            .collect()
+    } else {
+        args.output
+            .iter()
+            .map(|c| c.trim().to_ascii_uppercase())
+            .collect()
+    };
+    let columns: Vec<&DeviceColumn> = names
+        .iter()
+        .map(|name| {
+            DEVICE_COLUMNS
+                .iter()
+                .find(|c| c.name == name)
+                .with_context(|| {
+                    format!(
+                        "unknown column {name:?} in --output: use {}",
+                        DEVICE_COLUMNS
+                            .iter()
+                            .map(|c| c.name)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
+                })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let snapshot = status::collect();
+    if let Some(note) = &snapshot.zram_note {
+        anyhow::ensure!(!snapshot.zram.is_empty() || args.json, "{note}");
+    }
+    let devices: Vec<&status::ZramStatus> = snapshot
+        .zram
+        .iter()
+        .filter(|z| args.all || z.initialised)
+        .collect();
+    if args.json {
+        let rows: Vec<serde_json::Value> = devices
+            .iter()
+            .map(|z| {
+                let fields = columns.iter().map(|c| {
+                    let value = match (c.value)(z) {
+                        DeviceValue::Bytes(v) | DeviceValue::Count(v) => serde_json::json!(v),
+                        DeviceValue::Text(t) => serde_json::json!(t),
+                    };
+                    (c.name.to_ascii_lowercase(), value)
+                });
+                serde_json::Value::Object(fields.collect())
+            })
+            .collect();
+        return write_stdout(
+            &(serde_json::to_string_pretty(&serde_json::json!({ "zramdevices": rows }))? + "\n"),
+        );
+    }
+    let header: Vec<&str> = columns.iter().map(|c| c.name).collect();
+    let mut table = Table::new(&header);
+    for z in devices {
+        table.row(
+            columns
+                .iter()
+                .map(|c| match (c.value)(z) {
+                    DeviceValue::Bytes(Some(b)) if args.bytes => b.to_string(),
+                    DeviceValue::Bytes(Some(b)) => compact_bytes(b),
+                    DeviceValue::Count(Some(n)) => n.to_string(),
+                    DeviceValue::Text(Some(t)) => t,
+                    _ => MISSING.to_string(),
+                })
+                .collect(),
+        );
+    }
+    let style = Style {
+        no_headings: args.noheadings,
+        raw: args.raw,
+    };
+    write_stdout(&table.render_with(style))
+}
+
 /// Runs `zpage kernel ...`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         KernelCommand::Status(a) => run_status(a),
+        KernelCommand::Devices(a) => run_devices(a),
         KernelCommand::Apply(a) => run_apply(a),
         KernelCommand::Revert(a) => run_revert(a),
         KernelCommand::Export(a) => run_export(a),
@@ -158,7 +410,7 @@ fn run_recommend(args: RecommendArgs) -> anyhow::Result<()> {
     );
     let max_pages_per_process = args.quick.then_some(args.max_pages_per_process);
     let observation = observe_with_analyze(&algorithms, max_pages_per_process, !args.json)?;
-    let recommendation = recommend::recommend(observation, !args.no_measure)?;
+    let recommendation = recommend::recommend(observation, args.measure)?;
     let text = if args.json {
         serde_json::to_string_pretty(&recommendation)? + "\n"
     } else {
@@ -252,6 +504,7 @@ fn run_apply(args: ApplyArgs) -> anyhow::Result<()> {
         plan: PlanOptions {
             swappiness_override: None,
             state_file: args.state,
+            force: args.force,
         },
         fail_before_step: None,
     };
@@ -316,7 +569,7 @@ fn run_export(args: ExportArgs) -> anyhow::Result<()> {
         .ok()
         .flatten()
         .and_then(|s| s.auto_swappiness);
-    write_stdout(&export(&config, format, args.swappiness.or(measured)))
+    write_stdout(&export(&config, format, args.swappiness.or(measured))?)
 }
 
 fn run_daemon(args: DaemonArgs) -> anyhow::Result<()> {
@@ -351,20 +604,33 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<()> {
 }
 
 fn run_status(args: StatusArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
     let Some(interval) = args.watch else {
-        return print_status(args.json);
+        return print_status(&status::collect(), None, args.json, false);
     };
     anyhow::ensure!(
         interval.is_finite() && interval >= 0.1,
         "--watch interval must be at least 0.1 seconds"
     );
+    let terminal = std::io::stdout().is_terminal();
     let mut refreshes = 0u64;
+    let mut previous: Option<(status::KernelStatus, std::time::Instant)> = None;
     loop {
+        let now = status::collect();
+        let taken = std::time::Instant::now();
+        let rates = previous
+            .as_ref()
+            .map(|(before, at)| status::Rates::between(before, &now, taken.duration_since(*at)));
         if !args.json {
-            // Clear the screen and move home, so the view updates in place.
-            print!("\x1b[2J\x1b[H");
+            if terminal {
+                // Clear the screen and move home, so the view updates in place.
+                write_stdout("\x1b[2J\x1b[H")?;
+            } else if refreshes > 0 {
+                write_stdout("\n")?;
+            }
         }
-        print_status(args.json)?;
+        print_status(&now, rates.as_ref(), args.json, true)?;
+        previous = Some((now, taken));
         refreshes += 1;
         if args.count.is_some_and(|c| refreshes >= c) {
             return Ok(());
@@ -373,12 +639,24 @@ fn run_status(args: StatusArgs) -> anyhow::Result<()> {
     }
 }
 
-fn print_status(json: bool) -> anyhow::Result<()> {
-    let snapshot = status::collect();
-    let text = if json {
-        serde_json::to_string_pretty(&snapshot).context("encode status as JSON")? + "\n"
+fn print_status(
+    snapshot: &status::KernelStatus,
+    rates: Option<&status::Rates>,
+    json: bool,
+    watching: bool,
+) -> anyhow::Result<()> {
+    let text = if json && watching {
+        // One object per refresh, one per line (JSON Lines); no rates on the first.
+        serde_json::to_string(&serde_json::json!({ "status": snapshot, "rates": rates }))? + "\n"
+    } else if json {
+        serde_json::to_string_pretty(snapshot).context("encode status as JSON")? + "\n"
     } else {
-        snapshot.render_text()
+        let mut text = String::new();
+        if let Some(rates) = rates {
+            text.push_str(&rates.render_text());
+        }
+        text.push_str(&snapshot.render_text());
+        text
     };
     write_stdout(&text)
 }

@@ -40,6 +40,64 @@ pub struct KernelConfig {
     pub swap: Vec<DiskSwapConfig>,
     /// vm sysctls (absent ones are left as they are).
     pub sysctl: Option<SysctlConfig>,
+    /// The schedule of `zpage kernel daemon` (idle marking, writeback, recompression).
+    pub daemon: Option<DaemonSchedule>,
+}
+
+/// Which zram pages a writeback or recompression round takes (the kernel's
+/// `type=` values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PageSelection {
+    /// Pages not touched since the last idle marking.
+    #[default]
+    Idle,
+    /// Pages stored uncompressed (they did not compress).
+    Huge,
+    /// Pages both idle and huge.
+    HugeIdle,
+    /// Pages no algorithm could compress (writeback only).
+    Incompressible,
+}
+
+impl PageSelection {
+    /// The kernel's spelling (`type=...`).
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            PageSelection::Idle => "idle",
+            PageSelection::Huge => "huge",
+            PageSelection::HugeIdle => "huge_idle",
+            PageSelection::Incompressible => "incompressible",
+        }
+    }
+}
+
+/// `[daemon]`: when `zpage kernel daemon` marks pages idle and acts on them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonSchedule {
+    /// Seconds between the daemon's checks (default 60).
+    pub interval_seconds: Option<u64>,
+    /// Pages untouched for this many seconds count as idle (default 3600):
+    /// the daemon marks every page idle this often and acts on the pages
+    /// still idle at the next marking.
+    pub idle_after_seconds: Option<u64>,
+    /// Most data written back per round (default "256M"); the kernel's
+    /// `writeback_limit` enforces it.
+    pub writeback_budget: Option<Size>,
+    /// Most data recompressed per round (default "256M"; `max_pages=`).
+    pub recompress_budget: Option<Size>,
+}
+
+impl DaemonSchedule {
+    /// Seconds between checks.
+    pub fn interval_seconds(&self) -> u64 {
+        self.interval_seconds.unwrap_or(60)
+    }
+    /// Seconds after which a page counts as idle.
+    pub fn idle_after_seconds(&self) -> u64 {
+        self.idle_after_seconds.unwrap_or(3600)
+    }
 }
 
 /// A size: bytes, a string with a unit ("512M", "4GiB", "25%"), or a
@@ -192,6 +250,17 @@ pub struct ZramConfig {
     pub size: Size,
     /// Cap on RAM the device may use (mem_limit); absent = unlimited.
     pub mem_limit: Option<Size>,
+    /// Block device that idle or incompressible pages are written back to
+    /// (`backing_dev`; kernels built with CONFIG_ZRAM_WRITEBACK).
+    pub writeback_device: Option<String>,
+    /// Pages `zpage kernel daemon` writes back (default `idle`).
+    pub writeback: Option<PageSelection>,
+    /// Secondary algorithms by priority for recompression (`recomp_algorithm`;
+    /// kernels built with CONFIG_ZRAM_MULTI_COMP), e.g. `["zstd"]`.
+    #[serde(default)]
+    pub recompress_algorithms: Vec<String>,
+    /// Pages `zpage kernel daemon` recompresses (default `idle`).
+    pub recompress: Option<PageSelection>,
     /// Swap priority (0..=32767), higher used first. Default 100.
     pub swap_priority: Option<i64>,
 }
@@ -290,6 +359,73 @@ pub struct SysctlConfig {
     pub extfrag_threshold: Option<u32>,
 }
 
+/// What a config asks of one sysctl.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SysctlTarget {
+    /// This exact value.
+    Value(String),
+    /// `swappiness = "auto"`: measured on this machine at apply time.
+    MeasuredSwappiness,
+}
+
+impl SysctlConfig {
+    /// The sysctls this section sets, by dotted name, in the order they are
+    /// applied; the one mapping `apply` and every export format use.
+    pub fn targets(&self) -> Vec<(&'static str, SysctlTarget)> {
+        let mut targets = Vec::new();
+        match &self.swappiness {
+            Some(SysctlValue::Number(n)) => {
+                targets.push(("vm.swappiness", SysctlTarget::Value(n.to_string())))
+            }
+            Some(SysctlValue::Text(_)) => {
+                targets.push(("vm.swappiness", SysctlTarget::MeasuredSwappiness))
+            }
+            None => {}
+        }
+        let numbers = [
+            ("vm.page-cluster", self.page_cluster.map(u32::from)),
+            ("vm.watermark_scale_factor", self.watermark_scale_factor),
+            ("vm.extfrag_threshold", self.extfrag_threshold),
+        ];
+        for (name, value) in numbers {
+            if let Some(v) = value {
+                targets.push((name, SysctlTarget::Value(v.to_string())));
+            }
+        }
+        targets
+    }
+}
+
+impl ZswapConfig {
+    /// The module parameters this section sets as (parameter, value as the
+    /// kernel prints it, config key), `enabled` last so zswap is switched on
+    /// only once the rest is in place.
+    pub fn parameters(&self) -> Vec<(&'static str, String, &'static str)> {
+        let yn = |b: bool| if b { "Y" } else { "N" }.to_string();
+        let mut out = Vec::new();
+        if let Some(c) = &self.compressor {
+            out.push(("compressor", c.clone(), "zswap.compressor"));
+        }
+        if let Some(p) = self.max_pool_percent {
+            out.push(("max_pool_percent", p.to_string(), "zswap.max_pool_percent"));
+        }
+        if let Some(p) = self.accept_threshold_percent {
+            out.push((
+                "accept_threshold_percent",
+                p.to_string(),
+                "zswap.accept_threshold_percent",
+            ));
+        }
+        if let Some(s) = self.shrinker {
+            out.push(("shrinker_enabled", yn(s), "zswap.shrinker"));
+        }
+        if let Some(e) = self.enabled {
+            out.push(("enabled", yn(e), "zswap.enabled"));
+        }
+        out
+    }
+}
+
 impl KernelConfig {
     /// Parses TOML; syntax errors name the line and column, unknown keys and
     /// wrong types name the key.
@@ -318,6 +454,43 @@ impl KernelConfig {
             }
             indexes.push(index);
             check_priority(format!("zram[{i}].swap_priority"), z.swap_priority)?;
+            if let Some(device) = &z.writeback_device {
+                if !device.starts_with("/dev/") {
+                    return Err(KernelError::config(
+                        format!("zram[{i}].writeback_device"),
+                        format!("{device:?} is not a block device path"),
+                        "give a partition such as /dev/disk/by-partuuid/... (a file needs a loop device first)",
+                    ));
+                }
+            }
+            if z.writeback.is_some() && z.writeback_device.is_none() {
+                return Err(KernelError::config(
+                    format!("zram[{i}].writeback"),
+                    "set without a writeback_device",
+                    "add writeback_device = \"/dev/...\" or remove the key",
+                ));
+            }
+            if z.recompress == Some(PageSelection::Incompressible) {
+                return Err(KernelError::config(
+                    format!("zram[{i}].recompress"),
+                    "incompressible pages are the ones recompression already gave up on",
+                    "use idle, huge or huge_idle",
+                ));
+            }
+            if z.recompress.is_some() && z.recompress_algorithms.is_empty() {
+                return Err(KernelError::config(
+                    format!("zram[{i}].recompress"),
+                    "set without recompress_algorithms",
+                    "add recompress_algorithms = [\"zstd\"] or remove the key",
+                ));
+            }
+            if z.recompress_algorithms.len() > 3 {
+                return Err(KernelError::config(
+                    format!("zram[{i}].recompress_algorithms"),
+                    "zram takes at most 3 secondary algorithms",
+                    "list at most 3",
+                ));
+            }
             if z.algorithm.trim().is_empty() {
                 return Err(KernelError::config(
                     format!("zram[{i}].algorithm"),
