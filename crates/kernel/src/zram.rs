@@ -428,6 +428,22 @@ impl ZramDevice {
     /// Writes whole pages sequentially from offset 0 into `/dev/zramN`
     /// (1 MiB `pwrite`s), then fsyncs. Returns the bytes written.
     pub fn write_pages<'a>(&self, pages: impl IntoIterator<Item = &'a [u8; 4096]>) -> Result<u64> {
+        let mut writer = self.page_writer()?;
+        let mut buffer: Vec<[u8; 4096]> = Vec::with_capacity(WRITE_CHUNK_PAGES);
+        for page in pages {
+            buffer.push(*page);
+            if buffer.len() == WRITE_CHUNK_PAGES {
+                writer.write(&buffer)?;
+                buffer.clear();
+            }
+        }
+        writer.write(&buffer)?;
+        writer.finish()
+    }
+
+    /// Opens `/dev/zramN` (exclusively) to write pages from offset 0, a batch
+    /// at a time: any amount of data goes in with bounded memory.
+    pub fn page_writer(&self) -> Result<ZramPageWriter> {
         let path = self.dev_path();
         let capacity = self.disksize()?;
         if capacity == 0 {
@@ -447,38 +463,12 @@ impl ZramDevice {
                 }
                 _ => KernelError::io(&path, "open for writing", e),
             })?;
-        let mut buffer: Vec<u8> = Vec::with_capacity(WRITE_CHUNK_PAGES * ZRAM_PAGE);
-        let mut offset = 0u64;
-        let flush = |buffer: &mut Vec<u8>, offset: &mut u64| -> Result<()> {
-            if buffer.is_empty() {
-                return Ok(());
-            }
-            if *offset + buffer.len() as u64 > capacity {
-                return Err(KernelError::Io {
-                    path: path.clone(),
-                    action: "write".into(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::WriteZero,
-                        format!("data would exceed disksize {capacity} bytes: configure a larger disksize"),
-                    ),
-                });
-            }
-            file.write_all_at(buffer, *offset)
-                .map_err(|e| KernelError::io(&path, "write", e))?;
-            *offset += buffer.len() as u64;
-            buffer.clear();
-            Ok(())
-        };
-        for page in pages {
-            buffer.extend_from_slice(page);
-            if buffer.len() == buffer.capacity() {
-                flush(&mut buffer, &mut offset)?;
-            }
-        }
-        flush(&mut buffer, &mut offset)?;
-        file.sync_all()
-            .map_err(|e| KernelError::io(&path, "fsync", e))?;
-        Ok(offset)
+        Ok(ZramPageWriter {
+            file,
+            path,
+            capacity,
+            offset: 0,
+        })
     }
 
     /// Current `mm_stat`.
@@ -554,6 +544,51 @@ impl ZramDevice {
             }
             other => other,
         })
+    }
+}
+
+/// Writes pages into a zram device in order (see [`ZramDevice::page_writer`]).
+#[derive(Debug)]
+pub struct ZramPageWriter {
+    file: std::fs::File,
+    path: PathBuf,
+    capacity: u64,
+    offset: u64,
+}
+
+impl ZramPageWriter {
+    /// Writes `pages` after the ones already written.
+    pub fn write(&mut self, pages: &[[u8; 4096]]) -> Result<()> {
+        let bytes = pages.as_flattened();
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if self.offset + bytes.len() as u64 > self.capacity {
+            return Err(KernelError::Io {
+                path: self.path.clone(),
+                action: "write".into(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    format!(
+                        "data would exceed disksize {} bytes: configure a larger disksize",
+                        self.capacity
+                    ),
+                ),
+            });
+        }
+        self.file
+            .write_all_at(bytes, self.offset)
+            .map_err(|e| KernelError::io(&self.path, "write", e))?;
+        self.offset += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Flushes to the device; returns the bytes written.
+    pub fn finish(self) -> Result<u64> {
+        self.file
+            .sync_all()
+            .map_err(|e| KernelError::io(&self.path, "fsync", e))?;
+        Ok(self.offset)
     }
 }
 
