@@ -112,17 +112,22 @@ struct ExportArgs {
 
 #[derive(Debug, clap::Args)]
 struct DaemonArgs {
+    /// The config given to `apply`: its [daemon] schedule, and per [[zram]] writeback
+    /// (with writeback_device) and recompression (with recompress_algorithms).
+    /// Without it: idle writeback and recompression on every device that has them.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Seconds between ticks.
     #[arg(long, default_value_t = 10.0)]
     interval: f64,
     /// Seconds after which an untouched page counts as idle.
     #[arg(long, default_value_t = 3600.0)]
     idle_age: f64,
-    /// Pages written back per round at most.
-    #[arg(long, default_value_t = 25_600)]
+    /// Pages written back per round at most (without --config).
+    #[arg(long, default_value_t = 65_536)]
     writeback_budget: u64,
-    /// Pages recompressed per round at most.
-    #[arg(long, default_value_t = 25_600)]
+    /// Pages recompressed per round at most (without --config).
+    #[arg(long, default_value_t = 65_536)]
     recompress_budget: u64,
     /// Log pressure when tasks stalled on memory longer than this many milliseconds in a tick.
     #[arg(long, default_value_t = 100)]
@@ -580,14 +585,20 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<()> {
         );
         Ok(Duration::from_secs_f64(v))
     };
-    let config = DaemonConfig {
-        interval: seconds(args.interval, "interval")?,
-        idle_age: seconds(args.idle_age, "idle-age")?,
-        writeback_budget_pages: args.writeback_budget,
-        recompress_budget_pages: args.recompress_budget,
-        pressure_threshold_us: args.pressure_threshold_ms.saturating_mul(1000),
+    let mut daemon = match &args.config {
+        Some(path) => {
+            let (mut config, policies) = DaemonConfig::from_config(&load_config(path)?)?;
+            config.pressure_threshold_us = args.pressure_threshold_ms.saturating_mul(1000);
+            Daemon::with_policies(config, policies, std::path::Path::new("/sys/block"))
+        }
+        None => Daemon::new(DaemonConfig {
+            interval: seconds(args.interval, "interval")?,
+            idle_age: seconds(args.idle_age, "idle-age")?,
+            writeback_budget_pages: args.writeback_budget,
+            recompress_budget_pages: args.recompress_budget,
+            pressure_threshold_us: args.pressure_threshold_ms.saturating_mul(1000),
+        }),
     };
-    let mut daemon = Daemon::new(config);
     let json = args.json;
     let mut failure = None;
     daemon.run(args.ticks, |event| {
