@@ -166,8 +166,36 @@ pub fn zram_status(device: &ZramDevice, swaps: &[SwapArea]) -> ZramStatus {
     }
 }
 
+/// Where a snapshot reads what differs between machines: the zram devices,
+/// the active swap areas and zswap's debugfs counters. The default is the
+/// running kernel's; tests point them at files standing in for what this
+/// machine lacks or does not have active (writeback, swap, debugfs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sources {
+    /// Directory of the `zramN` devices (`/sys/block`).
+    pub sys_block: std::path::PathBuf,
+    /// The swap areas table (`/proc/swaps`).
+    pub swaps: std::path::PathBuf,
+    /// zswap's debugfs counters (`/sys/kernel/debug/zswap`).
+    pub zswap_debugfs: std::path::PathBuf,
+}
+
+impl Default for Sources {
+    fn default() -> Self {
+        Sources {
+            sys_block: "/sys/block".into(),
+            swaps: "/proc/swaps".into(),
+            zswap_debugfs: zswap::DEBUGFS_DIR.into(),
+        }
+    }
+}
+
 /// zswap's status.
 pub fn zswap_status() -> ZswapStatus {
+    zswap_status_from(&Sources::default())
+}
+
+fn zswap_status_from(sources: &Sources) -> ZswapStatus {
     let (parameters, parameters_error) = match zswap::parameters() {
         Ok(p) => (p, None),
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
@@ -183,7 +211,7 @@ pub fn zswap_status() -> ZswapStatus {
         zswpin: vmstat.get("zswpin").copied(),
         zswpout: vmstat.get("zswpout").copied(),
         zswpwb: vmstat.get("zswpwb").copied(),
-        debugfs: zswap::debugfs_counters(),
+        debugfs: zswap::debugfs_counters_in(&sources.zswap_debugfs),
         cgroups,
         cgroups_note,
     }
@@ -192,8 +220,15 @@ pub fn zswap_status() -> ZswapStatus {
 /// Takes a full snapshot. Never fails as a whole: what cannot be read is
 /// reported inside (so it works unprivileged).
 pub fn collect() -> KernelStatus {
-    let swaps = procfs::swaps().unwrap_or_default();
-    let (zram, zram_note) = match ZramDevice::list() {
+    collect_from(&Sources::default())
+}
+
+/// [`collect`] from `sources`.
+pub fn collect_from(sources: &Sources) -> KernelStatus {
+    let swaps = crate::read_file(&sources.swaps)
+        .map(|text| procfs::parse_swaps(&text))
+        .unwrap_or_default();
+    let (zram, zram_note) = match ZramDevice::list_in(&sources.sys_block) {
         Ok(devices) if devices.is_empty() => (
             Vec::new(),
             Some(
@@ -218,7 +253,7 @@ pub fn collect() -> KernelStatus {
     KernelStatus {
         zram,
         zram_note,
-        zswap: zswap_status(),
+        zswap: zswap_status_from(sources),
         swaps,
         mem_total_bytes: meminfo.get("MemTotal").copied(),
         swap_total_bytes: meminfo.get("SwapTotal").copied(),

@@ -33,6 +33,7 @@ pub const ERROR_SOURCES: [&str; 3] = ["zram", "zswap", "process_metrics"];
 #[derive(Debug)]
 pub struct Scraper {
     process_metrics_dir: Option<PathBuf>,
+    sources: status::Sources,
     errors: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -42,15 +43,23 @@ impl Scraper {
     pub fn new(process_metrics_dir: Option<PathBuf>) -> Scraper {
         Scraper {
             process_metrics_dir,
+            sources: status::Sources::default(),
             errors: Mutex::new(ERROR_SOURCES.iter().map(|s| (*s, 0)).collect()),
         }
+    }
+
+    /// Reads from `sources` instead of the running kernel's files (files
+    /// standing in for features this kernel lacks, in tests).
+    pub fn with_sources(mut self, sources: status::Sources) -> Scraper {
+        self.sources = sources;
+        self
     }
 
     /// One scrape: collects the kernel's state and the process files now and
     /// renders them. Never fails as a whole: what cannot be read is skipped
     /// and counted in `zpage_exporter_scrape_errors_total`.
     pub fn scrape(&self) -> String {
-        let status = status::collect();
+        let status = status::collect_from(&self.sources);
         let mut families = metrics::families(&status);
         let mut new_errors: Vec<&'static str> = Vec::new();
         new_errors.extend(
