@@ -294,7 +294,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
                 tiers.iter().map(KernelTier::name).collect::<Vec<_>>().join(", "),
                 mib(budget),
                 kernel::CGROUP_SWAPPINESS,
-                machine.saved().page_cluster
+                machine.saved().page_cluster()
             ),
         );
     }

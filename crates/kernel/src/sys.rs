@@ -161,3 +161,16 @@ pub fn resident_anonymous_ranges(
     }
     Ok(Some(found))
 }
+
+/// Allocates every block of `file` up to `len` bytes (no holes, unlike `set_len`).
+pub fn fallocate(file: &File, len: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(len)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length too large"))?;
+    // SAFETY: the descriptor is valid for the lifetime of `file`; the kernel checks the range.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, len) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
