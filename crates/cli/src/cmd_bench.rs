@@ -73,6 +73,12 @@ pub struct Args {
     /// Print the results as JSON on stdout (one object per tier × workload × pattern); tables go to stderr.
     #[arg(long)]
     pub json: bool,
+    /// Also write an HTML report with plots (throughput and latency per tier, latency CDFs) to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+    /// Leave out the latency distribution bars.
+    #[arg(long)]
+    pub no_charts: bool,
 }
 
 /// `--workload` values.
@@ -359,21 +365,9 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
 }
 
 fn print_report(args: &Args, results: &[BenchResult]) -> Result<()> {
-    let results = results.to_vec();
-    let mut text = String::new();
-    text.push_str(&report::results_table(&results));
-    let ratios = report::ratios_table(&results, "zpage");
-    if !ratios.is_empty() {
-        text.push_str("\nzpage / kernel (touches/s above 1x: zpage faster; latency below 1x: zpage shorter)\n");
-        text.push_str(&ratios);
-    }
-    let shares = report::fault_share_table(&results);
-    if !shares.is_empty() {
-        text.push_str("\nhot/cold: share of touches that faulted\n");
-        text.push_str(&shares);
-    }
+    let mut text = crate::bench_report::tables_text(results);
     for tier in ["zpage", "zpage-fifo"] {
-        if let Some(peak) = report::budget_overshoot(&results, tier) {
+        if let Some(peak) = report::budget_overshoot(results, tier) {
             text.push_str(&format!(
                 "\nbudget check {tier}: highest resident memory sampled = {:.3} x budget ({})",
                 peak,
@@ -385,7 +379,17 @@ fn print_report(args: &Args, results: &[BenchResult]) -> Result<()> {
             ));
         }
     }
+    if !args.no_charts {
+        text.push('\n');
+        text.push_str(&crate::bench_report::latency_charts(results));
+    }
     say(args.json, text.trim_end());
+    if let Some(path) = &args.report {
+        let html = crate::bench_report::html(results, "zpage bench")?;
+        std::fs::write(path, html)
+            .with_context(|| format!("write the report {}", path.display()))?;
+        say(args.json, &format!("report with plots: {}", path.display()));
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     }
