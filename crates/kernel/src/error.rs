@@ -161,3 +161,30 @@ impl KernelError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permission_denied_says_root_only_to_those_who_are_not() {
+        let error = KernelError::io(
+            "/sys/block/zram0/disksize",
+            "write",
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        );
+        let message = error.to_string();
+        if crate::sys::is_root() {
+            assert!(
+                matches!(error, KernelError::DeniedToRoot { .. }),
+                "{message}"
+            );
+            assert!(
+                !message.contains("needs root") && message.contains("read-only"),
+                "{message}"
+            );
+        } else {
+            assert!(matches!(error, KernelError::NeedsRoot { .. }), "{message}");
+        }
+    }
+}

@@ -397,7 +397,8 @@ const METRICS: &[MetricDef] = &[
     },
 ];
 
-fn sample(name: &str, labels: Vec<(&str, String)>, value: f64) -> Sample {
+/// One sample of family `name`.
+pub(super) fn sample(name: &str, labels: Vec<(&str, String)>, value: f64) -> Sample {
     Sample {
         name: name.to_string(),
         labels: labels

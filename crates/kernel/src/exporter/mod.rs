@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use text_format::{format_value, Family, Sample};
+use text_format::Family;
 
 use crate::status::{self, KernelStatus};
 use crate::{KernelError, Result};
@@ -107,14 +107,7 @@ fn family(name: &str, kind: &str, help: &str, samples: Vec<(Vec<(&str, String)>,
         kind: kind.to_string(),
         samples: samples
             .into_iter()
-            .map(|(labels, value)| Sample {
-                name: name.to_string(),
-                labels: labels
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-                value: format_value(value),
-            })
+            .map(|(labels, value)| metrics::sample(name, labels, value))
             .collect(),
     }
 }
