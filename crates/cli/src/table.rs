@@ -105,6 +105,41 @@ impl Table {
     }
 }
 
+/// A table printed a row at a time, as a live view fills it: every column
+/// as wide as its heading (at least `min_width`), cells right-aligned.
+#[derive(Debug)]
+pub struct LiveTable {
+    header: Vec<String>,
+    widths: Vec<usize>,
+}
+
+impl LiveTable {
+    /// Columns named `header`, each at least `min_width` wide.
+    pub fn new(header: &[&str], min_width: usize) -> Self {
+        Self {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            widths: header
+                .iter()
+                .map(|h| h.chars().count().max(min_width))
+                .collect(),
+        }
+    }
+
+    /// The heading line.
+    pub fn header(&self) -> String {
+        self.line(&self.header)
+    }
+
+    /// One row (as many cells as columns).
+    pub fn line(&self, cells: &[String]) -> String {
+        let mut out = String::new();
+        for (cell, width) in cells.iter().zip(&self.widths) {
+            let _ = write!(out, "{cell:>width$}  ");
+        }
+        out.trim_end().to_string()
+    }
+}
+
 /// Bytes in zramctl's compact style: `0B`, `512K`, `1.5M`, `4G`.
 pub fn compact_bytes(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "K", "M", "G", "T", "P"];
@@ -163,6 +198,16 @@ mod tests {
             raw: true,
         };
         assert_eq!(table.render_with(style), "a 1\nlong, name 12345\n");
+    }
+
+    #[test]
+    fn live_rows_line_up_under_their_heading() {
+        let live = LiveTable::new(&["time", "resident MiB"], 5);
+        assert_eq!(live.header(), " time  resident MiB");
+        assert_eq!(
+            live.line(&["1s".into(), "12.5".into()]),
+            "   1s          12.5"
+        );
     }
 
     #[test]

@@ -328,3 +328,36 @@ fn analysing_more_memory_than_the_bound_stays_within_it() {
         stderr(&output)
     );
 }
+
+#[test]
+fn kernel_side_by_side_streams_the_image_into_zram_and_restores_it() {
+    if !zpage_kernel::kernel_state_tests_enabled(
+        "kernel_side_by_side_streams_the_image_into_zram_and_restores_it",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("kernel");
+    let image = write_image(&dir, 0);
+    let disksize = || std::fs::read_to_string("/sys/block/zram0/disksize").ok();
+    let before = disksize();
+    let output = zpage(&[
+        "analyze",
+        image.to_str().unwrap(),
+        "--kernel",
+        "--codec",
+        "lz4",
+        "--pool",
+        "zsmalloc",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let kernel = report["kernel"].as_array().unwrap();
+    assert!(!kernel.is_empty());
+    for k in kernel {
+        assert_eq!(k["orig_data_size"], 64 * 4096, "{k}");
+        assert_eq!(k["same_pages"], 8, "{k}");
+    }
+    assert_eq!(report["comparison"]["same_pages_match"], true);
+    assert_eq!(disksize(), before, "zram0 left as found");
+}
