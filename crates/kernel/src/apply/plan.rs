@@ -529,3 +529,50 @@ fn rename_key(error: KernelError, key: &str) -> KernelError {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zram0_in_use(used_bytes: u64) -> SwapArea {
+        SwapArea {
+            path: "/dev/zram0".into(),
+            kind: "partition".into(),
+            size_bytes: 4 << 30,
+            used_bytes,
+            priority: 100,
+        }
+    }
+
+    #[test]
+    fn swapoff_of_a_swap_area_holding_data_needs_force_and_says_how_much() {
+        let area = zram0_in_use(1536 << 20);
+        let mut plan = Plan::default();
+        let err = swapoff_step(&area, &PlanOptions::default(), &mut plan)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("1.5 GiB") && err.contains("back into RAM") && err.contains("--force"),
+            "{err}"
+        );
+        assert!(plan.steps.is_empty() && plan.warnings.is_empty());
+
+        let forced = PlanOptions {
+            force: true,
+            ..PlanOptions::default()
+        };
+        let step = swapoff_step(&area, &forced, &mut plan).unwrap();
+        assert!(
+            step.to_string()
+                .contains("moves 1.5 GiB of swapped-out memory back into RAM"),
+            "{step}"
+        );
+        assert_eq!(plan.warnings.len(), 1);
+
+        // An empty swap area loses nothing: no --force needed, no warning.
+        let mut plan = Plan::default();
+        let step = swapoff_step(&zram0_in_use(0), &PlanOptions::default(), &mut plan).unwrap();
+        assert!(step.to_string().ends_with("(empty)"), "{step}");
+        assert!(plan.warnings.is_empty());
+    }
+}
