@@ -1,4 +1,4 @@
-//! `zpage bench`: the seeds' workloads on a zpage region, optionally side by
+//! `zpage bench`: the workloads on a zpage region, optionally side by
 //! side with the kernel's zram and zswap (`--vs-kernel`), with a final table,
 //! zpage/kernel ratios and `--json`.
 
@@ -17,8 +17,9 @@ use zpage_bench::{AgingPolicy, DataSource, FaultMode, WorkloadKind, WorkloadSpec
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Workloads to run (repeatable or comma-separated): replay (fill, then
-    /// sequential, uniform and hot/cold touches), bench-c (seed 000: high and
-    /// low entropy), swapdemo (seed 003: mmap'd library plus data), all.
+    /// sequential, uniform and hot/cold touches), bench-c (sequential and random
+    /// access over high- and low-entropy data), swapdemo (a memory-mapped file
+    /// read at random while anonymous data is walked), all.
     #[arg(long = "workload", value_enum, value_delimiter = ',', default_values_t = [WorkloadArg::Replay])]
     pub workloads: Vec<WorkloadArg>,
     /// Raw memory image to fill the region from (whole 4 KiB pages); default:
@@ -86,9 +87,9 @@ pub struct Args {
 pub enum WorkloadArg {
     /// Fill, then sequential, uniform and hot/cold touches.
     Replay,
-    /// Seed 000's bench.c access test.
+    /// Sequential and random access over high- and low-entropy data.
     BenchC,
-    /// Seed 003's swapdemo.
+    /// A memory-mapped file read at random while anonymous data is walked.
     Swapdemo,
     /// All of them.
     All,

@@ -21,7 +21,7 @@ struct Cli {
 enum Command {
     /// How well does this memory compress? Images, a PID, or every readable process.
     Analyze(cmd_analyze::Args),
-    /// The seeds' benchmarks on a compressed region, side by side with the kernel's zram/zswap.
+    /// Benchmarks on a compressed region, side by side with the kernel's zram and zswap.
     Bench(cmd_bench::Args),
     /// A realistic data set several times the budget, on a compressed region, with live stats.
     Demo(cmd_demo::Args),
