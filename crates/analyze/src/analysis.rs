@@ -10,6 +10,8 @@ use zpage_codec::{
 };
 use zpage_pool::{ClassStats, PoolKind};
 
+use crate::image::{PageSource, CHUNK_PAGES};
+
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct AnalyzeOptions {
@@ -59,18 +61,18 @@ pub struct CodecResult {
     pub name: String,
     /// Level (for LZ4, the acceleration).
     pub level: i32,
-    /// Compression speed over the pages that were not same-filled.
-    pub compress_mib_s: f64,
+    /// Compression speed over the pages that were not same-filled (`None`: there were none).
+    pub compress_mib_s: Option<f64>,
     /// The whole pass: same-filled check and compression, over every page of the image.
     pub pass_mib_s: f64,
-    /// Decompression speed over the pages kept compressed.
-    pub decompress_mib_s: f64,
-    /// Per-page decompression latency, median.
-    pub decompress_p50_ns: u64,
+    /// Decompression speed over the pages kept compressed (`None`: none were, or `--rounds 0`).
+    pub decompress_mib_s: Option<f64>,
+    /// Per-page decompression latency, median (`None`: nothing was decompressed).
+    pub decompress_p50_ns: Option<u64>,
     /// Per-page decompression latency, 99th percentile.
-    pub decompress_p99_ns: u64,
+    pub decompress_p99_ns: Option<u64>,
     /// Per-page decompression latency, worst page.
-    pub decompress_max_ns: u64,
+    pub decompress_max_ns: Option<u64>,
     /// Bytes kept: blobs, plus 4096 for every incompressible page (zram's `compr_data_size`).
     pub compressed_bytes: u64,
     /// Pages kept compressed.
@@ -79,8 +81,9 @@ pub struct CodecResult {
     pub incompressible_pages: u64,
     /// Same-filled pages (nothing stored).
     pub same_filled_pages: u64,
-    /// Image bytes / `compressed_bytes`.
-    pub ratio: f64,
+    /// Image bytes / `compressed_bytes` (`None` when nothing is stored
+    /// compressed, e.g. an image of same-filled pages only).
+    pub ratio: Option<f64>,
     /// Size of the trained dictionary, for `zstd-dict`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dictionary_bytes: Option<usize>,
@@ -97,12 +100,17 @@ pub struct PoolResult {
     pub memory_used_bytes: u64,
     /// Bytes of blobs in it.
     pub stored_bytes: u64,
-    /// Image bytes / memory used: what compression really saves.
-    pub ratio: f64,
-    /// Share of the pool's memory not holding blob bytes.
-    pub fragmentation: f64,
+    /// Image bytes / memory used: what compression really saves (`None`: the pool is empty).
+    pub ratio: Option<f64>,
+    /// Share of the pool's memory not holding blob bytes (`None`: the pool is empty).
+    pub fragmentation: Option<f64>,
     /// Pool memory not holding blob bytes.
     pub fragmentation_bytes: u64,
+    /// When the pool held only every n-th page (its memory would have passed
+    /// [`POOL_SAMPLE_BYTES`]): n; memory figures are then that sample's,
+    /// scaled to every page's blob bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample_stride: Option<u64>,
     /// Per-class table (with `with_classes`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<ClassStats>>,
@@ -144,19 +152,11 @@ pub enum Progress {
     },
 }
 
-/// Blobs of one codec, back to back, with where each one is.
-struct Blobs {
-    bytes: Vec<u8>,
-    /// (page index, start, len)
-    spans: Vec<(usize, usize, usize)>,
-    incompressible: Vec<usize>,
-}
-
-impl Blobs {
-    fn get(&self, span: (usize, usize, usize)) -> &[u8] {
-        &self.bytes[span.1..span.1 + span.2]
-    }
-}
+/// Pool memory a pass may hold per pool (the analysis keeps a uniform
+/// sample of the pages once a pool would grow past it).
+pub const POOL_SAMPLE_BYTES: u64 = 32 << 20;
+/// Per-page decompression latencies kept for the percentiles (a uniform sample beyond).
+const LATENCY_SAMPLES: usize = 1 << 16;
 
 fn mib_per_s(bytes: u64, elapsed: Duration) -> f64 {
     let seconds = elapsed.as_secs_f64();
@@ -166,12 +166,9 @@ fn mib_per_s(bytes: u64, elapsed: Duration) -> f64 {
     bytes as f64 / (1024.0 * 1024.0) / seconds
 }
 
-fn ratio(numerator: u64, denominator: u64) -> f64 {
-    if denominator == 0 {
-        0.0
-    } else {
-        numerator as f64 / denominator as f64
-    }
+/// `numerator / denominator`, `None` when there is no data or nothing to divide by.
+fn ratio(numerator: u64, denominator: u64) -> Option<f64> {
+    (numerator > 0 && denominator > 0).then(|| numerator as f64 / denominator as f64)
 }
 
 /// The value at quantile `q` of sorted values (nearest rank).
@@ -183,11 +180,160 @@ fn percentile(sorted: &[u64], q: f64) -> u64 {
     sorted[rank - 1]
 }
 
-const PROGRESS_STEP: usize = 4096;
+/// Every `stride`-th value of a stream, the stride doubling whenever the
+/// kept values reach the capacity: a uniform sample in bounded memory.
+#[derive(Debug)]
+struct SystematicSample {
+    kept: Vec<u64>,
+    stride: u64,
+    seen: u64,
+}
 
-/// Measures every codec and pool of `options` on `pages`.
+impl SystematicSample {
+    fn new() -> Self {
+        Self {
+            kept: Vec::new(),
+            stride: 1,
+            seen: 0,
+        }
+    }
+
+    fn push(&mut self, value: u64) {
+        if self.seen.is_multiple_of(self.stride) {
+            if self.kept.len() == LATENCY_SAMPLES {
+                let halved: Vec<u64> = self.kept.iter().step_by(2).copied().collect();
+                self.kept = halved;
+                self.stride *= 2;
+                if !self.seen.is_multiple_of(self.stride) {
+                    self.seen += 1;
+                    return;
+                }
+            }
+            self.kept.push(value);
+        }
+        self.seen += 1;
+    }
+}
+
+/// One pool filled with every `stride`-th page of one codec's output; the
+/// stride doubles (and the pool is rebuilt from the kept blobs) whenever the
+/// pool would hold more than [`POOL_SAMPLE_BYTES`].
+struct SampledPool {
+    kind: PoolKind,
+    pool: Box<dyn zpage_pool::Pool>,
+    /// (page index, handle) of the blobs in the pool.
+    handles: Vec<(u64, zpage_pool::Handle)>,
+    stride: u64,
+    /// Blob bytes of every page (sampled or not), to scale the sample up.
+    all_stored_bytes: u64,
+}
+
+impl SampledPool {
+    fn new(kind: PoolKind) -> Self {
+        Self {
+            kind,
+            pool: kind.build(),
+            handles: Vec::new(),
+            stride: 1,
+            all_stored_bytes: 0,
+        }
+    }
+
+    fn offer(&mut self, index: u64, blob: &[u8]) -> Result<()> {
+        self.all_stored_bytes += blob.len() as u64;
+        if !index.is_multiple_of(self.stride) {
+            return Ok(());
+        }
+        let handle = self.pool.store(blob)?;
+        self.handles.push((index, handle));
+        while self.pool.stats().memory_used_bytes > POOL_SAMPLE_BYTES {
+            self.thin()?;
+        }
+        Ok(())
+    }
+
+    /// Doubles the stride: a fresh pool gets the blobs of the pages still in the sample, in order.
+    fn thin(&mut self) -> Result<()> {
+        self.stride *= 2;
+        let mut pool = self.kind.build();
+        let mut handles = Vec::with_capacity(self.handles.len() / 2 + 1);
+        for &(index, handle) in &self.handles {
+            if index.is_multiple_of(self.stride) {
+                handles.push((index, pool.store(self.pool.get(handle)?)?));
+            }
+        }
+        self.pool = pool;
+        self.handles = handles;
+        Ok(())
+    }
+
+    fn result(&self, codec: &CodecSpec, image_bytes: u64, with_classes: bool) -> PoolResult {
+        let stats = self.pool.stats();
+        // The sample's memory per stored byte, applied to every page's blob bytes.
+        let scale = if stats.stored_bytes == 0 {
+            1.0
+        } else {
+            self.all_stored_bytes as f64 / stats.stored_bytes as f64
+        };
+        let memory_used_bytes = (stats.memory_used_bytes as f64 * scale).round() as u64;
+        let stored_bytes = self.all_stored_bytes;
+        let fragmentation_bytes = memory_used_bytes.saturating_sub(stored_bytes);
+        PoolResult {
+            name: self.kind.name().to_string(),
+            codec: codec.to_string(),
+            memory_used_bytes,
+            stored_bytes,
+            ratio: ratio(image_bytes, memory_used_bytes),
+            fragmentation: (memory_used_bytes > 0)
+                .then(|| fragmentation_bytes as f64 / memory_used_bytes as f64),
+            fragmentation_bytes,
+            sample_stride: (self.stride > 1).then_some(self.stride),
+            classes: with_classes.then(|| self.pool.classes()),
+        }
+    }
+}
+
+/// What one codec's pass over the source counted.
+struct CodecPass {
+    encoder: Encoder,
+    decoder: Decoder,
+    pools: Vec<SampledPool>,
+    compress_time: Duration,
+    decompress_time: Duration,
+    compressed_pages: u64,
+    incompressible_pages: u64,
+    blob_bytes: u64,
+    latencies: SystematicSample,
+    max_latency_ns: u64,
+    /// This chunk's blobs back to back, and (page index in chunk, start, len).
+    blobs: Vec<u8>,
+    spans: Vec<(usize, usize, usize)>,
+}
+
+const PROGRESS_STEP: u64 = 4096;
+
+/// Measures every codec and pool of `options` on `pages` (in memory).
 pub fn analyze(
     pages: &[Page],
+    options: &AnalyzeOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Analysis> {
+    let mut source = crate::image::PagesSource::new(
+        pages,
+        crate::image::Source::File {
+            path: Default::default(),
+            skipped_bytes: 0,
+        },
+    );
+    analyze_source(&mut source, options, progress)
+}
+
+/// Measures every codec and pool of `options` on the pages of `source`,
+/// reading it once per codec a chunk at a time: memory stays bounded
+/// whatever the source's size (pools keep a uniform sample beyond
+/// [`POOL_SAMPLE_BYTES`] each, and say so in `sample_stride`).
+pub fn analyze_source(
+    source: &mut dyn PageSource,
     options: &AnalyzeOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Analysis> {
@@ -196,56 +342,131 @@ pub fn analyze(
             "no codec to analyse with: give at least one --codec".into(),
         ));
     }
-    let started = Instant::now();
-    let same_filled: Vec<Option<u64>> = pages.iter().map(same_filled_word).collect();
-    let same_filled_check = started.elapsed();
-    let same_filled_pages = same_filled.iter().flatten().count() as u64;
-    let zero_pages = same_filled.iter().filter(|w| **w == Some(0)).count() as u64;
-    let image_bytes = pages.len() as u64 * PAGE_SIZE as u64;
-
+    let total = source.total_pages();
+    let mut chunk: Vec<Page> = Vec::with_capacity(CHUNK_PAGES);
     let mut codecs = Vec::new();
     let mut pools = Vec::new();
+    let mut counts: Option<(u64, u64, u64, Duration)> = None;
     for spec in &options.codecs {
-        let spec = with_trained_dictionary(spec, pages, &same_filled, options.dictionary_bytes)?;
-        let (blobs, compress_time) =
-            compress_all(&spec, options.threshold, pages, &same_filled, progress)?;
-        let latencies = decompress_all(&spec, &blobs, pages, options.decompress_rounds, progress)?;
-        let compressed_pages = blobs.spans.len() as u64;
-        let incompressible_pages = blobs.incompressible.len() as u64;
-        let compressed_bytes = blobs.bytes.len() as u64 + incompressible_pages * PAGE_SIZE as u64;
-        let compressed_input = (compressed_pages + incompressible_pages) * PAGE_SIZE as u64;
-        let mut sorted = latencies.per_page_ns.clone();
+        let spec = with_trained_dictionary(spec, source, options.dictionary_bytes)?;
+        source.rewind()?;
+        let mut pass = CodecPass {
+            encoder: Encoder::new(&spec, options.threshold)?,
+            decoder: Decoder::new(&spec)?,
+            pools: options.pools.iter().map(|&k| SampledPool::new(k)).collect(),
+            compress_time: Duration::ZERO,
+            decompress_time: Duration::ZERO,
+            compressed_pages: 0,
+            incompressible_pages: 0,
+            blob_bytes: 0,
+            latencies: SystematicSample::new(),
+            max_latency_ns: 0,
+            blobs: Vec::with_capacity(CHUNK_PAGES * PAGE_SIZE),
+            spans: Vec::with_capacity(CHUNK_PAGES),
+        };
+        progress(Progress::Phase {
+            name: format!("{spec}"),
+            total,
+        });
+        let (mut pages, mut same_filled_pages, mut zero_pages) = (0u64, 0u64, 0u64);
+        let mut same_filled_check = Duration::ZERO;
+        let mut buffer = zpage_codec::zeroed_page();
+        let mut out = zpage_codec::zeroed_page();
+        loop {
+            chunk.clear();
+            if source.next_chunk(&mut chunk, CHUNK_PAGES)? == 0 {
+                break;
+            }
+            let started = Instant::now();
+            let words: Vec<Option<u64>> = chunk.iter().map(same_filled_word).collect();
+            same_filled_check += started.elapsed();
+            same_filled_pages += words.iter().flatten().count() as u64;
+            zero_pages += words.iter().filter(|w| **w == Some(0)).count() as u64;
+            pass.blobs.clear();
+            pass.spans.clear();
+            let started = Instant::now();
+            let mut incompressible = Vec::new();
+            for (i, page) in chunk.iter().enumerate() {
+                if words[i].is_some() {
+                    continue;
+                }
+                match pass.encoder.compress(page, &mut buffer)? {
+                    Encoded::Compressed(len) => {
+                        pass.spans.push((i, pass.blobs.len(), len));
+                        pass.blobs.extend_from_slice(&buffer[..len]);
+                    }
+                    Encoded::Incompressible => incompressible.push(i),
+                    Encoded::SameFilled(_) => {
+                        unreachable!("compress() does not check for same-filled pages")
+                    }
+                }
+            }
+            pass.compress_time += started.elapsed();
+            pass.compressed_pages += pass.spans.len() as u64;
+            pass.incompressible_pages += incompressible.len() as u64;
+            pass.blob_bytes += pass.blobs.len() as u64;
+            // Pools: blobs in page order, incompressible pages raw (as zram keeps its huge pages).
+            let mut in_order: Vec<(usize, &[u8])> = pass
+                .spans
+                .iter()
+                .map(|&(i, start, len)| (i, &pass.blobs[start..start + len]))
+                .chain(incompressible.iter().map(|&i| (i, &chunk[i][..])))
+                .collect();
+            in_order.sort_by_key(|(i, _)| *i);
+            for pool in &mut pass.pools {
+                for &(i, blob) in &in_order {
+                    pool.offer(pages + i as u64, blob)?;
+                }
+            }
+            decompress_chunk(
+                &mut pass,
+                &chunk,
+                options.decompress_rounds,
+                &mut out,
+                &spec,
+            )?;
+            pages += chunk.len() as u64;
+            if pages % PROGRESS_STEP < CHUNK_PAGES as u64 || pages == total {
+                progress(Progress::Advance { done: pages });
+            }
+        }
+        let compressed_bytes = pass.blob_bytes + pass.incompressible_pages * PAGE_SIZE as u64;
+        let compressed_input =
+            (pass.compressed_pages + pass.incompressible_pages) * PAGE_SIZE as u64;
+        let image_bytes = pages * PAGE_SIZE as u64;
+        let mut sorted = pass.latencies.kept.clone();
         sorted.sort_unstable();
         codecs.push(CodecResult {
             name: spec.family().name().to_string(),
             level: spec.level(),
-            compress_mib_s: mib_per_s(compressed_input, compress_time),
-            pass_mib_s: mib_per_s(image_bytes, compress_time + same_filled_check),
-            decompress_mib_s: mib_per_s(compressed_pages * PAGE_SIZE as u64, latencies.best_round),
-            decompress_p50_ns: percentile(&sorted, 0.50),
-            decompress_p99_ns: percentile(&sorted, 0.99),
-            decompress_max_ns: sorted.last().copied().unwrap_or(0),
+            compress_mib_s: (compressed_input > 0)
+                .then(|| mib_per_s(compressed_input, pass.compress_time)),
+            pass_mib_s: mib_per_s(image_bytes, pass.compress_time + same_filled_check),
+            decompress_mib_s: (!sorted.is_empty()).then(|| {
+                mib_per_s(
+                    pass.compressed_pages * PAGE_SIZE as u64,
+                    pass.decompress_time,
+                )
+            }),
+            decompress_p50_ns: (!sorted.is_empty()).then(|| percentile(&sorted, 0.50)),
+            decompress_p99_ns: (!sorted.is_empty()).then(|| percentile(&sorted, 0.99)),
+            decompress_max_ns: (!sorted.is_empty()).then_some(pass.max_latency_ns),
             compressed_bytes,
-            compressed_pages,
-            incompressible_pages,
+            compressed_pages: pass.compressed_pages,
+            incompressible_pages: pass.incompressible_pages,
             same_filled_pages,
             ratio: ratio(image_bytes, compressed_bytes),
             dictionary_bytes: spec.dictionary().map(|d| d.bytes().len()),
         });
-        for &kind in &options.pools {
-            pools.push(pack(
-                kind,
-                &spec,
-                &blobs,
-                pages,
-                image_bytes,
-                options.with_classes,
-            )?);
+        for pool in &pass.pools {
+            pools.push(pool.result(&spec, image_bytes, options.with_classes));
         }
+        counts = Some((pages, same_filled_pages, zero_pages, same_filled_check));
     }
+    let (pages, same_filled_pages, zero_pages, _) = counts.unwrap_or_default();
     Ok(Analysis {
-        pages: pages.len() as u64,
-        bytes: image_bytes,
+        pages,
+        bytes: pages * PAGE_SIZE as u64,
         same_filled_pages,
         zero_pages,
         threshold_bytes: options.threshold.bytes(),
@@ -254,156 +475,75 @@ pub fn analyze(
     })
 }
 
-/// Trains a dictionary from every 16th non-same-filled page when `spec` wants one and has none.
+/// Decompresses this chunk's blobs `rounds` times; each page's latency is
+/// its fastest round, the chunk's time its fastest round.
+fn decompress_chunk(
+    pass: &mut CodecPass,
+    chunk: &[Page],
+    rounds: u32,
+    out: &mut Page,
+    spec: &CodecSpec,
+) -> Result<()> {
+    if rounds == 0 || pass.spans.is_empty() {
+        return Ok(());
+    }
+    let mut per_page = vec![u64::MAX; pass.spans.len()];
+    let mut best_round = Duration::MAX;
+    for round in 0..rounds {
+        let round_started = Instant::now();
+        for (n, &(i, start, len)) in pass.spans.iter().enumerate() {
+            let started = Instant::now();
+            pass.decoder.decode(&pass.blobs[start..start + len], out)?;
+            per_page[n] = per_page[n].min(started.elapsed().as_nanos() as u64);
+            if round == 0 && out[..] != chunk[i][..] {
+                return Err(AnalyzeError::Invalid(format!(
+                    "{spec} decoded a page to different bytes: this is a zpage bug, please report it"
+                )));
+            }
+        }
+        best_round = best_round.min(round_started.elapsed());
+    }
+    pass.decompress_time += best_round;
+    for ns in per_page {
+        pass.max_latency_ns = pass.max_latency_ns.max(ns);
+        pass.latencies.push(ns);
+    }
+    Ok(())
+}
+
+/// Trains a dictionary from non-same-filled pages spread over the source
+/// (every 16th, fewer for large sources: at most 4096 samples) when `spec`
+/// wants one and has none.
 fn with_trained_dictionary(
     spec: &CodecSpec,
-    pages: &[Page],
-    same_filled: &[Option<u64>],
+    source: &mut dyn PageSource,
     dictionary_bytes: usize,
 ) -> Result<CodecSpec> {
     if spec.family() != CodecFamily::ZstdDict || spec.dictionary().is_some() {
         return Ok(spec.clone());
     }
-    let samples = pages
-        .iter()
-        .zip(same_filled)
-        .filter(|(_, word)| word.is_none())
-        .map(|(page, _)| page)
-        .step_by(16);
-    let dictionary = Dictionary::train(samples, dictionary_bytes)?;
+    const MAX_SAMPLES: u64 = 4096;
+    let step = (source.total_pages() / MAX_SAMPLES).max(16);
+    source.rewind()?;
+    let mut samples: Vec<Page> = Vec::new();
+    let mut chunk = Vec::with_capacity(CHUNK_PAGES);
+    let mut index = 0u64;
+    loop {
+        chunk.clear();
+        if source.next_chunk(&mut chunk, CHUNK_PAGES)? == 0 {
+            break;
+        }
+        for page in &chunk {
+            if same_filled_word(page).is_none() {
+                if index.is_multiple_of(step) {
+                    samples.push(*page);
+                }
+                index += 1;
+            }
+        }
+    }
+    let dictionary = Dictionary::train(samples.iter(), dictionary_bytes)?;
     Ok(spec.clone().with_dictionary(dictionary)?)
-}
-
-fn compress_all(
-    spec: &CodecSpec,
-    threshold: RejectThreshold,
-    pages: &[Page],
-    same_filled: &[Option<u64>],
-    progress: &mut dyn FnMut(Progress),
-) -> Result<(Blobs, Duration)> {
-    progress(Progress::Phase {
-        name: format!("compress {spec}"),
-        total: pages.len() as u64,
-    });
-    let mut encoder = Encoder::new(spec, threshold)?;
-    let mut buffer = zpage_codec::zeroed_page();
-    let mut blobs = Blobs {
-        bytes: Vec::with_capacity(pages.len() * PAGE_SIZE / 2),
-        spans: Vec::new(),
-        incompressible: Vec::new(),
-    };
-    let mut elapsed = Duration::ZERO;
-    for (chunk_index, chunk) in pages.chunks(PROGRESS_STEP).enumerate() {
-        let first = chunk_index * PROGRESS_STEP;
-        let started = Instant::now();
-        for (offset, page) in chunk.iter().enumerate() {
-            let index = first + offset;
-            if same_filled[index].is_some() {
-                continue;
-            }
-            match encoder.compress(page, &mut buffer)? {
-                Encoded::Compressed(len) => {
-                    blobs.spans.push((index, blobs.bytes.len(), len));
-                    blobs.bytes.extend_from_slice(&buffer[..len]);
-                }
-                Encoded::Incompressible => blobs.incompressible.push(index),
-                Encoded::SameFilled(_) => {
-                    unreachable!("compress() does not check for same-filled pages")
-                }
-            }
-        }
-        elapsed += started.elapsed();
-        progress(Progress::Advance {
-            done: (first + chunk.len()) as u64,
-        });
-    }
-    Ok((blobs, elapsed))
-}
-
-struct Latencies {
-    per_page_ns: Vec<u64>,
-    best_round: Duration,
-}
-
-fn decompress_all(
-    spec: &CodecSpec,
-    blobs: &Blobs,
-    pages: &[Page],
-    rounds: u32,
-    progress: &mut dyn FnMut(Progress),
-) -> Result<Latencies> {
-    let mut decoder = Decoder::new(spec)?;
-    let mut out = zpage_codec::zeroed_page();
-    let mut per_page_ns = vec![u64::MAX; blobs.spans.len()];
-    let mut best_round = Duration::MAX;
-    if rounds == 0 {
-        return Ok(Latencies {
-            per_page_ns: Vec::new(),
-            best_round: Duration::ZERO,
-        });
-    }
-    progress(Progress::Phase {
-        name: format!("decompress {spec}"),
-        total: blobs.spans.len() as u64 * u64::from(rounds),
-    });
-    for round in 0..rounds {
-        let round_started = Instant::now();
-        for (i, &span) in blobs.spans.iter().enumerate() {
-            let started = Instant::now();
-            decoder.decode(blobs.get(span), &mut out)?;
-            let ns = started.elapsed().as_nanos() as u64;
-            per_page_ns[i] = per_page_ns[i].min(ns);
-            if round == 0 && out[..] != pages[span.0][..] {
-                return Err(AnalyzeError::Invalid(format!(
-                    "{spec} decoded page {} to different bytes: this is a zpage bug, please report it",
-                    span.0
-                )));
-            }
-            if i % PROGRESS_STEP == 0 {
-                progress(Progress::Advance {
-                    done: (round as usize * blobs.spans.len() + i) as u64,
-                });
-            }
-        }
-        best_round = best_round.min(round_started.elapsed());
-    }
-    Ok(Latencies {
-        per_page_ns,
-        best_round: if blobs.spans.is_empty() {
-            Duration::ZERO
-        } else {
-            best_round
-        },
-    })
-}
-
-fn pack(
-    kind: PoolKind,
-    spec: &CodecSpec,
-    blobs: &Blobs,
-    pages: &[Page],
-    image_bytes: u64,
-    with_classes: bool,
-) -> Result<PoolResult> {
-    let mut pool = kind.build();
-    for &span in &blobs.spans {
-        pool.store(blobs.get(span))?;
-    }
-    // Incompressible pages are kept raw, as zram keeps its huge pages.
-    for &index in &blobs.incompressible {
-        pool.store(&pages[index])?;
-    }
-    let stats = pool.stats();
-    Ok(PoolResult {
-        name: kind.name().to_string(),
-        codec: spec.to_string(),
-        memory_used_bytes: stats.memory_used_bytes,
-        stored_bytes: stats.stored_bytes,
-        ratio: ratio(image_bytes, stats.memory_used_bytes),
-        fragmentation: stats.fragmentation(),
-        fragmentation_bytes: stats.fragmentation_bytes(),
-        classes: with_classes.then(|| pool.classes()),
-    })
 }
 
 #[cfg(test)]

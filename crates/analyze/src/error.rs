@@ -20,6 +20,12 @@ pub enum AnalyzeError {
         /// Its size.
         bytes: u64,
     },
+    /// A device or pipe given without a size.
+    #[error("{path} is not a regular file: a device or pipe (such as /dev/zero) has no end to read to; give --size to read that many bytes from it")]
+    NotARegularFile {
+        /// The path.
+        path: PathBuf,
+    },
     /// No such process.
     #[error("no process with PID {pid}: check the PID with `ps` (it may have exited)")]
     NoSuchProcess {

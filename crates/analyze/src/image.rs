@@ -82,10 +82,7 @@ impl MemoryImage {
 
     /// A short name for tables: the file name, or `command[pid]`.
     pub fn label(&self) -> String {
-        match &self.source {
-            Source::File { path, .. } => path.display().to_string(),
-            Source::Process { pid, command, .. } => format!("{command}[{pid}]"),
-        }
+        label_of(&self.source)
     }
 
     /// The pages.
@@ -121,6 +118,454 @@ impl MemoryImage {
         Some(first)
     }
 }
+
+/// Pages read a chunk at a time, so analysing any amount of memory takes a
+/// bounded amount of it: a file, a live process, or pages already in memory.
+pub trait PageSource {
+    /// Where the pages come from (as the report shows it).
+    fn source(&self) -> Source;
+
+    /// A short name for tables: the file name, or `command[pid]`.
+    fn label(&self) -> String;
+
+    /// Pages the source holds (for a process, those resident when opened;
+    /// it may yield fewer if the process changes meanwhile).
+    fn total_pages(&self) -> u64;
+
+    /// Appends up to `max` pages to `pages`; returns how many (0 at the end).
+    fn next_chunk(&mut self, pages: &mut Vec<Page>, max: usize) -> Result<usize>;
+
+    /// Starts over from the first page (each codec and zram algorithm reads
+    /// the source once).
+    fn rewind(&mut self) -> Result<()>;
+}
+
+/// Pages already in memory (generated data, tests).
+#[derive(Debug)]
+pub struct PagesSource<'a> {
+    pages: &'a [Page],
+    next: usize,
+    source: Source,
+}
+
+impl<'a> PagesSource<'a> {
+    /// A source over `pages`.
+    pub fn new(pages: &'a [Page], source: Source) -> Self {
+        Self {
+            pages,
+            next: 0,
+            source,
+        }
+    }
+}
+
+impl PageSource for PagesSource<'_> {
+    fn source(&self) -> Source {
+        self.source.clone()
+    }
+    fn label(&self) -> String {
+        label_of(&self.source)
+    }
+    fn total_pages(&self) -> u64 {
+        self.pages.len() as u64
+    }
+    fn next_chunk(&mut self, pages: &mut Vec<Page>, max: usize) -> Result<usize> {
+        let end = (self.next + max).min(self.pages.len());
+        pages.extend_from_slice(&self.pages[self.next..end]);
+        let n = end - self.next;
+        self.next = end;
+        Ok(n)
+    }
+    fn rewind(&mut self) -> Result<()> {
+        self.next = 0;
+        Ok(())
+    }
+}
+
+fn label_of(source: &Source) -> String {
+    match source {
+        Source::File { path, .. } => path.display().to_string(),
+        Source::Process { pid, command, .. } => format!("{command}[{pid}]"),
+    }
+}
+
+/// A raw image read from a file in chunks. Only regular files are read
+/// whole; devices and pipes (`/dev/zero` has no end) need a size.
+#[derive(Debug)]
+pub struct FileSource {
+    path: PathBuf,
+    file: File,
+    pages: u64,
+    skipped_bytes: u64,
+    next: u64,
+}
+
+impl FileSource {
+    /// Opens `path`; `size` caps what is read (required for anything but a regular file).
+    pub fn open(path: &Path, size: Option<u64>) -> Result<Self> {
+        let unreadable = |source| AnalyzeError::ImageUnreadable {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = File::open(path).map_err(unreadable)?;
+        let meta = file.metadata().map_err(unreadable)?;
+        let bytes = match (meta.is_file(), size) {
+            (true, Some(size)) => meta.len().min(size),
+            (true, None) => meta.len(),
+            (false, Some(size)) => size,
+            (false, None) => {
+                return Err(AnalyzeError::NotARegularFile {
+                    path: path.to_path_buf(),
+                })
+            }
+        };
+        let whole = bytes / PAGE_SIZE as u64;
+        if whole == 0 {
+            return Err(AnalyzeError::ImageTooSmall {
+                path: path.to_path_buf(),
+                bytes,
+            });
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            pages: whole,
+            skipped_bytes: if meta.is_file() {
+                meta.len().min(bytes) - whole * PAGE_SIZE as u64
+            } else {
+                0
+            },
+            next: 0,
+        })
+    }
+}
+
+impl PageSource for FileSource {
+    fn source(&self) -> Source {
+        Source::File {
+            path: self.path.clone(),
+            skipped_bytes: self.skipped_bytes,
+        }
+    }
+    fn label(&self) -> String {
+        self.path.display().to_string()
+    }
+    fn total_pages(&self) -> u64 {
+        self.pages
+    }
+    fn next_chunk(&mut self, pages: &mut Vec<Page>, max: usize) -> Result<usize> {
+        let n = (self.pages - self.next).min(max as u64) as usize;
+        let first = pages.len();
+        pages.resize(first + n, [0u8; PAGE_SIZE]);
+        let buffer = pages[first..].as_flattened_mut();
+        let offset = self.next * PAGE_SIZE as u64;
+        // Devices and pipes do not seek: read sequentially from where we are.
+        let read = if self.file.metadata().is_ok_and(|m| m.is_file()) {
+            self.file.read_exact_at(buffer, offset)
+        } else {
+            std::io::Read::read_exact(&mut self.file, buffer)
+        };
+        read.map_err(|source| AnalyzeError::ImageUnreadable {
+            path: self.path.clone(),
+            source,
+        })?;
+        self.next += n as u64;
+        Ok(n)
+    }
+    fn rewind(&mut self) -> Result<()> {
+        if self.next == 0 {
+            return Ok(());
+        }
+        let reopened = Self::open(&self.path, Some(self.pages * PAGE_SIZE as u64))?;
+        self.file = reopened.file;
+        self.next = 0;
+        Ok(())
+    }
+}
+
+/// The resident private anonymous pages of a live process: where they are
+/// is found when it is opened (`PAGEMAP_SCAN`, or `/proc/PID/pagemap` on
+/// older kernels), their bytes are read from `/proc/PID/mem` a chunk at a time.
+#[derive(Debug)]
+pub struct ProcessSource {
+    pid: u32,
+    command: String,
+    mappings: usize,
+    mem: File,
+    /// Address ranges of resident anonymous pages, at most `max_pages` pages in all.
+    ranges: Vec<(u64, u64)>,
+    total: u64,
+    /// Next range, and the address to read next in it.
+    range: usize,
+    address: u64,
+    unreadable_pages: u64,
+}
+
+impl ProcessSource {
+    /// Opens process `pid`; at most `max_pages` pages are read.
+    pub fn open(pid: u32, max_pages: Option<u64>) -> Result<Self> {
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        if !proc_dir.exists() {
+            return Err(AnalyzeError::NoSuchProcess { pid });
+        }
+        let read_text = |name: &str| {
+            let path = proc_dir.join(name);
+            std::fs::read_to_string(&path).map_err(|e| proc_error(pid, path, e))
+        };
+        let open = |name: &str| {
+            let path = proc_dir.join(name);
+            File::open(&path).map_err(|e| proc_error(pid, path, e))
+        };
+        let command = read_text("comm")?.trim().to_string();
+        let mappings = private_writable_mappings(&read_text("maps")?);
+        let pagemap = open("pagemap")?;
+        let mem = open("mem")?;
+        let limit = max_pages.unwrap_or(u64::MAX);
+        let pagemap_error = |e| proc_error(pid, proc_dir.join("pagemap"), e);
+        let mut ranges = Vec::new();
+        let mut total = 0u64;
+        for mapping in &mappings {
+            if total >= limit {
+                break;
+            }
+            let found = match zpage_kernel::resident_anonymous_ranges(
+                &pagemap,
+                mapping.start,
+                mapping.end,
+                limit - total,
+            )
+            .map_err(pagemap_error)?
+            {
+                Some(found) => found,
+                None => {
+                    ranges_from_pagemap(&pagemap, mapping, limit - total).map_err(pagemap_error)?
+                }
+            };
+            for (start, end) in found {
+                let pages = ((end - start) / PAGE_SIZE as u64).min(limit - total);
+                if pages > 0 {
+                    ranges.push((start, start + pages * PAGE_SIZE as u64));
+                    total += pages;
+                }
+            }
+        }
+        Ok(Self {
+            pid,
+            command,
+            mappings: mappings.len(),
+            mem,
+            ranges,
+            total,
+            range: 0,
+            address: 0,
+            unreadable_pages: 0,
+        })
+    }
+}
+
+/// Resident anonymous ranges of `mapping` from pagemap entries (kernels
+/// without `PAGEMAP_SCAN`), at most `max_pages` pages.
+fn ranges_from_pagemap(
+    pagemap: &File,
+    mapping: &Mapping,
+    max_pages: u64,
+) -> std::io::Result<Vec<(u64, u64)>> {
+    let mut entries = vec![0u8; PAGEMAP_BATCH * 8];
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    let mut pages = 0u64;
+    let mut address = mapping.start;
+    while address < mapping.end && pages < max_pages {
+        let batch = (((mapping.end - address) / PAGE_SIZE as u64) as usize).min(PAGEMAP_BATCH);
+        let read = pagemap.read_at(&mut entries[..batch * 8], address / PAGE_SIZE as u64 * 8)? / 8;
+        if read == 0 {
+            break;
+        }
+        for (i, entry) in entries[..read * 8].chunks_exact(8).enumerate() {
+            if !is_resident_anonymous(entry) || pages >= max_pages {
+                continue;
+            }
+            let page = address + (i * PAGE_SIZE) as u64;
+            match ranges.last_mut() {
+                Some((_, end)) if *end == page => *end += PAGE_SIZE as u64,
+                _ => ranges.push((page, page + PAGE_SIZE as u64)),
+            }
+            pages += 1;
+        }
+        address += (read * PAGE_SIZE) as u64;
+    }
+    Ok(ranges)
+}
+
+fn is_resident_anonymous(entry: &[u8]) -> bool {
+    let entry = u64::from_le_bytes(entry.try_into().expect("chunks of 8"));
+    entry & PAGEMAP_PRESENT != 0 && entry & PAGEMAP_FILE_OR_SHARED_ANON == 0
+}
+
+impl PageSource for ProcessSource {
+    fn source(&self) -> Source {
+        Source::Process {
+            pid: self.pid,
+            command: self.command.clone(),
+            mappings: self.mappings,
+            unreadable_pages: self.unreadable_pages,
+        }
+    }
+    fn label(&self) -> String {
+        format!("{}[{}]", self.command, self.pid)
+    }
+    fn total_pages(&self) -> u64 {
+        self.total
+    }
+    fn next_chunk(&mut self, pages: &mut Vec<Page>, max: usize) -> Result<usize> {
+        let mut added = 0usize;
+        while added < max {
+            let Some(&(start, end)) = self.ranges.get(self.range) else {
+                break;
+            };
+            let address = self.address.max(start);
+            if address >= end {
+                self.range += 1;
+                continue;
+            }
+            let count = (((end - address) / PAGE_SIZE as u64) as usize).min(max - added);
+            let first = pages.len();
+            pages.resize(first + count, [0u8; PAGE_SIZE]);
+            match self
+                .mem
+                .read_exact_at(pages[first..].as_flattened_mut(), address)
+            {
+                Ok(()) => added += count,
+                Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                    return Err(proc_error(
+                        self.pid,
+                        PathBuf::from(format!("/proc/{}/mem", self.pid)),
+                        e,
+                    ))
+                }
+                Err(_) => {
+                    // The process unmapped part of it meanwhile: keep the pages still readable.
+                    pages.truncate(first);
+                    let mut page = [0u8; PAGE_SIZE];
+                    for n in 0..count as u64 {
+                        match self
+                            .mem
+                            .read_exact_at(&mut page, address + n * PAGE_SIZE as u64)
+                        {
+                            Ok(()) => {
+                                pages.push(page);
+                                added += 1;
+                            }
+                            Err(_) => self.unreadable_pages += 1,
+                        }
+                    }
+                }
+            }
+            self.address = address + (count * PAGE_SIZE) as u64;
+        }
+        Ok(added)
+    }
+    fn rewind(&mut self) -> Result<()> {
+        self.range = 0;
+        self.address = 0;
+        self.unreadable_pages = 0;
+        Ok(())
+    }
+}
+
+/// Several sources read one after the other, as one memory.
+pub struct ChainSource {
+    sources: Vec<Box<dyn PageSource>>,
+    current: usize,
+}
+
+impl std::fmt::Debug for ChainSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainSource")
+            .field("sources", &self.sources.len())
+            .field("current", &self.current)
+            .finish()
+    }
+}
+
+impl ChainSource {
+    /// The sources, read in order.
+    pub fn new(sources: Vec<Box<dyn PageSource>>) -> Self {
+        Self {
+            sources,
+            current: 0,
+        }
+    }
+
+    /// Where each source's pages came from.
+    pub fn sources(&self) -> Vec<Source> {
+        self.sources.iter().map(|s| s.source()).collect()
+    }
+}
+
+impl PageSource for ChainSource {
+    fn source(&self) -> Source {
+        self.sources
+            .first()
+            .map(|s| s.source())
+            .unwrap_or(Source::File {
+                path: PathBuf::new(),
+                skipped_bytes: 0,
+            })
+    }
+    fn label(&self) -> String {
+        self.sources
+            .iter()
+            .map(|s| s.label())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+    fn total_pages(&self) -> u64 {
+        self.sources.iter().map(|s| s.total_pages()).sum()
+    }
+    fn next_chunk(&mut self, pages: &mut Vec<Page>, max: usize) -> Result<usize> {
+        while let Some(source) = self.sources.get_mut(self.current) {
+            let n = source.next_chunk(pages, max)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            self.current += 1;
+        }
+        Ok(0)
+    }
+    fn rewind(&mut self) -> Result<()> {
+        for source in &mut self.sources {
+            source.rewind()?;
+        }
+        self.current = 0;
+        Ok(())
+    }
+}
+
+/// Copies every page of `source` into a raw image file at `path`, a chunk
+/// at a time; returns the pages written.
+pub fn save_pages(source: &mut dyn PageSource, path: &Path) -> Result<u64> {
+    use std::io::Write as _;
+    let write_error = |source| AnalyzeError::ImageWrite {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut out = std::io::BufWriter::new(File::create(path).map_err(write_error)?);
+    let mut chunk = Vec::with_capacity(CHUNK_PAGES);
+    let mut written = 0u64;
+    loop {
+        chunk.clear();
+        if source.next_chunk(&mut chunk, CHUNK_PAGES)? == 0 {
+            break;
+        }
+        out.write_all(chunk.as_flattened()).map_err(write_error)?;
+        written += chunk.len() as u64;
+    }
+    out.flush().map_err(write_error)?;
+    Ok(written)
+}
+
+/// Pages read per chunk (4 MiB): the unit of streaming.
+pub const CHUNK_PAGES: usize = 1024;
 
 /// One line of `/proc/PID/maps` worth reading.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,67 +621,12 @@ fn proc_error(pid: u32, path: PathBuf, source: std::io::Error) -> AnalyzeError {
 /// Pages still shared with a file (never written private file mappings) are
 /// left out: the kernel drops those instead of swapping them.
 pub fn capture_process(pid: u32, max_pages: Option<u64>) -> Result<MemoryImage> {
-    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    if !proc_dir.exists() {
-        return Err(AnalyzeError::NoSuchProcess { pid });
-    }
-    let read_text = |name: &str| {
-        let path = proc_dir.join(name);
-        std::fs::read_to_string(&path).map_err(|e| proc_error(pid, path, e))
-    };
-    let open = |name: &str| {
-        let path = proc_dir.join(name);
-        File::open(&path).map_err(|e| proc_error(pid, path, e))
-    };
-    let command = read_text("comm")?.trim().to_string();
-    let maps = read_text("maps")?;
-    let pagemap = open("pagemap")?;
-    let mem = open("mem")?;
-    let mappings = private_writable_mappings(&maps);
-    let limit = max_pages.unwrap_or(u64::MAX);
-    let mut data = Vec::new();
-    let mut unreadable_pages = 0;
-    let mut entries = vec![0u8; PAGEMAP_BATCH * 8];
-    let mut page = vec![0u8; PAGE_SIZE];
-    'mappings: for mapping in &mappings {
-        let mut address = mapping.start;
-        while address < mapping.end {
-            let batch = (((mapping.end - address) / PAGE_SIZE as u64) as usize).min(PAGEMAP_BATCH);
-            let offset = address / PAGE_SIZE as u64 * 8;
-            let read = match pagemap.read_at(&mut entries[..batch * 8], offset) {
-                Ok(read) => read / 8,
-                Err(e) => return Err(proc_error(pid, proc_dir.join("pagemap"), e)),
-            };
-            if read == 0 {
-                break;
-            }
-            for (i, entry) in entries[..read * 8].chunks_exact(8).enumerate() {
-                let entry = u64::from_le_bytes(entry.try_into().expect("chunks of 8"));
-                if entry & PAGEMAP_PRESENT == 0 || entry & PAGEMAP_FILE_OR_SHARED_ANON != 0 {
-                    continue;
-                }
-                if data.len() as u64 / PAGE_SIZE as u64 >= limit {
-                    break 'mappings;
-                }
-                match mem.read_exact_at(&mut page, address + (i * PAGE_SIZE) as u64) {
-                    Ok(()) => data.extend_from_slice(&page),
-                    Err(e) if e.kind() == ErrorKind::PermissionDenied => {
-                        return Err(proc_error(pid, proc_dir.join("mem"), e))
-                    }
-                    Err(_) => unreadable_pages += 1,
-                }
-            }
-            address += (read * PAGE_SIZE) as u64;
-        }
-    }
+    let mut source = ProcessSource::open(pid, max_pages)?;
+    let mut pages = Vec::new();
+    while source.next_chunk(&mut pages, CHUNK_PAGES)? > 0 {}
     Ok(MemoryImage {
-        source: Source::Process {
-            pid,
-            command,
-            mappings: mappings.len(),
-            unreadable_pages,
-        },
-        data,
+        source: source.source(),
+        data: pages.as_flattened().to_vec(),
     })
 }
 

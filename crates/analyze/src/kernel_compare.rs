@@ -2,10 +2,11 @@
 //! offers, so zram's own `mm_stat` stands beside zpage's figures.
 
 use crate::analysis::Progress;
+use crate::image::{PageSource, CHUNK_PAGES};
 use crate::{AnalyzeError, Result};
 use serde::Serialize;
 use std::time::Instant;
-use zpage_codec::{Page, PAGE_SIZE};
+use zpage_codec::PAGE_SIZE;
 use zpage_kernel::zram::{MmStat, ZramDevice};
 use zpage_kernel::KernelStateLock;
 
@@ -17,10 +18,10 @@ pub struct KernelResult {
     /// `mm_stat` right after the pages were written, fields by their kernel names.
     #[serde(flatten)]
     pub mm_stat: MmStat,
-    /// `orig_data_size / compr_data_size`.
-    pub ratio: f64,
-    /// `orig_data_size / mem_used_total`: what zram really saves.
-    pub effective_ratio: f64,
+    /// `orig_data_size / compr_data_size` (`None` when nothing is stored compressed).
+    pub ratio: Option<f64>,
+    /// `orig_data_size / mem_used_total`: what zram really saves (`None` when it uses no memory).
+    pub effective_ratio: Option<f64>,
     /// Write speed into the device, compression included.
     pub write_mib_s: f64,
 }
@@ -70,7 +71,7 @@ fn pick_device(requested: Option<u32>) -> Result<DeviceGuard> {
     })
 }
 
-/// Writes `pages` into a free zram device once per algorithm (all the kernel
+/// Writes the pages of `source` into a free zram device once per algorithm (all the kernel
 /// offers when `algorithms` is empty) and reads `mm_stat` after each. The
 /// device is reset afterwards, and removed if it was added for this.
 ///
@@ -78,7 +79,7 @@ fn pick_device(requested: Option<u32>) -> Result<DeviceGuard> {
 /// command or test changes zram meanwhile, and the caller can look at the
 /// machine's state before and after under the same lock).
 pub fn compare_with_zram(
-    pages: &[Page],
+    source: &mut dyn PageSource,
     algorithms: &[String],
     device: Option<u32>,
     _lock: &KernelStateLock,
@@ -89,7 +90,8 @@ pub fn compare_with_zram(
             "--kernel writes the pages into a zram device, which needs root: run as root, or drop --kernel".into(),
         ));
     }
-    if pages.is_empty() {
+    let total = source.total_pages();
+    if total == 0 {
         return Ok((String::new(), Vec::new()));
     }
     let guard = pick_device(device)?;
@@ -100,28 +102,37 @@ pub fn compare_with_zram(
         algorithms.to_vec()
     };
     const MIB: u64 = 1 << 20;
-    let disksize = (pages.len() as u64 * PAGE_SIZE as u64).div_ceil(MIB) * MIB;
+    let disksize = (total * PAGE_SIZE as u64).div_ceil(MIB) * MIB;
+    let mut chunk = Vec::with_capacity(CHUNK_PAGES);
     let mut results = Vec::new();
     for algorithm in algorithms {
         progress(Progress::Phase {
             name: format!("zram {algorithm}"),
-            total: pages.len() as u64,
+            total,
         });
         device.configure(&algorithm, disksize)?;
+        source.rewind()?;
+        let mut writer = device.page_writer()?;
+        let mut written_pages = 0u64;
         let started = Instant::now();
-        let written = device.write_pages(pages)?;
+        loop {
+            chunk.clear();
+            if source.next_chunk(&mut chunk, CHUNK_PAGES)? == 0 {
+                break;
+            }
+            writer.write(&chunk)?;
+            written_pages += chunk.len() as u64;
+            progress(Progress::Advance {
+                done: written_pages,
+            });
+        }
+        let written = writer.finish()?;
         let elapsed = started.elapsed();
-        progress(Progress::Advance {
-            done: pages.len() as u64,
-        });
         let mm_stat = device.mm_stat()?;
         device.reset()?;
         let ratio = |denominator: u64| {
-            if denominator == 0 {
-                0.0
-            } else {
-                mm_stat.orig_data_size as f64 / denominator as f64
-            }
+            (denominator > 0 && mm_stat.orig_data_size > 0)
+                .then(|| mm_stat.orig_data_size as f64 / denominator as f64)
         };
         results.push(KernelResult {
             ratio: ratio(mm_stat.compr_data_size),

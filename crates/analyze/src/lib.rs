@@ -19,10 +19,14 @@ mod kernel_compare;
 mod report;
 mod scan;
 
-pub use analysis::{analyze, Analysis, AnalyzeOptions, CodecResult, PoolResult, Progress};
+pub use analysis::{
+    analyze, analyze_source, Analysis, AnalyzeOptions, CodecResult, PoolResult, Progress,
+    POOL_SAMPLE_BYTES,
+};
 pub use error::{AnalyzeError, Result};
 pub use image::{
-    all_pids, capture_process, private_writable_mappings, Mapping, MemoryImage, Source,
+    all_pids, capture_process, private_writable_mappings, save_pages, ChainSource, FileSource,
+    Mapping, MemoryImage, PageSource, PagesSource, ProcessSource, Source, CHUNK_PAGES,
 };
 pub use kernel_compare::{compare_with_zram, KernelResult};
 pub use report::{Comparison, Report, REPORT_SCHEMA};

@@ -1,8 +1,8 @@
 //! The whole machine: every process the user may read, ranked by the memory
 //! compression would save (a `smem`-like view).
 
-use crate::analysis::{analyze, AnalyzeOptions, Progress};
-use crate::image::{all_pids, capture_process};
+use crate::analysis::{analyze_source, AnalyzeOptions, Progress};
+use crate::image::{all_pids, PageSource, ProcessSource};
 use crate::{AnalyzeError, Result};
 use serde::Serialize;
 use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
@@ -21,8 +21,9 @@ pub struct ProcessSummary {
     pub same_filled_pages: u64,
     /// Memory the pool would use for it.
     pub compressed_memory_bytes: u64,
-    /// `anonymous_bytes / compressed_memory_bytes`.
-    pub ratio: f64,
+    /// `anonymous_bytes / compressed_memory_bytes` (`None` when nothing is
+    /// stored compressed: same-filled pages only).
+    pub ratio: Option<f64>,
     /// `anonymous_bytes - compressed_memory_bytes`.
     pub saved_bytes: u64,
 }
@@ -82,7 +83,7 @@ pub fn scan_machine(
     };
     for (done, pid) in pids.into_iter().enumerate() {
         progress(Progress::Advance { done: done as u64 });
-        let image = match capture_process(pid, max_pages_per_process) {
+        let mut image = match ProcessSource::open(pid, max_pages_per_process) {
             Ok(image) => image,
             // Exited meanwhile: nothing to report.
             Err(AnalyzeError::NoSuchProcess { .. }) => continue,
@@ -92,27 +93,34 @@ pub fn scan_machine(
                 continue;
             }
         };
-        if image.page_count() == 0 {
+        if image.total_pages() == 0 {
             continue; // kernel threads
         }
-        let analysis = analyze(image.pages(), &options, &mut |_| {})?;
+        let analysis = match analyze_source(&mut image, &options, &mut |_| {}) {
+            Ok(analysis) => analysis,
+            // Exited while being read.
+            Err(AnalyzeError::NoSuchProcess { .. }) => continue,
+            Err(error @ AnalyzeError::ProcessUnreadable { .. }) => {
+                scan.skipped_processes += 1;
+                scan.skipped_reason.get_or_insert_with(|| error.to_string());
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         let memory = analysis.pools.first().map_or(0, |p| p.memory_used_bytes);
         let command = match image.source() {
-            crate::Source::Process { command, .. } => command.clone(),
+            crate::Source::Process { command, .. } => command,
             crate::Source::File { .. } => String::new(),
         };
-        let anonymous_bytes = image.page_count() as u64 * PAGE_SIZE as u64;
+        let anonymous_bytes = analysis.pages * PAGE_SIZE as u64;
         let summary = ProcessSummary {
             pid,
             command,
             anonymous_bytes,
             same_filled_pages: analysis.same_filled_pages,
             compressed_memory_bytes: memory,
-            ratio: if memory == 0 {
-                0.0
-            } else {
-                anonymous_bytes as f64 / memory as f64
-            },
+            ratio: (memory > 0 && anonymous_bytes > 0)
+                .then(|| anonymous_bytes as f64 / memory as f64),
             saved_bytes: anonymous_bytes.saturating_sub(memory),
         };
         scan.total_anonymous_bytes += summary.anonymous_bytes;

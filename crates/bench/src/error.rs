@@ -34,6 +34,9 @@ pub enum BenchError {
     /// The run was interrupted (Ctrl-C).
     #[error("interrupted")]
     Interrupted,
+    /// Reading or changing the kernel's swap, zram or zswap state failed.
+    #[error(transparent)]
+    Kernel(#[from] zpage_kernel::KernelError),
     /// Restoring the machine's state failed; the message lists what is left to fix by hand.
     #[error("could not fully restore the machine's swap state: {0}")]
     Restore(String),

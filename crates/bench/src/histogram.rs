@@ -137,6 +137,17 @@ impl LatencyHistogram {
         self.max_ns
     }
 
+    /// Share of the samples at or below `nanos` (0.0..=1.0), within the
+    /// histogram's ~1.6% bucket precision.
+    pub fn share_at_most(&self, nanos: u64) -> f64 {
+        if self.total == 0 {
+            return 0.0;
+        }
+        let last = bucket_of(nanos);
+        let below: u64 = self.counts[..=last].iter().sum();
+        below as f64 / self.total as f64
+    }
+
     /// Clears every sample, keeping the table.
     pub fn reset(&mut self) {
         self.counts.iter_mut().for_each(|c| *c = 0);
@@ -232,6 +243,17 @@ mod tests {
         }
         a.merge(&b);
         assert_eq!(a, both);
+    }
+
+    #[test]
+    fn shares_at_most_add_up() {
+        let mut h = LatencyHistogram::new();
+        for v in [10, 20, 30, 1_000, 2_000] {
+            h.record(v);
+        }
+        assert_eq!(h.share_at_most(5), 0.0);
+        assert_eq!(h.share_at_most(30), 0.6);
+        assert_eq!(h.share_at_most(u64::MAX), 1.0);
     }
 
     #[test]

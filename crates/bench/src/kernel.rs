@@ -15,113 +15,70 @@ use crate::workload::{
 };
 use crate::{BenchError, PAGE_SIZE};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use zpage_kernel::apply::SavedState;
+use zpage_kernel::procfs::{self, SwapArea};
+use zpage_kernel::zram::ZramDevice;
+use zpage_kernel::{swapdev, zswap};
 
 /// The environment variable that turns a process into a kernel tier's child.
 pub const CHILD_REQUEST_ENV: &str = "ZPAGE_BENCH_KERNEL_CHILD";
 /// Marks the child's report line on stdout (test harnesses print there too).
 const REPORT_MARKER: &str = "ZPAGE-BENCH-REPORT ";
 
-const ZRAM: &str = "/sys/block/zram0";
-const ZRAM_DEV: &str = "/dev/zram0";
-const ZSWAP_PARAMS: &str = "/sys/module/zswap/parameters";
-const PAGE_CLUSTER: &str = "/proc/sys/vm/page-cluster";
+/// The zram device the tiers use.
+const ZRAM_INDEX: u32 = 0;
 const MEMCG_ROOT: &str = "/sys/fs/cgroup/memory";
 /// memory.swappiness of the tiers' cgroups: anonymous and file pages cost the same to reclaim.
 pub const CGROUP_SWAPPINESS: u32 = 100;
-
-fn read_trimmed(path: impl AsRef<Path>) -> Result<String, BenchError> {
-    let path = path.as_ref();
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .map_err(|e| BenchError::io(path, "read", e))
-}
 
 fn write_value(path: impl AsRef<Path>, value: &str) -> Result<(), BenchError> {
     let path = path.as_ref();
     std::fs::write(path, value).map_err(|e| BenchError::io(path, &format!("write {value:?} to"), e))
 }
 
-/// One line of `/proc/swaps`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct SwapEntry {
-    /// Device or file.
-    pub path: PathBuf,
-    /// "partition" or "file".
-    pub kind: String,
-    /// Priority.
-    pub priority: i32,
-}
-
-fn active_swaps() -> Result<Vec<SwapEntry>, BenchError> {
-    let text = read_trimmed("/proc/swaps")?;
-    Ok(text
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            (fields.len() >= 5).then(|| SwapEntry {
-                path: PathBuf::from(fields[0].replace("\\040", " ")),
-                kind: fields[1].to_string(),
-                priority: fields[4].parse().unwrap_or(-1),
-            })
-        })
-        .collect())
-}
-
-/// Everything about swap that the kernel tiers change, as found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// Everything about swap that the kernel tiers change, as found: the kernel
+/// crate's saved state (swap areas, zram devices, zswap parameters, swap
+/// sysctls), and cgroups an earlier run may have left.
+#[derive(Clone, Debug, Serialize)]
 pub struct MachineState {
-    /// Active swap areas.
-    pub swaps: Vec<SwapEntry>,
-    /// zram0's disksize (0: not initialised).
-    pub zram_disksize: u64,
-    /// zram0's selected algorithm.
-    pub zram_algorithm: String,
-    /// Every zswap parameter.
-    pub zswap: BTreeMap<String, String>,
-    /// `vm.page-cluster`.
-    pub page_cluster: String,
+    /// Swap areas, zram devices, zswap parameters and sysctls.
+    pub kernel: SavedState,
     /// Our cgroups left over (should always be empty).
     pub leftover_cgroups: Vec<String>,
 }
 
-fn selected_algorithm(text: &str) -> String {
-    text.split_whitespace()
-        .find(|w| w.starts_with('['))
-        .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string())
-        .unwrap_or_default()
+impl PartialEq for MachineState {
+    /// Equal configurations: how much of a swap area is in use moves with
+    /// memory pressure, so it is not compared.
+    fn eq(&self, other: &Self) -> bool {
+        let configuration = |s: &SavedState| {
+            let swaps: Vec<SwapArea> = s
+                .swaps
+                .iter()
+                .map(|a| SwapArea {
+                    used_bytes: 0,
+                    ..a.clone()
+                })
+                .collect();
+            (swaps, s.zram.clone(), s.zswap.clone(), s.sysctls.clone())
+        };
+        configuration(&self.kernel) == configuration(&other.kernel)
+            && self.leftover_cgroups == other.leftover_cgroups
+    }
 }
 
 /// The algorithms zram0 offers.
 pub fn zram_algorithms() -> Result<Vec<String>, BenchError> {
-    Ok(read_trimmed(format!("{ZRAM}/comp_algorithm"))?
-        .split_whitespace()
-        .map(|w| w.trim_matches(|c| c == '[' || c == ']').to_string())
-        .collect())
+    Ok(ZramDevice::open(ZRAM_INDEX)?.algorithms()?)
 }
 
 impl MachineState {
     /// Reads the current state.
     pub fn capture() -> Result<Self, BenchError> {
-        let mut zswap = BTreeMap::new();
-        let dir =
-            std::fs::read_dir(ZSWAP_PARAMS).map_err(|e| BenchError::io(ZSWAP_PARAMS, "list", e))?;
-        for entry in dir.flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            if let Ok(value) = read_trimmed(entry.path()) {
-                zswap.insert(name, value);
-            }
-        }
         let leftover_cgroups = std::fs::read_dir(MEMCG_ROOT)
             .map(|dir| {
                 dir.flatten()
@@ -131,15 +88,21 @@ impl MachineState {
             })
             .unwrap_or_default();
         Ok(MachineState {
-            swaps: active_swaps()?,
-            zram_disksize: read_trimmed(format!("{ZRAM}/disksize"))?
-                .parse()
-                .unwrap_or(0),
-            zram_algorithm: selected_algorithm(&read_trimmed(format!("{ZRAM}/comp_algorithm"))?),
-            zswap,
-            page_cluster: read_trimmed(PAGE_CLUSTER)?,
+            kernel: SavedState::capture()?,
             leftover_cgroups,
         })
+    }
+
+    /// `vm.page-cluster` as found.
+    pub fn page_cluster(&self) -> &str {
+        self.kernel
+            .sysctls
+            .get("vm.page-cluster")
+            .map_or("?", String::as_str)
+    }
+
+    fn zram0(&self) -> Option<&zpage_kernel::apply::ZramSnapshot> {
+        self.kernel.zram.iter().find(|z| z.index == ZRAM_INDEX)
     }
 }
 
@@ -180,9 +143,11 @@ impl KernelTier {
             .into_iter()
             .map(KernelTier::Zram)
             .collect();
-        tiers.push(KernelTier::Zswap(read_trimmed(format!(
-            "{ZSWAP_PARAMS}/compressor"
-        ))?));
+        let compressor = zswap::parameters()?
+            .get("compressor")
+            .cloned()
+            .ok_or_else(|| BenchError::Invalid("zswap has no compressor parameter".into()))?;
+        tiers.push(KernelTier::Zswap(compressor));
         Ok(tiers)
     }
 }
@@ -194,22 +159,25 @@ pub struct MachineGuard {
     saved: MachineState,
     swapfile_dir: PathBuf,
     swapfile: Option<PathBuf>,
-    turned_off: Vec<SwapEntry>,
+    turned_off: Vec<SwapArea>,
     restored: bool,
     _lock: zpage_kernel::KernelStateLock,
+}
+
+fn zram0() -> Result<ZramDevice, BenchError> {
+    Ok(ZramDevice::open(ZRAM_INDEX)?)
 }
 
 impl MachineGuard {
     /// Takes the machine lock, checks we may use zram0, records the state, and
     /// turns off any active swap for the duration (so only the tier's swap is used).
     pub fn take(swapfile_dir: &Path) -> Result<Self, BenchError> {
-        // SAFETY: geteuid has no arguments and cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
+        if !zpage_kernel::is_root() {
             return Err(BenchError::MachineBusy(
                 "--vs-kernel needs root (swapon, zram, cgroups)".into(),
             ));
         }
-        for needed in [ZRAM, ZSWAP_PARAMS, MEMCG_ROOT] {
+        for needed in ["/sys/block/zram0", zswap::PARAMS_DIR, MEMCG_ROOT] {
             if !Path::new(needed).exists() {
                 return Err(BenchError::MachineBusy(format!(
                     "{needed} does not exist on this machine"
@@ -219,10 +187,9 @@ impl MachineGuard {
         let lock = zpage_kernel::KernelStateLock::try_acquire()
             .map_err(|e| BenchError::MachineBusy(e.to_string()))?;
         let saved = MachineState::capture()?;
-        if saved.zram_disksize != 0 || saved.swaps.iter().any(|s| s.path == Path::new(ZRAM_DEV)) {
+        if let Some(reason) = zram0()?.in_use_reason()? {
             return Err(BenchError::MachineBusy(format!(
-                "zram0 is in use (disksize {}); free it first (swapoff /dev/zram0; echo 1 > {ZRAM}/reset)",
-                saved.zram_disksize
+                "zram0 is in use ({reason}); free it first (swapoff /dev/zram0; echo 1 > /sys/block/zram0/reset)"
             )));
         }
         if !saved.leftover_cgroups.is_empty() {
@@ -239,8 +206,8 @@ impl MachineGuard {
             restored: false,
             _lock: lock,
         };
-        for swap in &saved.swaps {
-            swapoff(&swap.path)?;
+        for swap in &saved.kernel.swaps {
+            swapdev::swap_off(Path::new(&swap.path))?;
             guard.turned_off.push(swap.clone());
         }
         Ok(guard)
@@ -254,27 +221,26 @@ impl MachineGuard {
     /// Sets up `tier`'s swap for data of `size_bytes`.
     fn set_up(&mut self, tier: &KernelTier, size_bytes: u64) -> Result<(), BenchError> {
         self.tear_down()?;
-        // Seed 001: no swap readahead on compressed swap; one page per fault for every tier.
-        write_value(PAGE_CLUSTER, "0")?;
+        // No swap readahead on compressed swap: one page per fault for every tier.
+        procfs::sysctl_write("vm.page-cluster", "0")?;
         // Room for every page plus headroom; the swap area must never fill up.
         let swap_bytes = (size_bytes + (64 << 20)).div_ceil(PAGE_SIZE as u64) * PAGE_SIZE as u64;
         match tier {
             KernelTier::Zram(alg) => {
-                write_value(format!("{ZRAM}/comp_algorithm"), alg)?;
-                write_value(format!("{ZRAM}/disksize"), &swap_bytes.to_string())?;
-                mkswap(Path::new(ZRAM_DEV))?;
-                swapon(Path::new(ZRAM_DEV), 32767)?;
+                let device = zram0()?;
+                device.configure(alg, swap_bytes)?;
+                swapdev::make_swap(&device.dev_path(), swap_bytes)?;
+                swapdev::swap_on(&device.dev_path(), Some(i16::MAX), false)?;
             }
             KernelTier::Zswap(compressor) => {
                 let path = self
                     .swapfile_dir
                     .join(format!("zpage-bench-swapfile-{}", std::process::id()));
                 self.swapfile = Some(path.clone());
-                create_swapfile(&path, swap_bytes)?;
-                mkswap(&path)?;
-                write_value(format!("{ZSWAP_PARAMS}/compressor"), compressor)?;
-                write_value(format!("{ZSWAP_PARAMS}/enabled"), "Y")?;
-                swapon(&path, 0)?;
+                swapdev::create_swap_file(&path, swap_bytes)?;
+                zswap::set_parameter("compressor", compressor)?;
+                zswap::set_parameter("enabled", "Y")?;
+                swapdev::swap_on(&path, Some(0), false)?;
             }
         }
         Ok(())
@@ -283,23 +249,22 @@ impl MachineGuard {
     /// Undoes [`Self::set_up`] (between tiers).
     fn tear_down(&mut self) -> Result<(), BenchError> {
         let mut problems = Vec::new();
-        let active = active_swaps().unwrap_or_default();
-        if active.iter().any(|s| s.path == Path::new(ZRAM_DEV)) {
-            if let Err(e) = swapoff(Path::new(ZRAM_DEV)) {
+        let active = procfs::swaps().unwrap_or_default();
+        let is_active = |path: &Path| active.iter().any(|s| Path::new(&s.path) == path);
+        let device = zram0()?;
+        if is_active(&device.dev_path()) {
+            if let Err(e) = swapdev::swap_off(&device.dev_path()) {
                 problems.push(e.to_string());
             }
         }
-        if read_trimmed(format!("{ZRAM}/disksize"))
-            .map(|s| s != "0")
-            .unwrap_or(false)
-        {
-            if let Err(e) = write_value(format!("{ZRAM}/reset"), "1") {
+        if device.disksize().map(|d| d > 0).unwrap_or(false) {
+            if let Err(e) = device.reset() {
                 problems.push(e.to_string());
             }
         }
         if let Some(path) = self.swapfile.take() {
-            if active.iter().any(|s| s.path == path) {
-                if let Err(e) = swapoff(&path) {
+            if is_active(&path) {
+                if let Err(e) = swapdev::swap_off(&path) {
                     problems.push(e.to_string());
                 }
             }
@@ -309,8 +274,8 @@ impl MachineGuard {
                 }
             }
         }
-        if let Some(enabled) = self.saved.zswap.get("enabled") {
-            if let Err(e) = write_value(format!("{ZSWAP_PARAMS}/enabled"), enabled) {
+        if let Some(enabled) = self.saved.kernel.zswap.get("enabled") {
+            if let Err(e) = zswap::set_parameter("enabled", enabled) {
                 problems.push(e.to_string());
             }
         }
@@ -331,42 +296,33 @@ impl MachineGuard {
         if let Err(e) = self.tear_down() {
             problems.push(e.to_string());
         }
-        let alg = &self.saved.zram_algorithm;
-        if !alg.is_empty() {
-            if let Err(e) = write_value(format!("{ZRAM}/comp_algorithm"), alg) {
+        if let Some(snapshot) = self.saved.zram0() {
+            if let Err(e) =
+                zram0().and_then(|d| Ok(d.write_attribute("comp_algorithm", &snapshot.algorithm)?))
+            {
                 problems.push(e.to_string());
             }
         }
         // `enabled` last, so zswap never runs with a half-restored configuration.
-        for (name, value) in self
-            .saved
-            .zswap
-            .iter()
-            .filter(|(n, _)| n.as_str() != "enabled")
-        {
-            let path = format!("{ZSWAP_PARAMS}/{name}");
-            if read_trimmed(&path).ok().as_deref() != Some(value.as_str()) {
-                if let Err(e) = write_value(&path, value) {
+        let now = zswap::parameters().unwrap_or_default();
+        let mut names: Vec<&String> = self.saved.kernel.zswap.keys().collect();
+        names.sort_by_key(|n| n.as_str() == "enabled");
+        for name in names {
+            let value = &self.saved.kernel.zswap[name];
+            if now.get(name) != Some(value) {
+                if let Err(e) = zswap::set_parameter(name, value) {
                     problems.push(e.to_string());
                 }
             }
         }
-        if let Some(enabled) = self.saved.zswap.get("enabled") {
-            if let Err(e) = write_value(format!("{ZSWAP_PARAMS}/enabled"), enabled) {
-                problems.push(e.to_string());
-            }
-        }
-        if let Err(e) = write_value(PAGE_CLUSTER, &self.saved.page_cluster) {
+        if let Err(e) = procfs::sysctl_write("vm.page-cluster", self.saved.page_cluster()) {
             problems.push(e.to_string());
         }
         for swap in std::mem::take(&mut self.turned_off) {
-            let priority = if swap.priority >= 0 {
-                swap.priority
-            } else {
-                -1
-            };
-            if let Err(e) = swapon(&swap.path, priority) {
-                problems.push(format!("swapon {} again: {e}", swap.path.display()));
+            let priority =
+                (swap.priority >= 0).then(|| i16::try_from(swap.priority).unwrap_or(i16::MAX));
+            if let Err(e) = swapdev::swap_on(Path::new(&swap.path), priority, false) {
+                problems.push(format!("swapon {} again: {e}", swap.path));
             }
         }
         match MachineState::capture() {
@@ -391,79 +347,6 @@ impl Drop for MachineGuard {
             eprintln!("zpage bench: {e}");
         }
     }
-}
-
-fn c_path(path: &Path) -> Result<CString, BenchError> {
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| BenchError::Invalid(format!("{} contains a NUL byte", path.display())))
-}
-
-/// `<sys/swap.h>`: use the priority in the low bits (libc does not export these).
-const SWAP_FLAG_PREFER: i32 = 0x8000;
-const SWAP_FLAG_PRIO_MASK: i32 = 0x7fff;
-
-fn swapon(path: &Path, priority: i32) -> Result<(), BenchError> {
-    let c = c_path(path)?;
-    let flags = if priority >= 0 {
-        SWAP_FLAG_PREFER | (priority & SWAP_FLAG_PRIO_MASK)
-    } else {
-        0
-    };
-    // SAFETY: `c` is a NUL-terminated path that outlives the call.
-    if unsafe { libc::swapon(c.as_ptr(), flags) } != 0 {
-        return Err(BenchError::io(
-            path,
-            "swapon",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
-}
-
-fn swapoff(path: &Path) -> Result<(), BenchError> {
-    let c = c_path(path)?;
-    // SAFETY: `c` is a NUL-terminated path that outlives the call.
-    if unsafe { libc::swapoff(c.as_ptr()) } != 0 {
-        return Err(BenchError::io(
-            path,
-            "swapoff",
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
-}
-
-fn mkswap(path: &Path) -> Result<(), BenchError> {
-    let output = Command::new("mkswap")
-        .arg("-q")
-        .arg(path)
-        .output()
-        .map_err(|e| BenchError::io("mkswap", "run (util-linux)", e))?;
-    if !output.status.success() {
-        return Err(BenchError::Invalid(format!(
-            "mkswap {} failed: {}",
-            path.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
-    Ok(())
-}
-
-fn create_swapfile(path: &Path, bytes: u64) -> Result<(), BenchError> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| BenchError::io(path, "create the swapfile", e))?;
-    // SAFETY: fallocate on a descriptor we own; the kernel checks the range.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
-    if rc != 0 {
-        let err = std::io::Error::last_os_error();
-        let _ = std::fs::remove_file(path);
-        return Err(BenchError::io(path, "fallocate the swapfile", err));
-    }
-    Ok(())
 }
 
 /// A v1 memory cgroup for one tier's child, removed on drop.
@@ -534,18 +417,14 @@ enum CompressedSource {
 impl CompressedSource {
     fn read(self) -> u64 {
         match self {
-            CompressedSource::Zram => read_trimmed(format!("{ZRAM}/mm_stat"))
+            CompressedSource::Zram => zram0()
                 .ok()
-                .and_then(|s| s.split_whitespace().nth(2).and_then(|v| v.parse().ok()))
+                .and_then(|d| d.mm_stat().ok())
+                .map_or(0, |m| m.mem_used_total),
+            CompressedSource::Zswap => procfs::meminfo()
+                .ok()
+                .and_then(|m| m.get("Zswap").copied())
                 .unwrap_or(0),
-            CompressedSource::Zswap => std::fs::read_to_string("/proc/meminfo")
-                .ok()
-                .and_then(|text| {
-                    text.lines()
-                        .find(|l| l.starts_with("Zswap:"))
-                        .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                })
-                .map_or(0, |kib| kib * 1024),
         }
     }
 }
@@ -739,11 +618,5 @@ mod tests {
         );
         assert_eq!(KernelTier::parse("zswap-lzo").unwrap().name(), "zswap-lzo");
         assert!(KernelTier::parse("disk").is_err());
-    }
-
-    #[test]
-    fn finds_the_selected_algorithm() {
-        assert_eq!(selected_algorithm("lzo [lzo-rle] lz4"), "lzo-rle");
-        assert_eq!(selected_algorithm("lzo lz4"), "");
     }
 }

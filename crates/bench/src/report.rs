@@ -3,7 +3,6 @@
 
 use crate::workload::{FillOutcome, PhaseOutcome, WorkloadSpec};
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 
 /// One measured phase of one workload on one tier (the `--json` object).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -59,6 +58,73 @@ pub struct BenchResult {
     pub fill_s: f64,
     /// Highest resident memory during the fill.
     pub fill_resident_max_bytes: u64,
+    /// Bytes one touch reads or writes (8 for a word, 4096 for a page scan).
+    #[serde(default)]
+    pub bytes_per_touch: u64,
+    /// Share of touches in each latency band, fio's bands: (upper bound in µs, share 0-1).
+    #[serde(default)]
+    pub latency_bands: Vec<(f64, f64)>,
+    /// The latency distribution: (µs, share of touches at or below it), log-spaced from min to max.
+    #[serde(default)]
+    pub latency_cdf: Vec<(f64, f64)>,
+}
+
+/// fio's latency bands (upper bounds, µs): 2, 4, 10, 20, 50, 100, 250, 500, 750 µs, 1, 2, 4, 10 ... ms.
+pub const LATENCY_BANDS_US: [f64; 22] = [
+    2.0,
+    4.0,
+    10.0,
+    20.0,
+    50.0,
+    100.0,
+    250.0,
+    500.0,
+    750.0,
+    1e3,
+    2e3,
+    4e3,
+    1e4,
+    2e4,
+    5e4,
+    1e5,
+    2.5e5,
+    5e5,
+    7.5e5,
+    1e6,
+    2e6,
+    f64::INFINITY,
+];
+
+fn bands(h: &crate::histogram::LatencyHistogram) -> Vec<(f64, f64)> {
+    let mut previous = 0.0;
+    let mut out = Vec::new();
+    for bound in LATENCY_BANDS_US {
+        let at_most = if bound.is_finite() {
+            h.share_at_most((bound * 1000.0) as u64)
+        } else {
+            1.0
+        };
+        out.push((bound, (at_most - previous).max(0.0)));
+        previous = at_most;
+        if at_most >= 1.0 {
+            break;
+        }
+    }
+    out
+}
+
+fn cdf(h: &crate::histogram::LatencyHistogram) -> Vec<(f64, f64)> {
+    if h.count() == 0 {
+        return Vec::new();
+    }
+    let (low, high) = (h.min_ns().max(1) as f64, h.max_ns().max(1) as f64);
+    const POINTS: usize = 48;
+    (0..=POINTS)
+        .map(|i| {
+            let ns = low * (high / low).powf(i as f64 / POINTS as f64);
+            (ns / 1000.0, h.share_at_most(ns as u64))
+        })
+        .collect()
 }
 
 fn us(nanos: u64) -> f64 {
@@ -115,6 +181,9 @@ impl BenchResult {
             budget_bytes,
             fill_s: fill.elapsed.as_secs_f64(),
             fill_resident_max_bytes: fill.resident_max_bytes,
+            bytes_per_touch: outcome.phase.bytes_per_touch(),
+            latency_bands: bands(h),
+            latency_cdf: cdf(h),
         }
     }
 }
@@ -141,39 +210,19 @@ fn micros(value: f64) -> String {
     }
 }
 
-/// Renders rows as an aligned text table.
-fn render(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
-        for (i, (cell, width)) in cells.zip(&widths).enumerate() {
-            if i < 3 {
-                let _ = write!(out, "{cell:<width$}  ");
-            } else {
-                let _ = write!(out, "{cell:>width$}  ");
-            }
-        }
-        let trimmed = out.trim_end().len();
-        out.truncate(trimmed);
-        out.push('\n');
-    };
-    line(&mut out, &mut header.iter().copied());
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    line(&mut out, &mut rule.iter().map(String::as_str));
-    for row in rows {
-        line(&mut out, &mut row.iter().map(String::as_str));
-    }
-    out
+/// A table's header and rows, as text cells; the CLI lays them out.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rows {
+    /// Column names.
+    pub header: Vec<&'static str>,
+    /// One entry per row, as many cells as columns.
+    pub rows: Vec<Vec<String>>,
 }
 
-/// The fio-style table of every result: throughput, latency percentiles, memory, faults.
-pub fn results_table(results: &[BenchResult]) -> String {
-    let header = [
+/// Every result: throughput, latency percentiles, memory, faults per touch.
+/// MiB/s only where a touch moves a whole page (a word touch's MiB/s says nothing).
+pub fn results_rows(results: &[BenchResult]) -> Rows {
+    let header = vec![
         "tier",
         "workload",
         "pattern",
@@ -187,9 +236,9 @@ pub fn results_table(results: &[BenchResult]) -> String {
         "max µs",
         "resident max MiB",
         "compressed MiB",
-        "faults %",
+        "faults/touch",
     ];
-    let rows: Vec<Vec<String>> = results
+    let rows = results
         .iter()
         .map(|r| {
             vec![
@@ -198,7 +247,11 @@ pub fn results_table(results: &[BenchResult]) -> String {
                 r.pattern.clone(),
                 r.touches.to_string(),
                 rate(r.touches_per_s),
-                format!("{:.1}", r.mib_per_s),
+                if r.bytes_per_touch >= crate::PAGE_SIZE as u64 {
+                    format!("{:.1}", r.mib_per_s)
+                } else {
+                    "-".into()
+                },
                 micros(r.p50_us),
                 micros(r.p90_us),
                 micros(r.p99_us),
@@ -206,16 +259,16 @@ pub fn results_table(results: &[BenchResult]) -> String {
                 micros(r.max_us),
                 mib(r.resident_max_bytes),
                 mib(r.compressed_bytes),
-                format!("{:.1}", r.fault_share * 100.0),
+                format!("{:.3}", r.fault_share),
             ]
         })
         .collect();
-    render(&header, &rows)
+    Rows { header, rows }
 }
 
 /// zpage's figures divided by each kernel tier's, for every phase both ran:
 /// throughput ratio (above 1: zpage faster) and p99 ratio (below 1: zpage's tail shorter).
-pub fn ratios_table(results: &[BenchResult], zpage_tier: &str) -> String {
+pub fn ratios_rows(results: &[BenchResult], zpage_tier: &str) -> Rows {
     let mut rows = Vec::new();
     for ours in results.iter().filter(|r| r.tier == zpage_tier) {
         for theirs in results.iter().filter(|r| {
@@ -239,11 +292,8 @@ pub fn ratios_table(results: &[BenchResult], zpage_tier: &str) -> String {
             ]);
         }
     }
-    if rows.is_empty() {
-        return String::new();
-    }
-    render(
-        &[
+    Rows {
+        header: vec![
             "workload",
             "pattern",
             "vs tier",
@@ -253,22 +303,22 @@ pub fn ratios_table(results: &[BenchResult], zpage_tier: &str) -> String {
             "p99.9 ratio",
             "resident ratio",
         ],
-        &rows,
-    )
+        rows,
+    }
 }
 
 /// Hot/cold fault shares: zpage's aging policy against FIFO (and the kernel's
 /// LRU), during the warm-up, over the measured touches and over their second
 /// half; the last column divides each tier's measured share by FIFO's on the
 /// same phase.
-pub fn fault_share_table(results: &[BenchResult]) -> String {
+pub fn fault_share_rows(results: &[BenchResult]) -> Rows {
     let fifo_share = |r: &BenchResult| {
         results
             .iter()
             .find(|f| f.tier == "zpage-fifo" && f.workload == r.workload && f.pattern == r.pattern)
             .map(|f| f.fault_share)
     };
-    let rows: Vec<Vec<String>> = results
+    let rows = results
         .iter()
         .filter(|r| r.pattern.starts_with("hotcold"))
         .map(|r| {
@@ -287,11 +337,8 @@ pub fn fault_share_table(results: &[BenchResult]) -> String {
             ]
         })
         .collect();
-    if rows.is_empty() {
-        return String::new();
-    }
-    render(
-        &[
+    Rows {
+        header: vec![
             "tier",
             "workload",
             "pattern",
@@ -302,8 +349,8 @@ pub fn fault_share_table(results: &[BenchResult]) -> String {
             "second half",
             "share / FIFO's",
         ],
-        &rows,
-    )
+        rows,
+    }
 }
 
 /// The budget check: the highest resident memory of each tier relative to the budget.
@@ -346,6 +393,9 @@ mod tests {
             budget_bytes: 100 << 20,
             fill_s: 1.0,
             fill_resident_max_bytes: 104 << 20,
+            bytes_per_touch: 8,
+            latency_bands: vec![(2.0, 0.5), (4.0, 0.5)],
+            latency_cdf: vec![(1.0, 0.5), (4.0, 1.0)],
         }
     }
 
@@ -377,7 +427,7 @@ mod tests {
             result("zram-lz4", "random-read", 100_000.0, 200.0),
             result("zram-lzo", "random-read", 50_000.0, 400.0),
         ];
-        let table = ratios_table(&results, "zpage");
+        let table = format!("{:?}", ratios_rows(&results, "zpage").rows);
         assert!(table.contains("zram-lz4") && table.contains("2.00x") && table.contains("0.10x"));
         assert!(table.contains("4.00x") && table.contains("0.05x"));
     }
@@ -388,19 +438,22 @@ mod tests {
         zpage.fault_share = 0.2;
         let mut fifo = result("zpage-fifo", "hotcold-read", 1.0, 1.0);
         fifo.fault_share = 0.4;
-        let table = fault_share_table(&[zpage, fifo]);
+        let table = format!("{:?}", fault_share_rows(&[zpage, fifo]).rows);
         assert!(table.contains("20.00%") && table.contains("0.50x") && table.contains("1.00x"));
     }
 
     #[test]
-    fn table_is_aligned() {
-        let table = results_table(&[result("zpage", "random-read", 123_456.0, 12.5)]);
-        let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 3);
-        assert!(lines[2].contains("123.5k"));
+    fn word_touches_have_no_mib_per_s_and_faults_are_per_touch() {
+        let mut scan = result("zpage", "sequential-scan", 1.0, 1.0);
+        scan.bytes_per_touch = 4096;
+        scan.fault_share = 1.762;
+        let rows = results_rows(&[result("zpage", "random-read", 123_456.0, 12.5), scan]).rows;
+        assert_eq!(rows[0][4], "123.5k");
+        assert_eq!(rows[0][5], "-", "a word touch has no meaningful MiB/s");
+        assert_eq!(rows[1][5], "1.0");
         assert_eq!(
-            lines[0].find("touches/s").map(|i| i + 9),
-            lines[2].find("123.5k").map(|i| i + 6)
+            rows[1][13], "1.762",
+            "faults per touch, not a percentage over 100"
         );
     }
 

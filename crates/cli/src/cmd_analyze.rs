@@ -1,13 +1,13 @@
 //! `zpage analyze`: how well does this memory compress, with which codec and
 //! pool, beside the kernel's zram.
 
-use crate::table::Table;
+use crate::table::{bar, ratio_text, Table, MISSING};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use zpage_analyze::{
-    analyze, capture_process, compare_with_zram, scan_machine, AnalyzeOptions, MachineScan,
-    MemoryImage, Progress, Report,
+    analyze_source, compare_with_zram, save_pages, scan_machine, AnalyzeOptions, ChainSource,
+    FileSource, MachineScan, PageSource, ProcessSource, Progress, Report,
 };
 use zpage_codec::{CodecSpec, RejectThreshold};
 use zpage_kernel::status::human_bytes;
@@ -46,6 +46,9 @@ pub struct Args {
     /// Read at most this many pages per process.
     #[arg(long)]
     pub max_pages: Option<u64>,
+    /// Read at most SIZE bytes of each image (e.g. 4G); needed for a device or pipe, which has no end.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
     /// Save the captured pages of --pid to this file (raw image, for later analysis or `zpage bench --image`).
     #[arg(long)]
     pub save_image: Option<PathBuf>,
@@ -58,9 +61,24 @@ pub struct Args {
     /// Print JSON (a stable interface, see docs/analyze-json.md).
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
-    /// Print CSV tables.
-    #[arg(long)]
-    pub csv: bool,
+    /// Print one table as CSV, raw numbers: codecs, pools or kernel (the machine view has one table).
+    #[arg(long, value_name = "TABLE", num_args = 0..=1, default_missing_value = "codecs")]
+    pub csv: Option<CsvTable>,
+}
+
+/// The tables `--csv` can print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CsvTable {
+    /// One row per codec.
+    Codecs,
+    /// One row per codec and pool.
+    Pools,
+    /// One row per zram algorithm (with --kernel).
+    Kernel,
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    zpage_bench::parse_size(text).map_err(|e| e.to_string())
 }
 
 fn parse_codec(text: &str) -> Result<CodecSpec, String> {
@@ -117,42 +135,39 @@ pub fn run(args: Args) -> Result<()> {
             "--save-image saves the pages of exactly one --pid: give one --pid and no image files"
         );
     }
-    let mut images = Vec::new();
+    let mut sources: Vec<Box<dyn PageSource>> = Vec::new();
     for path in &args.images {
-        let image = MemoryImage::from_file(path)?;
-        if let zpage_analyze::Source::File { skipped_bytes, .. } = image.source() {
-            if *skipped_bytes > 0 {
+        let source = FileSource::open(path, args.size)?;
+        if let zpage_analyze::Source::File { skipped_bytes, .. } = source.source() {
+            if skipped_bytes > 0 {
                 eprintln!(
                     "zpage: warning: {} is not a whole number of 4096-byte pages: analysing {} pages, skipping the last {skipped_bytes} bytes",
                     path.display(),
-                    image.page_count()
+                    source.total_pages()
                 );
             }
         }
-        images.push(image);
+        sources.push(Box::new(source));
     }
     for &pid in &args.pids {
-        let image = capture_process(pid, args.max_pages)?;
-        if image.page_count() == 0 {
+        let mut source = ProcessSource::open(pid, args.max_pages)?;
+        if source.total_pages() == 0 {
             bail!("PID {pid} has no resident private anonymous pages to analyse (a kernel thread, or a process that holds no data)");
         }
         if let Some(path) = &args.save_image {
-            image.save(path)?;
+            // Analyse exactly the pages saved.
+            let pages = save_pages(&mut source, path)?;
             eprintln!(
-                "zpage: saved {} pages of PID {pid} to {}",
-                image.page_count(),
+                "zpage: saved {pages} pages of PID {pid} to {}",
                 path.display()
             );
+            sources.push(Box::new(FileSource::open(path, None)?));
+            continue;
         }
-        images.push(image);
+        sources.push(Box::new(source));
     }
-    let sources = images.iter().map(|image| image.source().clone()).collect();
-    let label = images
-        .iter()
-        .map(MemoryImage::label)
-        .collect::<Vec<_>>()
-        .join(", ");
-    let image = MemoryImage::concat(images).context("no pages to analyse")?;
+    let mut memory = ChainSource::new(sources);
+    let label = memory.label();
 
     let options = AnalyzeOptions {
         codecs: if args.codecs.is_empty() {
@@ -171,13 +186,13 @@ pub fn run(args: Args) -> Result<()> {
         ..AnalyzeOptions::default()
     };
     let mut progress = progress_bar();
-    let analysis = analyze(image.pages(), &options, &mut progress)?;
-    let mut report = Report::new(sources, analysis);
+    let analysis = analyze_source(&mut memory, &options, &mut progress)?;
+    let mut report = Report::new(memory.sources(), analysis);
     if args.kernel {
         // Other zpage commands wait while this one uses a zram device.
         let lock = zpage_kernel::KernelStateLock::try_acquire()?;
         let (device, kernel) =
-            compare_with_zram(image.pages(), &[], args.zram_device, &lock, &mut progress)?;
+            compare_with_zram(&mut memory, &[], args.zram_device, &lock, &mut progress)?;
         report = report.with_kernel(device, kernel);
     }
     progress(Progress::Phase {
@@ -187,14 +202,36 @@ pub fn run(args: Args) -> Result<()> {
 
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if args.csv {
-        let tables = tables(&report);
-        let parts: Vec<String> = tables.iter().map(|(_, table)| table.csv()).collect();
-        print!("{}", parts.join("\n"));
+    } else if let Some(which) = args.csv {
+        let name = match which {
+            CsvTable::Codecs => "codecs",
+            CsvTable::Pools => "pools",
+            CsvTable::Kernel => "kernel",
+        };
+        let table = tables(&report, false)
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, t)| t)
+            .context("--csv kernel needs --kernel")?;
+        print!("{}", table.csv());
     } else {
         print_human(&label, &report, args.classes);
     }
     Ok(())
+}
+
+/// A ratio for a table: the number, or `-` when there is none.
+fn ratio_cell(ratio: Option<f64>) -> String {
+    ratio.map_or_else(|| MISSING.to_string(), |r| format!("{r:.2}"))
+}
+
+/// A value for CSV or a human table: raw, or a human size.
+fn bytes_cell(bytes: u64, human: bool) -> String {
+    if human {
+        human_bytes(bytes)
+    } else {
+        bytes.to_string()
+    }
 }
 
 fn pct(part: u64, whole: u64) -> String {
@@ -205,8 +242,12 @@ fn pct(part: u64, whole: u64) -> String {
     }
 }
 
-fn tables(report: &Report) -> Vec<(&'static str, Table)> {
+/// The report's tables: raw numbers (CSV) or sizes for people (`human`).
+fn tables(report: &Report, human: bool) -> Vec<(&'static str, Table)> {
     let analysis = &report.analysis;
+    let size_header =
+        |raw: &'static str, readable: &'static str| if human { readable } else { raw };
+    let optional_ns = |v: Option<u64>| v.map_or_else(|| MISSING.to_string(), |v| v.to_string());
     let mut codecs = Table::new(&[
         "codec",
         "level",
@@ -216,7 +257,7 @@ fn tables(report: &Report) -> Vec<(&'static str, Table)> {
         "dec_p50_ns",
         "dec_p99_ns",
         "dec_max_ns",
-        "compressed_bytes",
+        size_header("compressed_bytes", "compressed"),
         "incompressible_pages",
         "ratio",
     ]);
@@ -224,33 +265,56 @@ fn tables(report: &Report) -> Vec<(&'static str, Table)> {
         codecs.row(vec![
             c.name.clone(),
             c.level.to_string(),
-            format!("{:.0}", c.compress_mib_s),
+            c.compress_mib_s
+                .map_or_else(|| MISSING.to_string(), |v| format!("{v:.0}")),
             format!("{:.0}", c.pass_mib_s),
-            format!("{:.0}", c.decompress_mib_s),
-            c.decompress_p50_ns.to_string(),
-            c.decompress_p99_ns.to_string(),
-            c.decompress_max_ns.to_string(),
-            c.compressed_bytes.to_string(),
+            c.decompress_mib_s
+                .map_or_else(|| MISSING.to_string(), |v| format!("{v:.0}")),
+            optional_ns(c.decompress_p50_ns),
+            optional_ns(c.decompress_p99_ns),
+            optional_ns(c.decompress_max_ns),
+            bytes_cell(c.compressed_bytes, human),
             c.incompressible_pages.to_string(),
-            format!("{:.2}", c.ratio),
+            match c.ratio {
+                None if human && c.same_filled_pages > 0 => "same-filled only".to_string(),
+                r => ratio_cell(r),
+            },
         ]);
     }
     let mut pools = Table::new(&[
         "pool",
         "codec",
-        "memory_used_bytes",
-        "memory_used",
+        size_header("memory_used_bytes", "memory used"),
         "ratio",
         "fragmentation",
+        "sampled_every_nth_page",
     ]);
     for p in &analysis.pools {
         pools.row(vec![
             p.name.clone(),
             p.codec.clone(),
-            p.memory_used_bytes.to_string(),
-            human_bytes(p.memory_used_bytes),
-            format!("{:.2}", p.ratio),
-            format!("{:.1}%", p.fragmentation * 100.0),
+            bytes_cell(p.memory_used_bytes, human),
+            ratio_cell(p.ratio),
+            p.fragmentation.map_or_else(
+                || MISSING.to_string(),
+                |f| {
+                    if human {
+                        format!("{:.1}%", f * 100.0)
+                    } else {
+                        format!("{f:.4}")
+                    }
+                },
+            ),
+            p.sample_stride.map_or_else(
+                || {
+                    if human {
+                        "all".to_string()
+                    } else {
+                        "1".to_string()
+                    }
+                },
+                |s| s.to_string(),
+            ),
         ]);
     }
     let mut out = vec![("codecs", codecs), ("pools", pools)];
@@ -268,13 +332,13 @@ fn tables(report: &Report) -> Vec<(&'static str, Table)> {
         for k in kernel {
             table.row(vec![
                 k.algorithm.clone(),
-                k.mm_stat.orig_data_size.to_string(),
-                k.mm_stat.compr_data_size.to_string(),
-                k.mm_stat.mem_used_total.to_string(),
+                bytes_cell(k.mm_stat.orig_data_size, human),
+                bytes_cell(k.mm_stat.compr_data_size, human),
+                bytes_cell(k.mm_stat.mem_used_total, human),
                 k.mm_stat.same_pages.to_string(),
                 k.mm_stat.huge_pages.to_string(),
-                format!("{:.2}", k.ratio),
-                format!("{:.2}", k.effective_ratio),
+                ratio_cell(k.ratio),
+                ratio_cell(k.effective_ratio),
             ]);
         }
         out.push(("kernel", table));
@@ -292,11 +356,11 @@ fn print_human(label: &str, report: &Report, classes: bool) {
         a.zero_pages,
         a.threshold_bytes
     );
-    for (name, table) in tables(report) {
+    for (name, table) in tables(report, true) {
         let title = match name {
             "codecs" => "Codecs (speeds on one core; latency per page, fastest of the rounds)",
             "pools" => "Pools (ratio = image bytes / pool memory)",
-            _ => "Kernel zram, same pages (sizes in bytes, from mm_stat)",
+            _ => "Kernel zram, same pages (from mm_stat)",
         };
         println!("{title}\n{}", table.render());
     }
@@ -351,11 +415,11 @@ fn run_machine(args: &Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&scan)?);
         return Ok(());
     }
-    let table = machine_table(&scan, args.top);
-    if args.csv {
-        print!("{}", table.csv());
+    if args.csv.is_some() {
+        print!("{}", machine_table(&scan, args.top, false).csv());
         return Ok(());
     }
+    let table = machine_table(&scan, args.top, true);
     println!(
         "Every readable process: resident private anonymous memory, compressed with {} into {}\n",
         scan.codec, scan.pool
@@ -378,8 +442,8 @@ fn run_machine(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn machine_table(scan: &MachineScan, top: usize) -> Table {
-    let mut table = Table::new(&[
+fn machine_table(scan: &MachineScan, top: usize, with_bars: bool) -> Table {
+    let mut header = vec![
         "command",
         "pid",
         "anonymous",
@@ -387,17 +451,26 @@ fn machine_table(scan: &MachineScan, top: usize) -> Table {
         "compressed",
         "ratio",
         "saved",
-    ]);
+    ];
+    if with_bars {
+        header.push("");
+    }
+    let mut table = Table::new(&header);
+    let most = scan.processes.first().map_or(0, |p| p.saved_bytes) as f64;
     for p in scan.processes.iter().take(top) {
-        table.row(vec![
+        let mut row = vec![
             p.command.clone(),
             p.pid.to_string(),
-            human_bytes(p.anonymous_bytes),
+            bytes_cell(p.anonymous_bytes, with_bars),
             p.same_filled_pages.to_string(),
-            human_bytes(p.compressed_memory_bytes),
-            format!("{:.2}", p.ratio),
-            human_bytes(p.saved_bytes),
-        ]);
+            bytes_cell(p.compressed_memory_bytes, with_bars),
+            ratio_text(p.anonymous_bytes, p.compressed_memory_bytes),
+            bytes_cell(p.saved_bytes, with_bars),
+        ];
+        if with_bars {
+            row.push(bar(p.saved_bytes as f64, most, 30));
+        }
+        table.row(row);
     }
     table
 }

@@ -1,4 +1,4 @@
-//! `zpage bench`: the seeds' workloads on a zpage region, optionally side by
+//! `zpage bench`: the workloads on a zpage region, optionally side by
 //! side with the kernel's zram and zswap (`--vs-kernel`), with a final table,
 //! zpage/kernel ratios and `--json`.
 
@@ -17,8 +17,9 @@ use zpage_bench::{AgingPolicy, DataSource, FaultMode, WorkloadKind, WorkloadSpec
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Workloads to run (repeatable or comma-separated): replay (fill, then
-    /// sequential, uniform and hot/cold touches), bench-c (seed 000: high and
-    /// low entropy), swapdemo (seed 003: mmap'd library plus data), all.
+    /// sequential, uniform and hot/cold touches), bench-c (sequential and random
+    /// access over high- and low-entropy data), swapdemo (a memory-mapped file
+    /// read at random while anonymous data is walked), all.
     #[arg(long = "workload", value_enum, value_delimiter = ',', default_values_t = [WorkloadArg::Replay])]
     pub workloads: Vec<WorkloadArg>,
     /// Raw memory image to fill the region from (whole 4 KiB pages); default:
@@ -77,6 +78,12 @@ pub struct Args {
     /// Print the results as JSON on stdout (one object per tier × workload × pattern); tables go to stderr.
     #[arg(long)]
     pub json: bool,
+    /// Also write an HTML report with plots (throughput and latency per tier, latency CDFs) to FILE.
+    #[arg(long, value_name = "FILE.html")]
+    pub report: Option<PathBuf>,
+    /// Leave out the latency distribution bars.
+    #[arg(long)]
+    pub no_charts: bool,
 }
 
 /// `--workload` values.
@@ -84,9 +91,9 @@ pub struct Args {
 pub enum WorkloadArg {
     /// Fill, then sequential, uniform and hot/cold touches.
     Replay,
-    /// Seed 000's bench.c access test.
+    /// Sequential and random access over high- and low-entropy data.
     BenchC,
-    /// Seed 003's swapdemo.
+    /// A memory-mapped file read at random while anonymous data is walked.
     Swapdemo,
     /// All of them.
     All,
@@ -299,7 +306,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
                 tiers.iter().map(KernelTier::name).collect::<Vec<_>>().join(", "),
                 mib(budget),
                 kernel::CGROUP_SWAPPINESS,
-                machine.saved().page_cluster
+                machine.saved().page_cluster()
             ),
         );
     }
@@ -364,21 +371,9 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
 }
 
 fn print_report(args: &Args, results: &[BenchResult]) -> Result<()> {
-    let results = results.to_vec();
-    let mut text = String::new();
-    text.push_str(&report::results_table(&results));
-    let ratios = report::ratios_table(&results, "zpage");
-    if !ratios.is_empty() {
-        text.push_str("\nzpage / kernel (touches/s above 1x: zpage faster; latency below 1x: zpage shorter)\n");
-        text.push_str(&ratios);
-    }
-    let shares = report::fault_share_table(&results);
-    if !shares.is_empty() {
-        text.push_str("\nhot/cold: share of touches that faulted\n");
-        text.push_str(&shares);
-    }
+    let mut text = crate::bench_report::tables_text(results);
     for tier in ["zpage", "zpage-fifo"] {
-        if let Some(peak) = report::budget_overshoot(&results, tier) {
+        if let Some(peak) = report::budget_overshoot(results, tier) {
             text.push_str(&format!(
                 "\nbudget check {tier}: highest resident memory sampled = {:.3} x budget ({})",
                 peak,
@@ -390,7 +385,17 @@ fn print_report(args: &Args, results: &[BenchResult]) -> Result<()> {
             ));
         }
     }
+    if !args.no_charts {
+        text.push('\n');
+        text.push_str(&crate::bench_report::latency_charts(results));
+    }
     say(args.json, text.trim_end());
+    if let Some(path) = &args.report {
+        let html = crate::bench_report::html(results, "zpage bench")?;
+        std::fs::write(path, html)
+            .with_context(|| format!("write the report {}", path.display()))?;
+        say(args.json, &format!("report with plots: {}", path.display()));
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     }

@@ -225,17 +225,20 @@ fn demo(args: Args) -> Result<()> {
         "running the workload for {} s (80% of touches on 20% of the data, 5% writes):",
         args.seconds
     ));
-    say(format!(
-        "{:>5}  {:>12}  {:>14}  {:>6}  {:>11}  {:>9}  {:>8}  {:>8}",
-        "time",
-        "resident MiB",
-        "compressed MiB",
-        "ratio",
-        "touches/s",
-        "faults/s",
-        "p50 µs",
-        "p99 µs"
-    ));
+    let live = crate::table::LiveTable::new(
+        &[
+            "time",
+            "resident MiB",
+            "compressed MiB",
+            "ratio",
+            "touches/s",
+            "faults/s",
+            "p50 µs",
+            "p99 µs",
+        ],
+        5,
+    );
+    say(live.header());
     let faults_before = region.stats().fault_count;
     let mut last_faults = faults_before;
     let mut last_touches = 0;
@@ -248,19 +251,17 @@ fn demo(args: Args) -> Result<()> {
             let stats = region.stats();
             let resident = probe_resident(&probe);
             resident_max = resident_max.max(resident);
-            let with_data =
-                (stats.stored_pages - stats.same_filled_pages) as f64 * PAGE_SIZE as f64;
-            let line = format!(
-                "{:>4}s  {:>12.1}  {:>14.1}  {:>5.2}x  {:>11.0}  {:>9.0}  {:>8.2}  {:>8.2}",
-                elapsed.as_secs(),
-                resident as f64 / (1 << 20) as f64,
-                stats.compressed_bytes as f64 / (1 << 20) as f64,
-                with_data / (stats.compressed_bytes.max(1)) as f64,
-                (n - last_touches) as f64,
-                (stats.fault_count - last_faults) as f64,
-                window.percentile_ns(0.5) as f64 / 1000.0,
-                window.percentile_ns(0.99) as f64 / 1000.0,
-            );
+            let with_data = (stats.stored_pages - stats.same_filled_pages) * PAGE_SIZE as u64;
+            let line = live.line(&[
+                format!("{}s", elapsed.as_secs()),
+                format!("{:.1}", resident as f64 / (1 << 20) as f64),
+                format!("{:.1}", stats.compressed_bytes as f64 / (1 << 20) as f64),
+                crate::table::ratio_text(with_data, stats.compressed_bytes as u64),
+                format!("{:.0}", (n - last_touches) as f64),
+                format!("{:.0}", (stats.fault_count - last_faults) as f64),
+                format!("{:.2}", window.percentile_ns(0.5) as f64 / 1000.0),
+                format!("{:.2}", window.percentile_ns(0.99) as f64 / 1000.0),
+            ]);
             last_faults = stats.fault_count;
             last_touches = n;
             if args.json {

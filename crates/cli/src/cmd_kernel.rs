@@ -10,7 +10,7 @@ use zpage_kernel::apply::{self, ApplyOptions, PlanOptions, SavedState};
 use zpage_kernel::config::KernelConfig;
 use zpage_kernel::daemon::{Daemon, DaemonConfig};
 use zpage_kernel::export::{export, ExportFormat};
-use zpage_kernel::exporter::{self, Exporter};
+use zpage_kernel::exporter::{self, Exporter, Scraper};
 use zpage_kernel::status;
 
 /// Arguments of `zpage kernel`.
@@ -24,6 +24,9 @@ pub struct Args {
 enum KernelCommand {
     /// zram devices, zswap, swap areas, sysctls and memory pressure, with units.
     Status(StatusArgs),
+    /// One row per zram device, as zramctl prints them (same columns and options).
+    #[command(visible_alias = "zramctl")]
+    Devices(DevicesArgs),
     /// Configure zram, zswap, disk swap and sysctls from a TOML file (rolls back on failure).
     Apply(ApplyArgs),
     /// Restore the state saved before the first `apply`.
@@ -44,9 +47,11 @@ struct RecommendArgs {
     /// With --quick: pages per process at most (4 KiB each).
     #[arg(long, default_value_t = 4_096)]
     max_pages_per_process: u64,
-    /// Do not measure zram vs file speed for swappiness (measuring needs root and a free zram slot).
+    /// Measure zram against file reads for swappiness: creates a temporary zram
+    /// device and file (removed afterwards); needs root. Without it nothing on
+    /// the machine changes and swappiness is estimated.
     #[arg(long)]
-    no_measure: bool,
+    measure: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -57,9 +62,13 @@ struct RecommendArgs {
 struct ApplyArgs {
     /// TOML configuration file.
     config: PathBuf,
-    /// Print the plan and change nothing.
+    /// Print the plan and change nothing (nothing is measured either).
     #[arg(long)]
     dry_run: bool,
+    /// Allow steps that move swapped-out data back into RAM (swapoff of a
+    /// swap area in use) or discard a zram device's data.
+    #[arg(long)]
+    force: bool,
     /// Print the plan/result as JSON.
     #[arg(long)]
     json: bool,
@@ -69,10 +78,12 @@ struct ApplyArgs {
 }
 
 const CONFIG_HELP: &str = "Config keys:
-  [[zram]]   index, algorithm, algorithm_params, size (bytes | \"4G\" | \"25%\" | 0.25), mem_limit, swap_priority (default 100)
+  [[zram]]   index, algorithm, algorithm_params, size (bytes | \"4G\" | \"25%\" | 0.25), mem_limit, swap_priority (default 100),
+             writeback_device, writeback (idle | huge | huge_idle | incompressible), recompress_algorithms ([\"zstd\"]), recompress (idle | huge | huge_idle)
   [zswap]    enabled, compressor, max_pool_percent, accept_threshold_percent, shrinker
   [[swap]]   path, size (creates the file), priority (default 10), encrypted, required (default false = nofail), discard
-  [sysctl]   swappiness (0..200 or \"auto\"), page_cluster, watermark_scale_factor, extfrag_threshold";
+  [sysctl]   swappiness (0..200 or \"auto\"), page_cluster, watermark_scale_factor, extfrag_threshold
+  [daemon]   interval_seconds (60), idle_after_seconds (3600), writeback_budget (\"256M\"), recompress_budget (\"256M\")";
 
 #[derive(Debug, clap::Args)]
 struct RevertArgs {
@@ -88,8 +99,8 @@ struct RevertArgs {
 struct ExportArgs {
     /// TOML configuration file (the one given to `apply`).
     config: PathBuf,
-    /// zram-generator, sysctl, nixos or systemd.
-    #[arg(long, value_parser = ["zram-generator", "sysctl", "nixos", "systemd"])]
+    /// zram-generator, sysctl, nixos, systemd or zram-tools.
+    #[arg(long, value_parser = zpage_kernel::export::FORMAT_NAMES)]
     format: String,
     /// Value for swappiness = "auto" (default: the one measured by the last apply).
     #[arg(long)]
@@ -101,17 +112,22 @@ struct ExportArgs {
 
 #[derive(Debug, clap::Args)]
 struct DaemonArgs {
+    /// The config given to `apply`: its [daemon] schedule, and per [[zram]] writeback
+    /// (with writeback_device) and recompression (with recompress_algorithms).
+    /// Without it: idle writeback and recompression on every device that has them.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Seconds between ticks.
     #[arg(long, default_value_t = 10.0)]
     interval: f64,
     /// Seconds after which an untouched page counts as idle.
     #[arg(long, default_value_t = 3600.0)]
     idle_age: f64,
-    /// Pages written back per round at most.
-    #[arg(long, default_value_t = 25_600)]
+    /// Pages written back per round at most (without --config).
+    #[arg(long, default_value_t = 65_536)]
     writeback_budget: u64,
-    /// Pages recompressed per round at most.
-    #[arg(long, default_value_t = 25_600)]
+    /// Pages recompressed per round at most (without --config).
+    #[arg(long, default_value_t = 65_536)]
     recompress_budget: u64,
     /// Log pressure when tasks stalled on memory longer than this many milliseconds in a tick.
     #[arg(long, default_value_t = 100)]
@@ -120,6 +136,37 @@ struct DaemonArgs {
     #[arg(long)]
     ticks: Option<u64>,
     /// One JSON object per event.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(after_help = DEVICE_COLUMNS_HELP)]
+struct DevicesArgs {
+    /// Columns to print, comma-separated (see below) [default: NAME,ALGORITHM,DISKSIZE,DATA,COMPR,TOTAL,STREAMS,MOUNTPOINT].
+    #[arg(
+        short = 'o',
+        long,
+        value_delimiter = ',',
+        conflicts_with = "output_all"
+    )]
+    output: Vec<String>,
+    /// Print every column.
+    #[arg(long)]
+    output_all: bool,
+    /// Sizes in bytes instead of 1.5M-style units.
+    #[arg(short = 'b', long)]
+    bytes: bool,
+    /// No heading line.
+    #[arg(short = 'n', long)]
+    noheadings: bool,
+    /// Columns separated by one space, unaligned.
+    #[arg(short = 'r', long)]
+    raw: bool,
+    /// Also list devices that are not initialised (zramctl lists only used ones).
+    #[arg(short = 'a', long)]
+    all: bool,
+    /// Print JSON: {"zramdevices": [...]}, sizes in bytes, null where there is no value.
     #[arg(long)]
     json: bool,
 }
@@ -137,10 +184,220 @@ struct StatusArgs {
     count: Option<u64>,
 }
 
+const DEVICE_COLUMNS_HELP: &str = "Columns (zramctl's, then zpage's):
+  NAME        device path              DISKSIZE    capacity for uncompressed data
+  DATA        uncompressed data stored COMPR       compressed size of that data
+  ALGORITHM   compression algorithm    STREAMS     compression streams (one per CPU)
+  ZERO-PAGES  same-filled pages        TOTAL       RAM used now, overhead included
+  MEM-LIMIT   RAM limit (0: none)      MEM-USED    PEAK RAM used since reset (mm_stat mem_used_max)
+  MIGRATED    pages freed by compaction COMP-RATIO DATA / COMPR (\"same-filled only\" when COMPR is 0)
+  MOUNTPOINT  mount point, or [SWAP]   BACKING-DEV writeback device
+  WB-DATA     data written back now    RECOMP      recompression algorithms";
+
+/// One column of `zpage kernel devices`: its zramctl name and how to get it.
+struct DeviceColumn {
+    name: &'static str,
+    /// Bytes (shown compact unless --bytes), a count, or text.
+    value: fn(&status::ZramStatus) -> DeviceValue,
+}
+
+enum DeviceValue {
+    Bytes(Option<u64>),
+    Count(Option<u64>),
+    Text(Option<String>),
+}
+
+fn streams() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
+const DEVICE_COLUMNS: &[DeviceColumn] = &[
+    DeviceColumn {
+        name: "NAME",
+        value: |z| DeviceValue::Text(Some(format!("/dev/{}", z.name))),
+    },
+    DeviceColumn {
+        name: "DISKSIZE",
+        value: |z| DeviceValue::Bytes(Some(z.disksize_bytes)),
+    },
+    DeviceColumn {
+        name: "DATA",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.orig_data_size)),
+    },
+    DeviceColumn {
+        name: "COMPR",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.compr_data_size)),
+    },
+    DeviceColumn {
+        name: "ALGORITHM",
+        value: |z| DeviceValue::Text(z.algorithm.clone()),
+    },
+    DeviceColumn {
+        name: "STREAMS",
+        value: |_| DeviceValue::Count(Some(streams())),
+    },
+    DeviceColumn {
+        name: "ZERO-PAGES",
+        value: |z| DeviceValue::Count(z.mm_stat.map(|m| m.same_pages)),
+    },
+    DeviceColumn {
+        name: "TOTAL",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.mem_used_total)),
+    },
+    DeviceColumn {
+        name: "MEM-LIMIT",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.mem_limit)),
+    },
+    DeviceColumn {
+        name: "MEM-USED",
+        value: |z| DeviceValue::Bytes(z.mm_stat.map(|m| m.mem_used_max)),
+    },
+    DeviceColumn {
+        name: "MIGRATED",
+        value: |z| DeviceValue::Count(z.mm_stat.map(|m| m.pages_compacted)),
+    },
+    DeviceColumn {
+        name: "COMP-RATIO",
+        value: |z| {
+            DeviceValue::Text(z.mm_stat.and_then(|m| {
+                let text = crate::table::ratio_text(m.orig_data_size, m.compr_data_size);
+                (text != crate::table::MISSING).then_some(text)
+            }))
+        },
+    },
+    DeviceColumn {
+        name: "MOUNTPOINT",
+        value: |z| {
+            DeviceValue::Text(
+                z.mountpoint
+                    .clone()
+                    .or_else(|| z.swap_priority.map(|_| "[SWAP]".to_string())),
+            )
+        },
+    },
+    DeviceColumn {
+        name: "BACKING-DEV",
+        value: |z| DeviceValue::Text(z.backing_dev.clone()),
+    },
+    DeviceColumn {
+        name: "WB-DATA",
+        value: |z| {
+            DeviceValue::Bytes(
+                z.bd_stat
+                    .map(|b| b.bd_count * zpage_kernel::zram::ZRAM_BD_UNIT_BYTES),
+            )
+        },
+    },
+    DeviceColumn {
+        name: "RECOMP",
+        value: |z| {
+            DeviceValue::Text(
+                (!z.recompression_algorithms.is_empty())
+                    .then(|| z.recompression_algorithms.join(",")),
+            )
+        },
+    },
+];
+
+const DEFAULT_DEVICE_COLUMNS: [&str; 8] = [
+    "NAME",
+    "ALGORITHM",
+    "DISKSIZE",
+    "DATA",
+    "COMPR",
+    "TOTAL",
+    "STREAMS",
+    "MOUNTPOINT",
+];
+
+fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
+    use crate::table::{compact_bytes, Style, Table, MISSING};
+    let names: Vec<String> = if args.output_all {
+        DEVICE_COLUMNS.iter().map(|c| c.name.to_string()).collect()
+    } else if args.output.is_empty() {
+        DEFAULT_DEVICE_COLUMNS
+            .iter()
+            .map(|c| c.to_string())
+            .collect()
+    } else {
+        args.output
+            .iter()
+            .map(|c| c.trim().to_ascii_uppercase())
+            .collect()
+    };
+    let columns: Vec<&DeviceColumn> = names
+        .iter()
+        .map(|name| {
+            DEVICE_COLUMNS
+                .iter()
+                .find(|c| c.name == name)
+                .with_context(|| {
+                    format!(
+                        "unknown column {name:?} in --output: use {}",
+                        DEVICE_COLUMNS
+                            .iter()
+                            .map(|c| c.name)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    )
+                })
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let snapshot = status::collect();
+    if let Some(note) = &snapshot.zram_note {
+        anyhow::ensure!(!snapshot.zram.is_empty() || args.json, "{note}");
+    }
+    let devices: Vec<&status::ZramStatus> = snapshot
+        .zram
+        .iter()
+        .filter(|z| args.all || z.initialised)
+        .collect();
+    if args.json {
+        let rows: Vec<serde_json::Value> = devices
+            .iter()
+            .map(|z| {
+                let fields = columns.iter().map(|c| {
+                    let value = match (c.value)(z) {
+                        DeviceValue::Bytes(v) | DeviceValue::Count(v) => serde_json::json!(v),
+                        DeviceValue::Text(t) => serde_json::json!(t),
+                    };
+                    (c.name.to_ascii_lowercase(), value)
+                });
+                serde_json::Value::Object(fields.collect())
+            })
+            .collect();
+        return write_stdout(
+            &(serde_json::to_string_pretty(&serde_json::json!({ "zramdevices": rows }))? + "\n"),
+        );
+    }
+    let header: Vec<&str> = columns.iter().map(|c| c.name).collect();
+    let mut table = Table::new(&header);
+    for z in devices {
+        table.row(
+            columns
+                .iter()
+                .map(|c| match (c.value)(z) {
+                    DeviceValue::Bytes(Some(b)) if args.bytes => b.to_string(),
+                    DeviceValue::Bytes(Some(b)) => compact_bytes(b),
+                    DeviceValue::Count(Some(n)) => n.to_string(),
+                    DeviceValue::Text(Some(t)) => t,
+                    _ => MISSING.to_string(),
+                })
+                .collect(),
+        );
+    }
+    let style = Style {
+        no_headings: args.noheadings,
+        raw: args.raw,
+    };
+    write_stdout(&table.render_with(style))
+}
+
 /// Runs `zpage kernel ...`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         KernelCommand::Status(a) => run_status(a),
+        KernelCommand::Devices(a) => run_devices(a),
         KernelCommand::Apply(a) => run_apply(a),
         KernelCommand::Revert(a) => run_revert(a),
         KernelCommand::Export(a) => run_export(a),
@@ -158,7 +415,7 @@ fn run_recommend(args: RecommendArgs) -> anyhow::Result<()> {
     );
     let max_pages_per_process = args.quick.then_some(args.max_pages_per_process);
     let observation = observe_with_analyze(&algorithms, max_pages_per_process, !args.json)?;
-    let recommendation = recommend::recommend(observation, !args.no_measure)?;
+    let recommendation = recommend::recommend(observation, args.measure)?;
     let text = if args.json {
         serde_json::to_string_pretty(&recommendation)? + "\n"
     } else {
@@ -252,6 +509,7 @@ fn run_apply(args: ApplyArgs) -> anyhow::Result<()> {
         plan: PlanOptions {
             swappiness_override: None,
             state_file: args.state,
+            force: args.force,
         },
         fail_before_step: None,
     };
@@ -316,7 +574,7 @@ fn run_export(args: ExportArgs) -> anyhow::Result<()> {
         .ok()
         .flatten()
         .and_then(|s| s.auto_swappiness);
-    write_stdout(&export(&config, format, args.swappiness.or(measured)))
+    write_stdout(&export(&config, format, args.swappiness.or(measured))?)
 }
 
 fn run_daemon(args: DaemonArgs) -> anyhow::Result<()> {
@@ -327,14 +585,20 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<()> {
         );
         Ok(Duration::from_secs_f64(v))
     };
-    let config = DaemonConfig {
-        interval: seconds(args.interval, "interval")?,
-        idle_age: seconds(args.idle_age, "idle-age")?,
-        writeback_budget_pages: args.writeback_budget,
-        recompress_budget_pages: args.recompress_budget,
-        pressure_threshold_us: args.pressure_threshold_ms.saturating_mul(1000),
+    let mut daemon = match &args.config {
+        Some(path) => {
+            let (mut config, policies) = DaemonConfig::from_config(&load_config(path)?)?;
+            config.pressure_threshold_us = args.pressure_threshold_ms.saturating_mul(1000);
+            Daemon::with_policies(config, policies, std::path::Path::new("/sys/block"))
+        }
+        None => Daemon::new(DaemonConfig {
+            interval: seconds(args.interval, "interval")?,
+            idle_age: seconds(args.idle_age, "idle-age")?,
+            writeback_budget_pages: args.writeback_budget,
+            recompress_budget_pages: args.recompress_budget,
+            pressure_threshold_us: args.pressure_threshold_ms.saturating_mul(1000),
+        }),
     };
-    let mut daemon = Daemon::new(config);
     let json = args.json;
     let mut failure = None;
     daemon.run(args.ticks, |event| {
@@ -351,20 +615,33 @@ fn run_daemon(args: DaemonArgs) -> anyhow::Result<()> {
 }
 
 fn run_status(args: StatusArgs) -> anyhow::Result<()> {
+    use std::io::IsTerminal as _;
     let Some(interval) = args.watch else {
-        return print_status(args.json);
+        return print_status(&status::collect(), None, args.json, false);
     };
     anyhow::ensure!(
         interval.is_finite() && interval >= 0.1,
         "--watch interval must be at least 0.1 seconds"
     );
+    let terminal = std::io::stdout().is_terminal();
     let mut refreshes = 0u64;
+    let mut previous: Option<(status::KernelStatus, std::time::Instant)> = None;
     loop {
+        let now = status::collect();
+        let taken = std::time::Instant::now();
+        let rates = previous
+            .as_ref()
+            .map(|(before, at)| status::Rates::between(before, &now, taken.duration_since(*at)));
         if !args.json {
-            // Clear the screen and move home, so the view updates in place.
-            print!("\x1b[2J\x1b[H");
+            if terminal {
+                // Clear the screen and move home, so the view updates in place.
+                write_stdout("\x1b[2J\x1b[H")?;
+            } else if refreshes > 0 {
+                write_stdout("\n")?;
+            }
         }
-        print_status(args.json)?;
+        print_status(&now, rates.as_ref(), args.json, true)?;
+        previous = Some((now, taken));
         refreshes += 1;
         if args.count.is_some_and(|c| refreshes >= c) {
             return Ok(());
@@ -373,12 +650,24 @@ fn run_status(args: StatusArgs) -> anyhow::Result<()> {
     }
 }
 
-fn print_status(json: bool) -> anyhow::Result<()> {
-    let snapshot = status::collect();
-    let text = if json {
-        serde_json::to_string_pretty(&snapshot).context("encode status as JSON")? + "\n"
+fn print_status(
+    snapshot: &status::KernelStatus,
+    rates: Option<&status::Rates>,
+    json: bool,
+    watching: bool,
+) -> anyhow::Result<()> {
+    let text = if json && watching {
+        // One object per refresh, one per line (JSON Lines); no rates on the first.
+        serde_json::to_string(&serde_json::json!({ "status": snapshot, "rates": rates }))? + "\n"
+    } else if json {
+        serde_json::to_string_pretty(snapshot).context("encode status as JSON")? + "\n"
     } else {
-        snapshot.render_text()
+        let mut text = String::new();
+        if let Some(rates) = rates {
+            text.push_str(&rates.render_text());
+        }
+        text.push_str(&snapshot.render_text());
+        text
     };
     write_stdout(&text)
 }
@@ -396,6 +685,9 @@ fn write_stdout(text: &str) -> anyhow::Result<()> {
 
 /// Arguments of `zpage exporter`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Programs using zpage regions publish DIR/zpage-<pid>.prom files; each scrape merges them (see docs/process-metrics.md). node_exporter's meminfo and pressure collectors cover SwapTotal, SwapFree, Zswap, Zswapped and PSI; zpage does not repeat them."
+)]
 pub struct ExporterArgs {
     /// Address to listen on (loopback by default: metrics reveal memory use).
     #[arg(long, default_value = exporter::DEFAULT_LISTEN)]
@@ -406,30 +698,31 @@ pub struct ExporterArgs {
     /// Print one scrape to stdout and exit (no server).
     #[arg(long)]
     once: bool,
-    /// Also serve the `*.prom` files in this directory (zpage regions and other programs write them).
+    /// Directory of the per-process metrics files [default: $ZPAGE_METRICS_DIR, /run/zpage for root, else $XDG_RUNTIME_DIR/zpage or /tmp/zpage-UID].
     #[arg(long, value_name = "DIR")]
-    textfile_dir: Option<PathBuf>,
+    process_metrics_dir: Option<PathBuf>,
+    /// Do not read per-process metrics files.
+    #[arg(long, conflicts_with = "process_metrics_dir")]
+    no_process_metrics: bool,
 }
 
 /// Runs `zpage exporter`.
 pub fn run_exporter(args: ExporterArgs) -> anyhow::Result<()> {
-    let textfile = |text: &mut String| {
-        if let Some(dir) = &args.textfile_dir {
-            text.push_str(&exporter::textfile_metrics(dir));
-        }
-    };
+    let dir = (!args.no_process_metrics).then(|| {
+        args.process_metrics_dir
+            .clone()
+            .unwrap_or_else(exporter::process_metrics::default_dir)
+    });
+    let scraper = Scraper::new(dir.clone());
     if args.once {
-        let mut text = exporter::render(&status::collect());
-        textfile(&mut text);
-        return write_stdout(&text);
+        return write_stdout(&scraper.scrape());
     }
-    let mut server = Exporter::bind(&args.listen)?;
-    if let Some(dir) = args.textfile_dir.clone() {
-        server = server.with_extra(Box::new(move || exporter::textfile_metrics(&dir)));
-    }
+    let server = Exporter::bind(&args.listen, scraper)?;
     eprintln!(
-        "zpage exporter: serving http://{}/metrics",
-        server.local_addr()?
+        "zpage exporter: serving http://{}/metrics{}",
+        server.local_addr()?,
+        dir.map(|d| format!(", with the per-process files in {}", d.display()))
+            .unwrap_or_default()
     );
     let stop = AtomicBool::new(false);
     server.serve(args.max_requests, &stop)?;

@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench_report;
 mod cmd_analyze;
 mod cmd_bench;
 mod cmd_demo;
@@ -20,7 +21,7 @@ struct Cli {
 enum Command {
     /// How well does this memory compress? Images, a PID, or every readable process.
     Analyze(cmd_analyze::Args),
-    /// The seeds' benchmarks on a compressed region, side by side with the kernel's zram/zswap.
+    /// Benchmarks on a compressed region, side by side with the kernel's zram and zswap.
     Bench(cmd_bench::Args),
     /// A realistic data set several times the budget, on a compressed region, with live stats.
     Demo(cmd_demo::Args),
@@ -42,8 +43,23 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("zpage: error: {error:#}");
+            eprintln!("zpage: error: {}", error_text(&error));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each said once: library errors often quote
+/// their cause already (`cannot read X: No such file`), and printing the
+/// chain again would repeat it.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }

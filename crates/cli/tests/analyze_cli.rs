@@ -87,7 +87,24 @@ fn csv_and_human_output() {
     assert!(output.status.success(), "{}", stderr(&output));
     let text = String::from_utf8(output.stdout).unwrap();
     assert!(text.starts_with("codec,level,compress_MiB/s,"), "{text}");
-    assert!(text.contains("\npool,codec,memory_used_bytes,"), "{text}");
+    assert!(!text.contains("pool,codec"), "one table per CSV: {text}");
+    assert!(
+        !text.contains(" KiB") && !text.contains(" MiB"),
+        "raw numbers: {text}"
+    );
+    let output = zpage(&[
+        "analyze",
+        image.to_str().unwrap(),
+        "--csv",
+        "pools",
+        "--codec",
+        "lz4",
+        "--pool",
+        "zsmalloc",
+    ]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.starts_with("pool,codec,memory_used_bytes,"), "{text}");
+    assert_eq!(text.lines().count(), 2, "{text}");
 
     let output = zpage(&[
         "analyze",
@@ -236,4 +253,111 @@ fn the_machine_view_ranks_readable_processes() {
     assert!(processes
         .iter()
         .all(|p| p["anonymous_bytes"].as_u64().unwrap() <= 64 * 4096));
+}
+
+/// Runs zpage and returns its output and peak resident memory (KiB), from wait4's rusage.
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std's Child does not know about
+fn zpage_with_peak_rss(args: &[&str]) -> (Output, u64) {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zpage"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = Vec::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut stdout)
+        .unwrap();
+    let mut stderr = Vec::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_end(&mut stderr)
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child (not yet reaped: Child::wait was not called);
+    // both pointers are to live locals.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    use std::os::unix::process::ExitStatusExt;
+    let output = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout,
+        stderr,
+    };
+    (output, usage.ru_maxrss as u64)
+}
+
+#[test]
+fn analysing_more_memory_than_the_bound_stays_within_it() {
+    // 512 MiB that does not compress: every page goes to the pool raw, so a
+    // pool holding all of them would need 512 MiB.
+    let (output, peak_kib) = zpage_with_peak_rss(&[
+        "analyze",
+        "/dev/urandom",
+        "--size",
+        "512M",
+        "--codec",
+        "lz4",
+        "--pool",
+        "zsmalloc",
+        "--rounds",
+        "0",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["pages"], 131072);
+    assert_eq!(report["codecs"][0]["incompressible_pages"], 131072);
+    assert!(report["pools"][0]["sample_stride"].as_u64().unwrap() >= 8);
+    println!("peak RSS analysing 512 MiB: {} MiB", peak_kib / 1024);
+    assert!(peak_kib < 256 * 1024, "peak RSS {peak_kib} KiB");
+
+    let output = zpage(&["analyze", "/dev/zero"]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("not a regular file") && stderr(&output).contains("--size"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn kernel_side_by_side_streams_the_image_into_zram_and_restores_it() {
+    if !zpage_kernel::kernel_state_tests_enabled(
+        "kernel_side_by_side_streams_the_image_into_zram_and_restores_it",
+    ) {
+        return;
+    }
+    let dir = TempDir::new("kernel");
+    let image = write_image(&dir, 0);
+    let disksize = || std::fs::read_to_string("/sys/block/zram0/disksize").ok();
+    let before = disksize();
+    let output = zpage(&[
+        "analyze",
+        image.to_str().unwrap(),
+        "--kernel",
+        "--codec",
+        "lz4",
+        "--pool",
+        "zsmalloc",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let kernel = report["kernel"].as_array().unwrap();
+    assert!(!kernel.is_empty());
+    for k in kernel {
+        assert_eq!(k["orig_data_size"], 64 * 4096, "{k}");
+        assert_eq!(k["same_pages"], 8, "{k}");
+    }
+    assert_eq!(report["comparison"]["same_pages_match"], true);
+    assert_eq!(disksize(), before, "zram0 left as found");
 }

@@ -40,6 +40,64 @@ pub struct KernelConfig {
     pub swap: Vec<DiskSwapConfig>,
     /// vm sysctls (absent ones are left as they are).
     pub sysctl: Option<SysctlConfig>,
+    /// The schedule of `zpage kernel daemon` (idle marking, writeback, recompression).
+    pub daemon: Option<DaemonSchedule>,
+}
+
+/// Which zram pages a writeback or recompression round takes (the kernel's
+/// `type=` values).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PageSelection {
+    /// Pages not touched since the last idle marking.
+    #[default]
+    Idle,
+    /// Pages stored uncompressed (they did not compress).
+    Huge,
+    /// Pages both idle and huge.
+    HugeIdle,
+    /// Pages no algorithm could compress (writeback only).
+    Incompressible,
+}
+
+impl PageSelection {
+    /// The kernel's spelling (`type=...`).
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            PageSelection::Idle => "idle",
+            PageSelection::Huge => "huge",
+            PageSelection::HugeIdle => "huge_idle",
+            PageSelection::Incompressible => "incompressible",
+        }
+    }
+}
+
+/// `[daemon]`: when `zpage kernel daemon` marks pages idle and acts on them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DaemonSchedule {
+    /// Seconds between the daemon's checks (default 60).
+    pub interval_seconds: Option<u64>,
+    /// Pages untouched for this many seconds count as idle (default 3600):
+    /// the daemon marks every page idle this often and acts on the pages
+    /// still idle at the next marking.
+    pub idle_after_seconds: Option<u64>,
+    /// Most data written back per round (default "256M"); the kernel's
+    /// `writeback_limit` enforces it.
+    pub writeback_budget: Option<Size>,
+    /// Most data recompressed per round (default "256M"; `max_pages=`).
+    pub recompress_budget: Option<Size>,
+}
+
+impl DaemonSchedule {
+    /// Seconds between checks.
+    pub fn interval_seconds(&self) -> u64 {
+        self.interval_seconds.unwrap_or(60)
+    }
+    /// Seconds after which a page counts as idle.
+    pub fn idle_after_seconds(&self) -> u64 {
+        self.idle_after_seconds.unwrap_or(3600)
+    }
 }
 
 /// A size: bytes, a string with a unit ("512M", "4GiB", "25%"), or a
@@ -110,6 +168,74 @@ fn parse_size_text(text: &str, mem_total: u64) -> Option<u64> {
     (number.is_finite() && number >= 0.0).then_some((number * multiplier as f64) as u64)
 }
 
+/// Turns a TOML error into a syntax error (line, column) or a key error
+/// (the dotted key, e.g. `zram[1].swap_priority`).
+fn parse_error(text: &str, error: &toml::de::Error) -> KernelError {
+    let message = error.message().trim().to_string();
+    let offset = error.span().map_or(0, |span| span.start.min(text.len()));
+    let line = text[..offset].matches('\n').count() + 1;
+    let column = offset - text[..offset].rfind('\n').map_or(0, |n| n + 1) + 1;
+    let about_a_key = [
+        "unknown field",
+        "invalid type",
+        "invalid value",
+        "missing field",
+    ]
+    .iter()
+    .any(|kind| message.contains(kind));
+    if !about_a_key {
+        return KernelError::ConfigSyntax {
+            line,
+            column,
+            problem: message,
+        };
+    }
+    let fix = if message.contains("unknown field") {
+        "remove or correct the key (`zpage kernel apply --help` lists the keys)"
+    } else if message.contains("missing field") {
+        "add the key"
+    } else {
+        "correct the value's type (a number, a \"quoted string\", true/false)"
+    };
+    KernelError::config(
+        format!("{} (line {line})", key_at(text, offset)),
+        message,
+        fix,
+    )
+}
+
+/// The dotted key at byte `offset` of a TOML text: the table it is in
+/// (`zram[1]` for the second `[[zram]]`) and the key on its line.
+fn key_at(text: &str, offset: usize) -> String {
+    let before = &text[..offset];
+    let line_start = before.rfind('\n').map_or(0, |n| n + 1);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |n| offset + n);
+    let line = text[line_start..line_end].trim();
+    let key = if line.starts_with('[') {
+        None
+    } else {
+        line.split('=').next().map(|k| k.trim().to_string())
+    };
+    let mut table: Option<String> = None;
+    let mut array_counts: std::collections::HashMap<String, usize> = Default::default();
+    for header in text[..line_start].lines().map(str::trim) {
+        if let Some(name) = header.strip_prefix("[[").and_then(|h| h.split("]]").next()) {
+            let name = name.trim().to_string();
+            let count = array_counts.entry(name.clone()).or_insert(0);
+            table = Some(format!("{name}[{count}]"));
+            *count += 1;
+        } else if let Some(name) = header.strip_prefix('[').and_then(|h| h.split(']').next()) {
+            table = Some(name.trim().to_string());
+        }
+    }
+    match (table, key) {
+        (Some(table), Some(key)) => format!("{table}.{key}"),
+        (Some(table), None) => table,
+        (None, Some(key)) => key,
+        (None, None) => "(top level)".to_string(),
+    }
+}
+
 /// One zram swap device.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,14 +250,43 @@ pub struct ZramConfig {
     pub size: Size,
     /// Cap on RAM the device may use (mem_limit); absent = unlimited.
     pub mem_limit: Option<Size>,
+    /// Block device that idle or incompressible pages are written back to
+    /// (`backing_dev`; kernels built with CONFIG_ZRAM_WRITEBACK).
+    pub writeback_device: Option<String>,
+    /// Pages `zpage kernel daemon` writes back (default `idle`).
+    pub writeback: Option<PageSelection>,
+    /// Secondary algorithms by priority for recompression (`recomp_algorithm`;
+    /// kernels built with CONFIG_ZRAM_MULTI_COMP), e.g. `["zstd"]`.
+    #[serde(default)]
+    pub recompress_algorithms: Vec<String>,
+    /// Pages `zpage kernel daemon` recompresses (default `idle`).
+    pub recompress: Option<PageSelection>,
     /// Swap priority (0..=32767), higher used first. Default 100.
-    pub swap_priority: Option<i16>,
+    pub swap_priority: Option<i64>,
 }
 
 impl ZramConfig {
-    /// Priority to use.
+    /// Priority to use (range-checked by [`KernelConfig::check_static`]).
     pub fn priority(&self) -> i16 {
-        self.swap_priority.unwrap_or(100)
+        clamp_priority(self.swap_priority.unwrap_or(100))
+    }
+}
+
+/// The kernel's swap priorities run 0..=32767 when given by the user.
+pub const MAX_SWAP_PRIORITY: i64 = 32767;
+
+fn clamp_priority(priority: i64) -> i16 {
+    priority.clamp(0, MAX_SWAP_PRIORITY) as i16
+}
+
+fn check_priority(key: String, priority: Option<i64>) -> Result<()> {
+    match priority {
+        Some(p) if !(0..=MAX_SWAP_PRIORITY).contains(&p) => Err(KernelError::config(
+            key,
+            format!("{p} is outside 0..=32767"),
+            "give a swap priority from 0 to 32767 (higher is used first)",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -160,7 +315,7 @@ pub struct DiskSwapConfig {
     /// Size of the file to create when it does not exist (files only).
     pub size: Option<Size>,
     /// Swap priority (0..=32767). Default 10, below zram's 100.
-    pub priority: Option<i16>,
+    pub priority: Option<i64>,
     /// Encrypt with a random key each boot (dm-crypt plain mode via cryptsetup).
     #[serde(default)]
     pub encrypted: bool,
@@ -176,7 +331,7 @@ pub struct DiskSwapConfig {
 impl DiskSwapConfig {
     /// Priority to use.
     pub fn priority(&self) -> i16 {
-        self.priority.unwrap_or(10)
+        clamp_priority(self.priority.unwrap_or(10))
     }
 }
 
@@ -204,27 +359,78 @@ pub struct SysctlConfig {
     pub extfrag_threshold: Option<u32>,
 }
 
+/// What a config asks of one sysctl.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SysctlTarget {
+    /// This exact value.
+    Value(String),
+    /// `swappiness = "auto"`: measured on this machine at apply time.
+    MeasuredSwappiness,
+}
+
+impl SysctlConfig {
+    /// The sysctls this section sets, by dotted name, in the order they are
+    /// applied; the one mapping `apply` and every export format use.
+    pub fn targets(&self) -> Vec<(&'static str, SysctlTarget)> {
+        let mut targets = Vec::new();
+        match &self.swappiness {
+            Some(SysctlValue::Number(n)) => {
+                targets.push(("vm.swappiness", SysctlTarget::Value(n.to_string())))
+            }
+            Some(SysctlValue::Text(_)) => {
+                targets.push(("vm.swappiness", SysctlTarget::MeasuredSwappiness))
+            }
+            None => {}
+        }
+        let numbers = [
+            ("vm.page-cluster", self.page_cluster.map(u32::from)),
+            ("vm.watermark_scale_factor", self.watermark_scale_factor),
+            ("vm.extfrag_threshold", self.extfrag_threshold),
+        ];
+        for (name, value) in numbers {
+            if let Some(v) = value {
+                targets.push((name, SysctlTarget::Value(v.to_string())));
+            }
+        }
+        targets
+    }
+}
+
+impl ZswapConfig {
+    /// The module parameters this section sets as (parameter, value as the
+    /// kernel prints it, config key), `enabled` last so zswap is switched on
+    /// only once the rest is in place.
+    pub fn parameters(&self) -> Vec<(&'static str, String, &'static str)> {
+        let yn = |b: bool| if b { "Y" } else { "N" }.to_string();
+        let mut out = Vec::new();
+        if let Some(c) = &self.compressor {
+            out.push(("compressor", c.clone(), "zswap.compressor"));
+        }
+        if let Some(p) = self.max_pool_percent {
+            out.push(("max_pool_percent", p.to_string(), "zswap.max_pool_percent"));
+        }
+        if let Some(p) = self.accept_threshold_percent {
+            out.push((
+                "accept_threshold_percent",
+                p.to_string(),
+                "zswap.accept_threshold_percent",
+            ));
+        }
+        if let Some(s) = self.shrinker {
+            out.push(("shrinker_enabled", yn(s), "zswap.shrinker"));
+        }
+        if let Some(e) = self.enabled {
+            out.push(("enabled", yn(e), "zswap.enabled"));
+        }
+        out
+    }
+}
+
 impl KernelConfig {
-    /// Parses TOML; unknown keys and wrong types are errors naming the key.
+    /// Parses TOML; syntax errors name the line and column, unknown keys and
+    /// wrong types name the key.
     pub fn parse(text: &str) -> Result<KernelConfig> {
-        let config: KernelConfig = toml::from_str(text).map_err(|e| {
-            let message = e.message().to_string();
-            let key = e
-                .span()
-                .and_then(|span| {
-                    let line = text[..span.start.min(text.len())].lines().count().max(1);
-                    text.get(span)
-                        .map(|s| format!("{} (line {line})", s.trim()))
-                })
-                .unwrap_or_else(|| "(file)".into());
-            let fix = if message.contains("unknown field") {
-                "remove or correct the key (see `zpage kernel apply --help` for the keys)"
-                    .to_string()
-            } else {
-                "correct the value's type or spelling".to_string()
-            };
-            KernelError::config(key, message.trim().to_string(), fix)
-        })?;
+        let config: KernelConfig = toml::from_str(text).map_err(|e| parse_error(text, &e))?;
         config.check_static()?;
         Ok(config)
     }
@@ -247,11 +453,42 @@ impl KernelConfig {
                 ));
             }
             indexes.push(index);
-            if z.swap_priority.is_some_and(|p| p < 0) {
+            check_priority(format!("zram[{i}].swap_priority"), z.swap_priority)?;
+            if let Some(device) = &z.writeback_device {
+                if !device.starts_with("/dev/") {
+                    return Err(KernelError::config(
+                        format!("zram[{i}].writeback_device"),
+                        format!("{device:?} is not a block device path"),
+                        "give a partition such as /dev/disk/by-partuuid/... (a file needs a loop device first)",
+                    ));
+                }
+            }
+            if z.writeback.is_some() && z.writeback_device.is_none() {
                 return Err(KernelError::config(
-                    format!("zram[{i}].swap_priority"),
-                    "negative priority",
-                    "use 0..=32767 (higher is used first)",
+                    format!("zram[{i}].writeback"),
+                    "set without a writeback_device",
+                    "add writeback_device = \"/dev/...\" or remove the key",
+                ));
+            }
+            if z.recompress == Some(PageSelection::Incompressible) {
+                return Err(KernelError::config(
+                    format!("zram[{i}].recompress"),
+                    "incompressible pages are the ones recompression already gave up on",
+                    "use idle, huge or huge_idle",
+                ));
+            }
+            if z.recompress.is_some() && z.recompress_algorithms.is_empty() {
+                return Err(KernelError::config(
+                    format!("zram[{i}].recompress"),
+                    "set without recompress_algorithms",
+                    "add recompress_algorithms = [\"zstd\"] or remove the key",
+                ));
+            }
+            if z.recompress_algorithms.len() > 3 {
+                return Err(KernelError::config(
+                    format!("zram[{i}].recompress_algorithms"),
+                    "zram takes at most 3 secondary algorithms",
+                    "list at most 3",
                 ));
             }
             if z.algorithm.trim().is_empty() {
@@ -295,13 +532,7 @@ impl KernelConfig {
                 ));
             }
             paths.push(&s.path);
-            if s.priority.is_some_and(|p| p < 0) {
-                return Err(KernelError::config(
-                    format!("swap[{i}].priority"),
-                    "negative priority",
-                    "use 0..=32767, below the zram priority",
-                ));
-            }
+            check_priority(format!("swap[{i}].priority"), s.priority)?;
         }
         if let Some(sc) = &self.sysctl {
             match &sc.swappiness {
@@ -421,6 +652,9 @@ mod tests {
             ("[zswap]\nmax_pool_percent = 0\n", "zswap.max_pool_percent"),
             ("[[swap]]\npath = \"swapfile\"\n", "swap[0].path"),
             ("[[zram]]\nalgorithm = \"lz4\"\nsize = \"1G\"\n[[zram]]\nindex = 0\nalgorithm = \"lz4\"\nsize = \"1G\"\n", "zram[1].index"),
+            ("[[zram]]\nalgorithm = \"lz4\"\nsize = \"1G\"\n[[zram]]\nalgorithm = \"lz4\"\nsize = \"1G\"\nswap_priority = 40000\n", "zram[1].swap_priority"),
+            ("[[swap]]\npath = \"/x\"\npriority = -1\n", "swap[0].priority"),
+            ("[zswap]\nenabled = \"yes\"\n", "zswap.enabled"),
         ];
         for (text, key) in cases {
             let err = KernelConfig::parse(text).unwrap_err();
@@ -430,6 +664,22 @@ mod tests {
                 "{message}"
             );
             assert!(message.contains(key), "{key} not in: {message}");
+            assert!(!message.contains("i16"), "{message}");
         }
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line_not_a_key() {
+        let err = KernelConfig::parse("[zswap]\nenabled = true\n[[zram]\nalgorithm = \"lz4\"\n")
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(err, KernelError::ConfigSyntax { line: 3, .. }),
+            "{message}"
+        );
+        assert!(
+            message.contains("line 3") && !message.contains("config key"),
+            "{message}"
+        );
     }
 }

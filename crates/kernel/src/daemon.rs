@@ -1,17 +1,41 @@
 //! `zpage kernel daemon`: the policy zram users ask for and nobody ships
-//! (zram-generator issues #164 and #178): periodically mark idle pages, then
-//! write back and recompress idle pages within budgets, when the kernel has
-//! those features. Also logs memory-pressure (PSI) events and swap tier
-//! fill levels.
+//! (zram only writes back or recompresses when told to): every `idle_age`
+//! it marks all pages idle, and at the next marking writes back and
+//! recompresses the pages still idle (or huge, as configured) within
+//! budgets, where the kernel has those features, saying "not in this
+//! kernel" where it does not. Also logs memory-pressure (PSI) events and
+//! swap tier fill levels.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{KernelConfig, PageSelection};
 use crate::procfs;
 use crate::status::ZramFeatures;
 use crate::zram::ZramDevice;
 use crate::Result;
+
+/// What the daemon does to one device's pages (from its `[[zram]]` entry).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DevicePolicy {
+    /// Pages written back, when writeback is wanted.
+    pub writeback: Option<PageSelection>,
+    /// Pages recompressed, when recompression is wanted.
+    pub recompress: Option<PageSelection>,
+}
+
+impl DevicePolicy {
+    /// Idle writeback and idle recompression: what the daemon does without a config.
+    pub fn idle() -> DevicePolicy {
+        DevicePolicy {
+            writeback: Some(PageSelection::Idle),
+            recompress: Some(PageSelection::Idle),
+        }
+    }
+}
 
 /// Daemon settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -28,13 +52,54 @@ pub struct DaemonConfig {
     pub pressure_threshold_us: u64,
 }
 
+impl DaemonConfig {
+    /// The schedule and the per-device policies of a config file: its
+    /// `[daemon]` section and, per `[[zram]]`, writeback when it has a
+    /// `writeback_device` and recompression when it has `recompress_algorithms`.
+    pub fn from_config(
+        config: &KernelConfig,
+    ) -> Result<(DaemonConfig, BTreeMap<u32, DevicePolicy>)> {
+        let mut daemon = DaemonConfig::default();
+        if let Some(schedule) = &config.daemon {
+            daemon.interval = Duration::from_secs(schedule.interval_seconds().max(1));
+            daemon.idle_age = Duration::from_secs(schedule.idle_after_seconds().max(1));
+            let page = crate::zram::ZRAM_BD_UNIT_BYTES;
+            if let Some(budget) = &schedule.writeback_budget {
+                daemon.writeback_budget_pages =
+                    budget.resolve("daemon.writeback_budget", 0)? / page;
+            }
+            if let Some(budget) = &schedule.recompress_budget {
+                daemon.recompress_budget_pages =
+                    budget.resolve("daemon.recompress_budget", 0)? / page;
+            }
+        }
+        let policies = config
+            .zram
+            .iter()
+            .enumerate()
+            .map(|(i, z)| {
+                let policy = DevicePolicy {
+                    writeback: z
+                        .writeback_device
+                        .as_ref()
+                        .map(|_| z.writeback.unwrap_or_default()),
+                    recompress: (!z.recompress_algorithms.is_empty())
+                        .then(|| z.recompress.unwrap_or_default()),
+                };
+                (config.zram_index(i), policy)
+            })
+            .collect();
+        Ok((daemon, policies))
+    }
+}
+
 impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
             interval: Duration::from_secs(10),
             idle_age: Duration::from_secs(3600),
-            writeback_budget_pages: 25_600, // 100 MiB per tick
-            recompress_budget_pages: 25_600,
+            writeback_budget_pages: 65_536, // 256 MiB per round
+            recompress_budget_pages: 65_536,
             pressure_threshold_us: 100_000, // 0.1 s of stall per tick
         }
     }
@@ -103,22 +168,33 @@ pub fn capabilities(device: &ZramDevice) -> DeviceCapabilities {
 pub enum DaemonEvent {
     /// At start: per-device capabilities.
     Capabilities(DeviceCapabilities),
+    /// A configured action this kernel cannot do (logged once, at start).
+    NotInKernel {
+        /// Device.
+        device: String,
+        /// What, and the kernel option it lacks.
+        what: String,
+    },
     /// Pages marked idle.
     MarkedIdle {
         /// Device.
         device: String,
     },
-    /// Idle pages written back.
+    /// Pages written back.
     WroteBack {
         /// Device.
         device: String,
+        /// Which pages (`idle`, `huge`, ...).
+        pages: PageSelection,
         /// Budget in pages.
         budget_pages: u64,
     },
-    /// Idle pages recompressed.
+    /// Pages recompressed.
     Recompressed {
         /// Device.
         device: String,
+        /// Which pages.
+        pages: PageSelection,
         /// Budget in pages.
         budget_pages: u64,
     },
@@ -161,9 +237,10 @@ impl std::fmt::Display for DaemonEvent {
                     write!(f, "{}: not available here: {}", c.device, c.missing.join("; "))
                 }
             }
-            DaemonEvent::MarkedIdle { device } => write!(f, "{device}: marked idle pages"),
-            DaemonEvent::WroteBack { device, budget_pages } => write!(f, "{device}: wrote back idle pages (budget {budget_pages} pages)"),
-            DaemonEvent::Recompressed { device, budget_pages } => write!(f, "{device}: recompressed idle pages (budget {budget_pages} pages)"),
+            DaemonEvent::NotInKernel { device, what } => write!(f, "{device}: {what} is not in this kernel: the config asks for it, the daemon skips it"),
+            DaemonEvent::MarkedIdle { device } => write!(f, "{device}: marked every page idle"),
+            DaemonEvent::WroteBack { device, pages, budget_pages } => write!(f, "{device}: wrote back {} pages (budget {budget_pages} pages)", pages.kernel_name()),
+            DaemonEvent::Recompressed { device, pages, budget_pages } => write!(f, "{device}: recompressed {} pages (budget {budget_pages} pages)", pages.kernel_name()),
             DaemonEvent::Pressure { some_stall_us, full_stall_us, some_avg10 } => write!(f, "memory pressure: tasks stalled {:.3} s (all tasks {:.3} s) in this tick; some avg10 {some_avg10:.2}%", *some_stall_us as f64 / 1e6, *full_stall_us as f64 / 1e6),
             DaemonEvent::TierFill { tier, priority, used_bytes, size_bytes, zram_mem_used_bytes } => {
                 let percent = if *size_bytes > 0 { *used_bytes as f64 * 100.0 / *size_bytes as f64 } else { 0.0 };
@@ -182,34 +259,84 @@ impl std::fmt::Display for DaemonEvent {
 #[derive(Debug)]
 pub struct Daemon {
     config: DaemonConfig,
+    /// Per device index; devices without one get [`DevicePolicy::idle`].
+    policies: BTreeMap<u32, DevicePolicy>,
+    /// Where the zram devices are (`/sys/block`; a fake tree in tests).
+    sys_block: PathBuf,
     last_pressure: Option<procfs::MemoryPressure>,
     elapsed_since_idle_mark: Duration,
     marked_once: bool,
 }
 
 impl Daemon {
-    /// A daemon with `config`.
+    /// A daemon with `config`, acting on idle pages of every device.
     pub fn new(config: DaemonConfig) -> Daemon {
+        Daemon::with_policies(config, BTreeMap::new(), Path::new("/sys/block"))
+    }
+
+    /// A daemon with per-device policies, on the devices under `sys_block`.
+    pub fn with_policies(
+        config: DaemonConfig,
+        policies: BTreeMap<u32, DevicePolicy>,
+        sys_block: &Path,
+    ) -> Daemon {
         Daemon {
             config,
+            policies,
+            sys_block: sys_block.to_path_buf(),
             last_pressure: None,
             elapsed_since_idle_mark: Duration::ZERO,
             marked_once: false,
         }
     }
 
-    /// Capabilities of every zram device (logged at start).
+    fn devices(&self) -> Result<Vec<ZramDevice>> {
+        ZramDevice::list_in(&self.sys_block)
+    }
+
+    fn policy(&self, device: &ZramDevice) -> DevicePolicy {
+        if self.policies.is_empty() {
+            DevicePolicy::idle()
+        } else {
+            self.policies
+                .get(&device.index())
+                .copied()
+                .unwrap_or_default()
+        }
+    }
+
+    /// Capabilities of every zram device, and what the config asks that the kernel lacks (logged at start).
     pub fn start(&mut self) -> Vec<DaemonEvent> {
         self.last_pressure = procfs::memory_pressure().ok();
-        match ZramDevice::list() {
-            Ok(devices) => devices
-                .iter()
-                .map(|d| DaemonEvent::Capabilities(capabilities(d)))
-                .collect(),
-            Err(e) => vec![DaemonEvent::Error {
-                message: e.to_string(),
-            }],
+        let devices = match self.devices() {
+            Ok(devices) => devices,
+            Err(e) => {
+                return vec![DaemonEvent::Error {
+                    message: e.to_string(),
+                }]
+            }
+        };
+        let mut events = Vec::new();
+        for device in &devices {
+            let caps = capabilities(device);
+            let policy = self.policy(device);
+            if !self.policies.is_empty() {
+                if policy.writeback.is_some() && !caps.features.writeback {
+                    events.push(DaemonEvent::NotInKernel {
+                        device: device.name(),
+                        what: "writeback (CONFIG_ZRAM_WRITEBACK)".into(),
+                    });
+                }
+                if policy.recompress.is_some() && !caps.features.recompress {
+                    events.push(DaemonEvent::NotInKernel {
+                        device: device.name(),
+                        what: "recompression (CONFIG_ZRAM_MULTI_COMP)".into(),
+                    });
+                }
+            }
+            events.push(DaemonEvent::Capabilities(caps));
         }
+        events
     }
 
     /// One tick: pressure, fill levels, and the idle policy where the kernel allows it.
@@ -230,7 +357,7 @@ impl Daemon {
             self.last_pressure = Some(now);
         }
         let swaps = procfs::swaps().unwrap_or_default();
-        let devices = ZramDevice::list().unwrap_or_default();
+        let devices = self.devices().unwrap_or_default();
         for s in &swaps {
             let zram = devices
                 .iter()
@@ -252,14 +379,24 @@ impl Daemon {
             .filter(|d| d.is_initialised().unwrap_or(false))
         {
             let caps = capabilities(device);
-            let can_writeback = caps.features.writeback && caps.backing_dev.is_some();
-            if !caps.features.idle || !(can_writeback || caps.features.recompress) {
-                // Marking idle is pointless when nothing acts on idle pages.
+            let policy = self.policy(device);
+            let writeback = policy
+                .writeback
+                .filter(|_| caps.features.writeback && caps.backing_dev.is_some());
+            let recompress = policy.recompress.filter(|_| caps.features.recompress);
+            let uses_idle = [writeback, recompress]
+                .iter()
+                .flatten()
+                .any(|p| matches!(p, PageSelection::Idle | PageSelection::HugeIdle));
+            if writeback.is_none() && recompress.is_none() {
                 continue;
             }
-            if self.marked_once && due {
+            if uses_idle && !caps.features.idle {
+                continue;
+            }
+            if due && (self.marked_once || !uses_idle) {
                 // Pages still idle since the last mark are older than idle_age: act on them.
-                if can_writeback {
+                if let Some(pages) = writeback {
                     events.push(
                         self.act(device, "writeback_limit_enable", "1")
                             .and_then(|_| {
@@ -269,30 +406,33 @@ impl Daemon {
                                     &self.config.writeback_budget_pages.to_string(),
                                 )
                             })
-                            .and_then(|_| self.act(device, "writeback", "idle"))
+                            .and_then(|_| self.act(device, "writeback", pages.kernel_name()))
                             .map(|_| DaemonEvent::WroteBack {
                                 device: device.name(),
+                                pages,
                                 budget_pages: self.config.writeback_budget_pages,
                             })
                             .unwrap_or_else(|e| e),
                     );
                 }
-                if caps.features.recompress {
+                if let Some(pages) = recompress {
                     let command = format!(
-                        "type=idle max_pages={}",
+                        "type={} max_pages={}",
+                        pages.kernel_name(),
                         self.config.recompress_budget_pages
                     );
                     events.push(
                         self.act(device, "recompress", &command)
                             .map(|_| DaemonEvent::Recompressed {
                                 device: device.name(),
+                                pages,
                                 budget_pages: self.config.recompress_budget_pages,
                             })
                             .unwrap_or_else(|e| e),
                     );
                 }
             }
-            if due {
+            if due && uses_idle {
                 events.push(
                     self.act(device, "idle", "all")
                         .map(|_| DaemonEvent::MarkedIdle {
@@ -315,9 +455,11 @@ impl Daemon {
         attribute: &str,
         value: &str,
     ) -> std::result::Result<(), DaemonEvent> {
-        crate::write_file(device.attr_path(attribute), value).map_err(|e| DaemonEvent::Error {
-            message: e.to_string(),
-        })
+        device
+            .write_attribute(attribute, value)
+            .map_err(|e| DaemonEvent::Error {
+                message: e.to_string(),
+            })
     }
 
     /// Runs `start` then `tick` every interval, `ticks` times (forever when None),

@@ -14,6 +14,25 @@ pub enum KernelError {
         /// What we tried to do ("write", "read", "swapon" ...).
         action: String,
     },
+    /// Root was refused: the kernel itself forbids the operation (a read-only
+    /// sysfs in a container, kernel lockdown, an attribute not writable now).
+    #[error("{path}: the kernel refused to {action} even to root: check that /sys is not mounted read-only (containers), that kernel lockdown is off, and that the attribute may be changed in the device's current state")]
+    DeniedToRoot {
+        /// File or device that was refused.
+        path: PathBuf,
+        /// What we tried to do.
+        action: String,
+    },
+    /// The configuration file is not valid TOML; nothing was changed.
+    #[error("config line {line}, column {column}: {problem}: fix the TOML syntax there (keys are `name = value`, tables `[zswap]` and `[[zram]]`)")]
+    ConfigSyntax {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The parser's message.
+        problem: String,
+    },
     /// The zram module is not loaded (or not built).
     #[error("zram module not loaded (/sys/class/zram-control is missing): run `modprobe zram` (or build the kernel with CONFIG_ZRAM)")]
     ZramModuleNotLoaded,
@@ -111,6 +130,12 @@ impl KernelError {
     pub fn io(path: impl Into<PathBuf>, action: &str, source: std::io::Error) -> Self {
         let path = path.into();
         match source.kind() {
+            std::io::ErrorKind::PermissionDenied if crate::sys::is_root() => {
+                KernelError::DeniedToRoot {
+                    path,
+                    action: action.to_string(),
+                }
+            }
             std::io::ErrorKind::PermissionDenied => KernelError::NeedsRoot {
                 path,
                 action: action.to_string(),
@@ -133,6 +158,33 @@ impl KernelError {
             key: key.into(),
             problem: problem.into(),
             fix: fix.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permission_denied_says_root_only_to_those_who_are_not() {
+        let error = KernelError::io(
+            "/sys/block/zram0/disksize",
+            "write",
+            std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        );
+        let message = error.to_string();
+        if crate::sys::is_root() {
+            assert!(
+                matches!(error, KernelError::DeniedToRoot { .. }),
+                "{message}"
+            );
+            assert!(
+                !message.contains("needs root") && message.contains("read-only"),
+                "{message}"
+            );
+        } else {
+            assert!(matches!(error, KernelError::NeedsRoot { .. }), "{message}");
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use crate::config::{DiskSwapConfig, KernelConfig, Size, SysctlValue, ZramConfig};
+use crate::config::{DiskSwapConfig, KernelConfig, Size, SysctlTarget, ZramConfig};
 use crate::{KernelError, Result};
 
 /// Export formats.
@@ -18,7 +18,12 @@ pub enum ExportFormat {
     Nixos,
     /// systemd units, udev rule, modules-load, crypttab, sysctl.d and tmpfiles.d files.
     Systemd,
+    /// `/etc/default/zramswap` of zram-tools (one device).
+    ZramTools,
 }
+
+/// Every format's name, as `--format` takes it.
+pub const FORMAT_NAMES: [&str; 5] = ["zram-generator", "sysctl", "nixos", "systemd", "zram-tools"];
 
 impl FromStr for ExportFormat {
     type Err = KernelError;
@@ -28,10 +33,11 @@ impl FromStr for ExportFormat {
             "sysctl" => Ok(ExportFormat::Sysctl),
             "nixos" => Ok(ExportFormat::Nixos),
             "systemd" => Ok(ExportFormat::Systemd),
+            "zram-tools" => Ok(ExportFormat::ZramTools),
             other => Err(KernelError::config(
                 "--format",
                 format!("unknown format {other:?}"),
-                "use zram-generator, sysctl, nixos or systemd",
+                format!("use one of {}", FORMAT_NAMES.join(", ")),
             )),
         }
     }
@@ -39,14 +45,30 @@ impl FromStr for ExportFormat {
 
 /// Renders `config` in `format`. `auto_swappiness` is the value to write for
 /// `swappiness = "auto"` (measured by apply, or computed by the caller);
-/// without it the sysctl is left out with a comment.
-pub fn export(config: &KernelConfig, format: ExportFormat, auto_swappiness: Option<u8>) -> String {
-    match format {
+/// without it the sysctl is left out with a comment. A format that cannot
+/// express the config is refused with the reason and the format that can.
+pub fn export(
+    config: &KernelConfig,
+    format: ExportFormat,
+    auto_swappiness: Option<u8>,
+) -> Result<String> {
+    Ok(match format {
         ExportFormat::ZramGenerator => zram_generator(config),
         ExportFormat::Sysctl => sysctl_conf(config, auto_swappiness),
         ExportFormat::Nixos => nixos(config, auto_swappiness),
         ExportFormat::Systemd => systemd(config, auto_swappiness),
-    }
+        ExportFormat::ZramTools => zram_tools(config)?,
+    })
+}
+
+/// The daemon that triggers what zram only offers as one-shot triggers.
+const DAEMON_NOTE: &str = "zram only writes back or recompresses when told to: run `zpage kernel daemon --config FILE` (the systemd export has a unit for it)";
+
+fn needs_daemon(config: &KernelConfig) -> bool {
+    config
+        .zram
+        .iter()
+        .any(|z| z.writeback_device.is_some() || !z.recompress_algorithms.is_empty())
 }
 
 const MIB: u64 = 1 << 20;
@@ -85,56 +107,75 @@ fn sysctl_pairs(
 ) -> (Vec<(&'static str, String)>, Vec<String>) {
     let mut pairs = Vec::new();
     let mut notes = Vec::new();
-    if let Some(sc) = &config.sysctl {
-        match &sc.swappiness {
-            Some(SysctlValue::Number(n)) => pairs.push(("vm.swappiness", n.to_string())),
-            Some(SysctlValue::Text(_)) => match auto_swappiness {
-                Some(v) => pairs.push(("vm.swappiness", v.to_string())),
-                None => notes.push("vm.swappiness = \"auto\" is measured by `zpage kernel apply`; export after applying to get the number".to_string()),
-            },
-            None => {}
-        }
-        if let Some(p) = sc.page_cluster {
-            pairs.push(("vm.page-cluster", p.to_string()));
-        }
-        if let Some(w) = sc.watermark_scale_factor {
-            pairs.push(("vm.watermark_scale_factor", w.to_string()));
-        }
-        if let Some(e) = sc.extfrag_threshold {
-            pairs.push(("vm.extfrag_threshold", e.to_string()));
+    for (name, target) in config
+        .sysctl
+        .as_ref()
+        .map(|s| s.targets())
+        .unwrap_or_default()
+    {
+        match (target, auto_swappiness) {
+            (SysctlTarget::Value(v), _) => pairs.push((name, v)),
+            (SysctlTarget::MeasuredSwappiness, Some(v)) => pairs.push((name, v.to_string())),
+            (SysctlTarget::MeasuredSwappiness, None) => notes.push(format!("{name} = \"auto\" is measured by `zpage kernel apply`; export after applying (or give --swappiness N) to get the number")),
         }
     }
     (pairs, notes)
 }
 
 fn zswap_pairs(config: &KernelConfig) -> Vec<(&'static str, String)> {
-    let mut pairs = Vec::new();
-    if let Some(zs) = &config.zswap {
-        let yn = |b: bool| if b { "Y" } else { "N" }.to_string();
-        if let Some(c) = &zs.compressor {
-            pairs.push(("compressor", c.clone()));
-        }
-        if let Some(p) = zs.max_pool_percent {
-            pairs.push(("max_pool_percent", p.to_string()));
-        }
-        if let Some(p) = zs.accept_threshold_percent {
-            pairs.push(("accept_threshold_percent", p.to_string()));
-        }
-        if let Some(s) = zs.shrinker {
-            pairs.push(("shrinker_enabled", yn(s)));
-        }
-        if let Some(e) = zs.enabled {
-            pairs.push(("enabled", yn(e)));
-        }
-    }
-    pairs
+    config
+        .zswap
+        .as_ref()
+        .map(|zs| {
+            zs.parameters()
+                .into_iter()
+                .map(|(name, value, _)| (name, value))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
+/// zram-generator's `compression-algorithm`: the primary (with its
+/// parameters), then the recompression algorithms, then the recompression
+/// parameters in a bare group (zram-generator 1.2+).
 fn algorithm_with_params(z: &ZramConfig) -> String {
-    match &z.algorithm_params {
+    let mut words = vec![match &z.algorithm_params {
         Some(p) => format!("{}({p})", z.algorithm),
         None => z.algorithm.clone(),
+    }];
+    words.extend(z.recompress_algorithms.iter().cloned());
+    if !z.recompress_algorithms.is_empty() {
+        words.push(format!(
+            "(type={})",
+            z.recompress.unwrap_or_default().kernel_name()
+        ));
     }
+    words.join(" ")
+}
+
+/// One device's zram-generator keys, in the order they are written (the
+/// same keys go into NixOS's `services.zram-generator.settings`).
+fn zram_generator_keys(z: &ZramConfig) -> Vec<(&'static str, String, Option<&'static str>)> {
+    let mut keys = vec![("zram-size", size_expression(&z.size), None)];
+    keys.push((
+        "compression-algorithm",
+        algorithm_with_params(z),
+        (!z.recompress_algorithms.is_empty()).then_some(
+            "recompression algorithms and their (type=...) group need zram-generator 1.2+",
+        ),
+    ));
+    keys.push(("swap-priority", z.priority().to_string(), None));
+    if let Some(limit) = &z.mem_limit {
+        keys.push((
+            "zram-resident-limit",
+            size_expression(limit),
+            Some("mem_limit (zram-generator 1.2+; older versions ignore this key)"),
+        ));
+    }
+    if let Some(device) = &z.writeback_device {
+        keys.push(("writeback-device", device.clone(), None));
+    }
+    keys
 }
 
 fn zram_generator(config: &KernelConfig) -> String {
@@ -142,24 +183,79 @@ fn zram_generator(config: &KernelConfig) -> String {
         String::from("# /etc/systemd/zram-generator.conf, written by `zpage kernel export`.\n");
     for (i, z) in config.zram.iter().enumerate() {
         let _ = writeln!(out, "\n[zram{}]", config.zram_index(i));
-        let _ = writeln!(out, "zram-size = {}", size_expression(&z.size));
-        let _ = writeln!(out, "compression-algorithm = {}", algorithm_with_params(z));
-        let _ = writeln!(out, "swap-priority = {}", z.priority());
-        if let Some(limit) = &z.mem_limit {
-            let _ = writeln!(
-                out,
-                "# mem_limit (zram-generator 1.2+; older versions ignore this key)"
-            );
-            let _ = writeln!(out, "zram-resident-limit = {}", size_expression(limit));
+        for (key, value, comment) in zram_generator_keys(z) {
+            if let Some(comment) = comment {
+                let _ = writeln!(out, "# {comment}");
+            }
+            let _ = writeln!(out, "{key} = {value}");
         }
     }
     if config.zram.is_empty() {
         out.push_str("# (no [[zram]] in the config)\n");
     }
+    if needs_daemon(config) {
+        let _ = writeln!(out, "\n# {DAEMON_NOTE}.");
+    }
     if config.zswap.is_some() || !config.swap.is_empty() || config.sysctl.is_some() {
         out.push_str("\n# zswap, disk swap and sysctls are not zram-generator's business:\n# export them with --format sysctl / systemd / nixos.\n");
     }
     out
+}
+
+/// zram-tools' `/etc/default/zramswap`: one device, its algorithm, size
+/// (a percentage of RAM or MiB) and priority. Anything more is refused.
+fn zram_tools(config: &KernelConfig) -> Result<String> {
+    let refuse = |problem: String| {
+        KernelError::config(
+            "--format zram-tools",
+            problem,
+            "use --format zram-generator (or systemd / nixos), which can express it",
+        )
+    };
+    let z = match config.zram.as_slice() {
+        [] => return Err(refuse("the config has no [[zram]] device".into())),
+        [z] => z,
+        more => {
+            return Err(refuse(format!(
+                "zram-tools sets up one device (/dev/zram0); the config has {}",
+                more.len()
+            )))
+        }
+    };
+    if config.zram_index(0) != 0 {
+        return Err(refuse("zram-tools always uses zram0".into()));
+    }
+    let unsupported = [
+        (z.mem_limit.is_some(), "mem_limit"),
+        (z.algorithm_params.is_some(), "algorithm_params"),
+        (z.writeback_device.is_some(), "writeback_device"),
+        (!z.recompress_algorithms.is_empty(), "recompress_algorithms"),
+    ];
+    if let Some((_, key)) = unsupported.iter().find(|(set, _)| *set) {
+        return Err(refuse(format!(
+            "zram-tools has no setting for zram[0].{key}"
+        )));
+    }
+    let mut out =
+        String::from("# /etc/default/zramswap (zram-tools), written by `zpage kernel export`.\n");
+    let _ = writeln!(out, "ALGO={}", z.algorithm);
+    match &z.size {
+        Size::Fraction(f) => {
+            let _ = writeln!(out, "PERCENT={}", (f * 100.0).round() as u64);
+        }
+        Size::Text(t) if t.trim().ends_with('%') => {
+            let _ = writeln!(out, "PERCENT={}", t.trim().trim_end_matches('%').trim());
+        }
+        other => {
+            let bytes = other.resolve("zram[0].size", 0)?;
+            let _ = writeln!(out, "SIZE={}", bytes.div_ceil(MIB));
+        }
+    }
+    let _ = writeln!(out, "PRIORITY={}", z.priority());
+    if config.zswap.is_some() || !config.swap.is_empty() || config.sysctl.is_some() {
+        out.push_str("# zswap, disk swap and sysctls are not zram-tools' business:\n# export them with --format sysctl / systemd / nixos.\n");
+    }
+    Ok(out)
 }
 
 fn sysctl_conf(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
@@ -193,35 +289,68 @@ fn nix_string(s: &str) -> String {
     format!("\"{escaped}\"")
 }
 
+/// The RAM percentage NixOS's `zramSwap.memoryPercent` (an integer) can
+/// express for `size`, when it can.
+fn whole_percent(size: &Size) -> Option<u64> {
+    let percent = match size {
+        Size::Fraction(f) => f * 100.0,
+        Size::Text(t) if t.trim().ends_with('%') => {
+            t.trim().trim_end_matches('%').trim().parse().ok()?
+        }
+        _ => return None,
+    };
+    (percent.fract().abs() < 1e-9 && percent >= 1.0).then_some(percent as u64)
+}
+
+/// `zramSwap` configures one algorithm, one size and one priority for all
+/// its devices, plus `writebackDevice` for a single one: enough for a
+/// single zram0 sized as a whole percentage of RAM, and nothing more.
+fn fits_nixos_zramswap(config: &KernelConfig) -> bool {
+    match config.zram.as_slice() {
+        [z] => {
+            config.zram_index(0) == 0
+                && whole_percent(&z.size).is_some()
+                && z.mem_limit.is_none()
+                && z.algorithm_params.is_none()
+                && z.recompress_algorithms.is_empty()
+        }
+        _ => false,
+    }
+}
+
 fn nixos(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
     let mut out = String::from("# NixOS module written by `zpage kernel export`; import it from configuration.nix.\n{ config, lib, pkgs, ... }:\n{\n");
-    if let Some(z) = config.zram.first() {
-        out.push_str("  zramSwap = {\n    enable = true;\n");
-        let _ = writeln!(out, "    swapDevices = {};", config.zram.len());
+    if fits_nixos_zramswap(config) {
+        let z = &config.zram[0];
+        out.push_str("  zramSwap = {\n    enable = true;\n    swapDevices = 1;\n");
         let _ = writeln!(out, "    algorithm = {};", nix_string(&z.algorithm));
-        match &z.size {
-            Size::Fraction(f) => {
-                let _ = writeln!(out, "    memoryPercent = {};", (f * 100.0).round() as u64);
-            }
-            Size::Text(t) if t.trim().ends_with('%') => {
-                let _ = writeln!(
-                    out,
-                    "    memoryPercent = {};",
-                    t.trim().trim_end_matches('%').trim()
-                );
-            }
-            other => {
-                // A fixed size: allow all of RAM, capped at the size.
-                let bytes = other.resolve("size", 0).unwrap_or(0) * config.zram.len() as u64;
-                out.push_str("    memoryPercent = 100;\n");
-                let _ = writeln!(out, "    memoryMax = {bytes};");
-            }
-        }
+        let _ = writeln!(
+            out,
+            "    memoryPercent = {};",
+            whole_percent(&z.size).unwrap_or(50)
+        );
         let _ = writeln!(out, "    priority = {};", z.priority());
-        out.push_str("  };\n");
-        if z.mem_limit.is_some() || z.algorithm_params.is_some() || config.zram.len() > 1 {
-            out.push_str("  # zramSwap has no options for mem_limit or algorithm_params, and configures all devices alike;\n  # use the zram-generator export for those.\n");
+        if let Some(device) = &z.writeback_device {
+            let _ = writeln!(out, "    writebackDevice = {};", nix_string(device));
         }
+        out.push_str("  };\n");
+    } else if !config.zram.is_empty() {
+        out.push_str("  # zramSwap gives every device the same algorithm, size and priority (and sizes only as a\n  # whole percentage of RAM): these devices are configured through zram-generator directly.\n");
+        out.push_str("  services.zram-generator = {\n    enable = true;\n    settings = {\n");
+        for (i, z) in config.zram.iter().enumerate() {
+            let _ = writeln!(out, "      zram{} = {{", config.zram_index(i));
+            for (key, value, comment) in zram_generator_keys(z) {
+                if let Some(comment) = comment {
+                    let _ = writeln!(out, "        # {comment}");
+                }
+                let _ = writeln!(out, "        {} = {};", nix_string(key), nix_string(&value));
+            }
+            out.push_str("      };\n");
+        }
+        out.push_str("    };\n  };\n");
+    }
+    if needs_daemon(config) {
+        let _ = writeln!(out, "  # {DAEMON_NOTE}.");
     }
     if !config.swap.is_empty() {
         out.push_str("  swapDevices = [\n");
@@ -332,6 +461,20 @@ fn systemd(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
                     "ExecStart=/bin/sh -c 'echo \"{p}\" > {dev}/algorithm_params'"
                 );
             }
+            // The kernel takes these only before disksize.
+            if let Some(backing) = &z.writeback_device {
+                let _ = writeln!(
+                    out,
+                    "ExecStart=/bin/sh -c 'echo {backing} > {dev}/backing_dev'"
+                );
+            }
+            for (priority, algorithm) in z.recompress_algorithms.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "ExecStart=/bin/sh -c 'echo \"algo={algorithm} priority={}\" > {dev}/recomp_algorithm'",
+                    priority + 1
+                );
+            }
             if size.is_empty() {
                 // Fraction of RAM: computed from MemTotal at boot.
                 let fraction = match &z.size {
@@ -411,6 +554,23 @@ fn systemd(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
             let _ = writeln!(out, "Options={}", options.join(","));
         }
         out.push_str("\n[Install]\nWantedBy=swap.target\n");
+    }
+    if needs_daemon(config) {
+        let units: Vec<String> = config
+            .zram
+            .iter()
+            .enumerate()
+            .map(|(i, _)| format!("zpage-zram{}.service", config.zram_index(i)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "\n# ==> /etc/systemd/system/zpage-kernel-daemon.service"
+        );
+        let _ = writeln!(
+            out,
+            "[Unit]\nDescription=zpage: idle writeback and recompression of zram on a schedule\nAfter={units}\nRequires={units}\n\n[Service]\nExecStart=/usr/local/bin/zpage kernel daemon --config /etc/zpage/kernel.toml\nRestart=on-failure\n\n[Install]\nWantedBy=multi-user.target",
+            units = units.join(" ")
+        );
     }
     let (pairs, notes) = sysctl_pairs(config, auto_swappiness);
     if !pairs.is_empty() || !notes.is_empty() {

@@ -24,8 +24,8 @@ pub mod zram;
 pub mod zswap;
 
 pub use error::{KernelError, Result};
-pub use state_lock::KernelStateLock;
-pub use sys::is_root;
+pub use state_lock::{kernel_state_tests_enabled, KernelStateLock, KERNEL_STATE_TESTS_ENV};
+pub use sys::{is_root, resident_anonymous_ranges};
 
 /// Reads a kernel file into a string, mapping errors to [`KernelError`].
 pub(crate) fn read_file(path: impl AsRef<std::path::Path>) -> Result<String> {

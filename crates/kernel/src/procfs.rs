@@ -99,6 +99,17 @@ pub fn parse_swaps(text: &str) -> Vec<SwapArea> {
         .collect()
 }
 
+/// Where `device` (e.g. `/dev/zram0`) is mounted, from `/proc/mounts`.
+pub fn mountpoint_of(device: &str) -> Option<String> {
+    let mounts = read_file("/proc/mounts").ok()?;
+    mounts.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        (fields.next() == Some(device))
+            .then(|| fields.next().map(|m| m.replace("\\040", " ")))
+            .flatten()
+    })
+}
+
 /// The sysctls that steer swapping, as shown by `status` and set by `apply`.
 pub const RELEVANT_SYSCTLS: [&str; 4] = [
     "vm.swappiness",

@@ -111,7 +111,7 @@ pub fn recommend_from(
     let saving = |bytes: u64| (bytes as f64 * (1.0 - 1.0 / finite_ratio)).max(0.0) as u64;
     let (swappiness, swappiness_reason) = measured_swappiness.unwrap_or_else(|| {
         let assumed = crate::measure::swappiness_for_ratio(10.0);
-        (assumed, "not measured (measuring needs root): assumed zram is 10x as fast as file I/O; `zpage kernel apply` with swappiness = \"auto\" measures it".to_string())
+        (assumed, "estimated, not measured: assumed zram reads a page 10x as fast as a file; `zpage kernel recommend --measure` (root) or `swappiness = \"auto\"` in the config measures it".to_string())
     });
     let config_toml = config_toml(&algorithm, fraction, zram_size_bytes, swappiness);
     Ok(Recommendation {
@@ -128,11 +128,13 @@ pub fn recommend_from(
     })
 }
 
-/// Recommends from `observation`; measures swappiness when asked and root.
+/// Recommends from `observation`. Reads only, unless `measure_swappiness`:
+/// then a temporary zram device and file are created to time swap against
+/// file reads (root only; removed afterwards).
 pub fn recommend(observation: Observation, measure_swappiness: bool) -> Result<Recommendation> {
     let algorithms = kernel_algorithms()?;
     let mut recommendation = recommend_from(observation, &algorithms, None)?;
-    if measure_swappiness && crate::sys::is_root() {
+    if measure_swappiness {
         let m = crate::measure::swap_to_file_speed(Some(&recommendation.algorithm))?;
         recommendation.swappiness = m.swappiness;
         recommendation.swappiness_reason = format!("measured: {} reads a random page in {:.1} us, a file in {:.1} us (r = {:.2}); 200*r/(1+r)", m.swap_tier, m.swap_us_per_page, m.file_us_per_page, m.ratio);
@@ -150,7 +152,7 @@ pub fn recommend(observation: Observation, measure_swappiness: bool) -> Result<R
 
 fn config_toml(algorithm: &str, fraction: f64, zram_size_bytes: u64, swappiness: u8) -> String {
     format!(
-        "# zpage kernel recommend\n[[zram]]\nalgorithm = \"{algorithm}\"\nsize = {fraction:.2}  # of RAM ({} MiB now)\nswap_priority = 100\n\n[sysctl]\nswappiness = \"auto\"  # {swappiness} here\npage_cluster = 0\n",
+        "# zpage kernel recommend\n[[zram]]\nalgorithm = \"{algorithm}\"\nsize = {fraction:.2}  # of RAM ({} MiB now)\nswap_priority = 100\n\n[sysctl]\nswappiness = {swappiness}  # \"auto\" measures it at apply\npage_cluster = 0\n",
         zram_size_bytes >> 20
     )
 }

@@ -51,3 +51,27 @@ impl KernelStateLock {
         Ok(KernelStateLock { _file: file })
     }
 }
+
+/// Environment variable that lets tests change the machine's kernel state
+/// (zram devices, swap areas, zswap parameters, sysctls, cgroups). Without
+/// it those tests print that they are skipped and pass, so a plain
+/// `cargo test --workspace` as root leaves the machine alone; CI sets it.
+pub const KERNEL_STATE_TESTS_ENV: &str = "ZPAGE_TEST_KERNEL_STATE";
+
+/// Whether a test that changes kernel state may run: `ZPAGE_TEST_KERNEL_STATE=1`
+/// is set and this process is root. Otherwise prints a `SKIP` line naming
+/// `test` and what is missing, and returns false.
+pub fn kernel_state_tests_enabled(test: &str) -> bool {
+    let asked = std::env::var(KERNEL_STATE_TESTS_ENV).is_ok_and(|v| v == "1");
+    if !asked {
+        println!(
+            "SKIP {test}: changes kernel state (zram, swap, zswap, sysctls or cgroups); run with {KERNEL_STATE_TESTS_ENV}=1 as root to include it"
+        );
+        return false;
+    }
+    if !crate::sys::is_root() {
+        println!("SKIP {test}: {KERNEL_STATE_TESTS_ENV}=1 is set but the test needs root");
+        return false;
+    }
+    true
+}

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::procfs::{self, MemoryPressure, SwapArea};
-use crate::zram::{IoStat, MmStat, ZramDevice};
+use crate::zram::{BdStat, IoStat, MmStat, ZramDevice};
 use crate::zswap::{self, CgroupZswap, DebugfsCounters};
 
 /// What a zram device can do on this kernel (by the attributes it has).
@@ -52,6 +52,16 @@ pub struct ZramStatus {
     pub mm_stat: Option<MmStat>,
     /// `io_stat`.
     pub io_stat: Option<IoStat>,
+    /// `bd_stat` (writeback), when the kernel has writeback.
+    pub bd_stat: Option<BdStat>,
+    /// Backing device for writeback, when one is set.
+    pub backing_dev: Option<String>,
+    /// Recompression algorithms by priority (`recomp_algorithm`), when set.
+    pub recompression_algorithms: Vec<String>,
+    /// Writeback budget left (`writeback_limit`, bytes) when `writeback_limit_enable` is 1.
+    pub writeback_limit_bytes: Option<u64>,
+    /// Where the device is mounted, when it holds a filesystem.
+    pub mountpoint: Option<String>,
     /// `orig_data_size / compr_data_size`: how well the data compresses.
     pub ratio_data_to_compressed: Option<f64>,
     /// `orig_data_size / mem_used_total`: what it really saves, overhead included.
@@ -128,7 +138,13 @@ pub fn zram_status(device: &ZramDevice, swaps: &[SwapArea]) -> ZramStatus {
     let initialised = note(&mut errors, device.is_initialised()).unwrap_or(false);
     let mm_stat = note(&mut errors, device.mm_stat());
     let io_stat = note(&mut errors, device.io_stat());
+    let bd_stat = note(&mut errors, device.bd_stat()).flatten();
+    let backing_dev = note(&mut errors, device.backing_dev()).flatten();
+    let recompression_algorithms =
+        note(&mut errors, device.recompression_algorithms()).unwrap_or_default();
+    let writeback_limit_bytes = note(&mut errors, device.writeback_limit_bytes()).flatten();
     let dev = device.dev_path().display().to_string();
+    let mountpoint = procfs::mountpoint_of(&dev);
     ZramStatus {
         name: device.name(),
         algorithm,
@@ -139,14 +155,47 @@ pub fn zram_status(device: &ZramDevice, swaps: &[SwapArea]) -> ZramStatus {
         ratio_data_to_memory_used: mm_stat.and_then(|m| ratio(m.orig_data_size, m.mem_used_total)),
         mm_stat,
         io_stat,
+        bd_stat,
+        backing_dev,
+        recompression_algorithms,
+        writeback_limit_bytes,
+        mountpoint,
         swap_priority: swaps.iter().find(|s| s.path == dev).map(|s| s.priority),
         features: ZramFeatures::detect(device),
         errors,
     }
 }
 
+/// Where a snapshot reads what differs between machines: the zram devices,
+/// the active swap areas and zswap's debugfs counters. The default is the
+/// running kernel's; tests point them at files standing in for what this
+/// machine lacks or does not have active (writeback, swap, debugfs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sources {
+    /// Directory of the `zramN` devices (`/sys/block`).
+    pub sys_block: std::path::PathBuf,
+    /// The swap areas table (`/proc/swaps`).
+    pub swaps: std::path::PathBuf,
+    /// zswap's debugfs counters (`/sys/kernel/debug/zswap`).
+    pub zswap_debugfs: std::path::PathBuf,
+}
+
+impl Default for Sources {
+    fn default() -> Self {
+        Sources {
+            sys_block: "/sys/block".into(),
+            swaps: "/proc/swaps".into(),
+            zswap_debugfs: zswap::DEBUGFS_DIR.into(),
+        }
+    }
+}
+
 /// zswap's status.
 pub fn zswap_status() -> ZswapStatus {
+    zswap_status_from(&Sources::default())
+}
+
+fn zswap_status_from(sources: &Sources) -> ZswapStatus {
     let (parameters, parameters_error) = match zswap::parameters() {
         Ok(p) => (p, None),
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
@@ -162,7 +211,7 @@ pub fn zswap_status() -> ZswapStatus {
         zswpin: vmstat.get("zswpin").copied(),
         zswpout: vmstat.get("zswpout").copied(),
         zswpwb: vmstat.get("zswpwb").copied(),
-        debugfs: zswap::debugfs_counters(),
+        debugfs: zswap::debugfs_counters_in(&sources.zswap_debugfs),
         cgroups,
         cgroups_note,
     }
@@ -171,8 +220,15 @@ pub fn zswap_status() -> ZswapStatus {
 /// Takes a full snapshot. Never fails as a whole: what cannot be read is
 /// reported inside (so it works unprivileged).
 pub fn collect() -> KernelStatus {
-    let swaps = procfs::swaps().unwrap_or_default();
-    let (zram, zram_note) = match ZramDevice::list() {
+    collect_from(&Sources::default())
+}
+
+/// [`collect`] from `sources`.
+pub fn collect_from(sources: &Sources) -> KernelStatus {
+    let swaps = crate::read_file(&sources.swaps)
+        .map(|text| procfs::parse_swaps(&text))
+        .unwrap_or_default();
+    let (zram, zram_note) = match ZramDevice::list_in(&sources.sys_block) {
         Ok(devices) if devices.is_empty() => (
             Vec::new(),
             Some(
@@ -197,13 +253,116 @@ pub fn collect() -> KernelStatus {
     KernelStatus {
         zram,
         zram_note,
-        zswap: zswap_status(),
+        zswap: zswap_status_from(sources),
         swaps,
         mem_total_bytes: meminfo.get("MemTotal").copied(),
         swap_total_bytes: meminfo.get("SwapTotal").copied(),
         swap_free_bytes: meminfo.get("SwapFree").copied(),
         sysctls,
         memory_pressure: procfs::memory_pressure().ok(),
+    }
+}
+
+/// How fast things changed between two snapshots (`status --watch`), per second.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rates {
+    /// Seconds between the snapshots.
+    pub seconds: f64,
+    /// Per zram device: (name, uncompressed data stored, bytes/s; RAM used, bytes/s).
+    pub zram: Vec<ZramRates>,
+    /// zswap stores (zswpout), pages/s.
+    pub zswap_stored_pages_per_s: Option<f64>,
+    /// zswap loads (zswpin), pages/s.
+    pub zswap_loaded_pages_per_s: Option<f64>,
+    /// zswap writeback (zswpwb), pages/s.
+    pub zswap_written_back_pages_per_s: Option<f64>,
+    /// Memory stall time of some task (PSI some), share of the interval (0-1).
+    pub memory_stall_some_ratio: Option<f64>,
+}
+
+/// One zram device's rates.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ZramRates {
+    /// Device name.
+    pub name: String,
+    /// Change of orig_data_size, bytes/s (negative: data freed).
+    pub data_bytes_per_s: f64,
+    /// Change of mem_used_total, bytes/s.
+    pub mem_used_bytes_per_s: f64,
+}
+
+impl Rates {
+    /// The rates between `before` and `after`, taken `elapsed` apart.
+    pub fn between(
+        before: &KernelStatus,
+        after: &KernelStatus,
+        elapsed: std::time::Duration,
+    ) -> Rates {
+        let seconds = elapsed.as_secs_f64().max(1e-3);
+        let per_s =
+            |a: Option<u64>, b: Option<u64>| a.zip(b).map(|(a, b)| (b as f64 - a as f64) / seconds);
+        let zram = after
+            .zram
+            .iter()
+            .filter_map(|z| {
+                let old = before.zram.iter().find(|o| o.name == z.name)?;
+                let (m0, m1) = (old.mm_stat?, z.mm_stat?);
+                Some(ZramRates {
+                    name: z.name.clone(),
+                    data_bytes_per_s: (m1.orig_data_size as f64 - m0.orig_data_size as f64)
+                        / seconds,
+                    mem_used_bytes_per_s: (m1.mem_used_total as f64 - m0.mem_used_total as f64)
+                        / seconds,
+                })
+            })
+            .collect();
+        let stall = before
+            .memory_pressure
+            .zip(after.memory_pressure)
+            .map(|(a, b)| b.some.total_us.saturating_sub(a.some.total_us) as f64 / 1e6 / seconds);
+        Rates {
+            seconds,
+            zram,
+            zswap_stored_pages_per_s: per_s(before.zswap.zswpout, after.zswap.zswpout),
+            zswap_loaded_pages_per_s: per_s(before.zswap.zswpin, after.zswap.zswpin),
+            zswap_written_back_pages_per_s: per_s(before.zswap.zswpwb, after.zswap.zswpwb),
+            memory_stall_some_ratio: stall,
+        }
+    }
+
+    /// The rates as text, one line per subject.
+    pub fn render_text(&self) -> String {
+        let mut out = format!("rates over the last {:.1} s\n", self.seconds);
+        let signed = |bytes_per_s: f64| {
+            let sign = if bytes_per_s < 0.0 { "-" } else { "+" };
+            format!("{sign}{}/s", human_bytes(bytes_per_s.abs() as u64))
+        };
+        for z in &self.zram {
+            let _ = writeln!(
+                out,
+                "  {}: data stored {}, RAM used {}",
+                z.name,
+                signed(z.data_bytes_per_s),
+                signed(z.mem_used_bytes_per_s)
+            );
+        }
+        let pages = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0} pages/s"));
+        let _ = writeln!(
+            out,
+            "  zswap: stored {}, loaded {}, written back {}",
+            pages(self.zswap_stored_pages_per_s),
+            pages(self.zswap_loaded_pages_per_s),
+            pages(self.zswap_written_back_pages_per_s)
+        );
+        if let Some(stall) = self.memory_stall_some_ratio {
+            let _ = writeln!(
+                out,
+                "  memory pressure: some task stalled {:.1}% of the time",
+                stall * 100.0
+            );
+        }
+        out.push('\n');
+        out
     }
 }
 
@@ -295,9 +454,11 @@ impl KernelStatus {
                     m.pages_compacted
                 );
             }
-            let fmt_ratio = |r: Option<f64>| {
-                r.map(|r| format!("{r:.2}:1"))
-                    .unwrap_or_else(|| "n/a (empty)".into())
+            let stored = z.mm_stat.map_or(0, |m| m.orig_data_size);
+            let fmt_ratio = |r: Option<f64>| match r {
+                Some(r) => format!("{r:.2}:1"),
+                None if stored > 0 => "same-filled only (no compressed bytes)".into(),
+                None => "- (nothing stored)".into(),
             };
             let _ = writeln!(
                 out,
@@ -306,16 +467,38 @@ impl KernelStatus {
                 fmt_ratio(z.ratio_data_to_memory_used)
             );
             if let Some(io) = &z.io_stat {
-                let _ = writeln!(out, "    failed reads: {}, failed writes: {}, freed by swap (notify_free): {} pages", io.failed_reads, io.failed_writes, io.notify_free);
+                let _ = writeln!(out, "    since init: failed reads {}, failed writes {}, pages freed by swap (notify_free) {}", io.failed_reads, io.failed_writes, io.notify_free);
             }
             let _ = writeln!(
                 out,
-                "    swap: {}; kernel features: writeback {}, recompression {}, algorithm_params {}",
-                z.swap_priority.map(|p| format!("active, priority {p}")).unwrap_or_else(|| "not a swap area".into()),
-                yes_no(z.features.writeback),
-                yes_no(z.features.recompress),
-                yes_no(z.features.algorithm_params)
+                "    swap: {}",
+                z.swap_priority
+                    .map(|p| format!("active, priority {p}"))
+                    .unwrap_or_else(|| "not a swap area".into())
             );
+            let writeback = if !z.features.writeback {
+                "not in this kernel (zram built without CONFIG_ZRAM_WRITEBACK)".to_string()
+            } else {
+                match (&z.backing_dev, &z.bd_stat) {
+                    (None, _) => "no backing device set".to_string(),
+                    (Some(device), Some(bd)) => format!(
+                        "to {device}: {} there now (bd_count), since init {} written, {} read back",
+                        human_bytes(bd.bd_count * crate::zram::ZRAM_BD_UNIT_BYTES),
+                        human_bytes(bd.bd_writes * crate::zram::ZRAM_BD_UNIT_BYTES),
+                        human_bytes(bd.bd_reads * crate::zram::ZRAM_BD_UNIT_BYTES)
+                    ),
+                    (Some(device), None) => format!("to {device}"),
+                }
+            };
+            let _ = writeln!(out, "    writeback: {writeback}");
+            let recompression = if !z.features.recompress {
+                "not in this kernel (zram built without CONFIG_ZRAM_MULTI_COMP)".to_string()
+            } else if z.recompression_algorithms.is_empty() {
+                "no secondary algorithm set".to_string()
+            } else {
+                format!("with {}", z.recompression_algorithms.join(", then "))
+            };
+            let _ = writeln!(out, "    recompression: {recompression}");
             for e in &z.errors {
                 let _ = writeln!(out, "    could not read: {e}");
             }
@@ -349,7 +532,7 @@ impl KernelStatus {
         };
         let _ = writeln!(
             out,
-            "  stored (zswpout): {}, loaded (zswpin): {}, written back to disk (zswpwb): {}",
+            "  since boot: stored (zswpout) {}, loaded (zswpin) {}, written back to disk (zswpwb) {}",
             opt(zs.zswpout),
             opt(zs.zswpin),
             opt(zs.zswpwb)
@@ -402,13 +585,5 @@ impl KernelStatus {
             );
         }
         out
-    }
-}
-
-fn yes_no(b: bool) -> &'static str {
-    if b {
-        "yes"
-    } else {
-        "no"
     }
 }

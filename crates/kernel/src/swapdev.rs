@@ -89,6 +89,8 @@ pub fn size_of(path: &Path) -> Result<u64> {
 
 /// Creates a swap file of `size_bytes` with every block allocated (swap
 /// files must have no holes), mode 0600, and writes the signature.
+/// Blocks are allocated with fallocate where the filesystem supports it,
+/// else written with zeros.
 pub fn create_swap_file(path: &Path, size_bytes: u64) -> Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
@@ -96,6 +98,10 @@ pub fn create_swap_file(path: &Path, size_bytes: u64) -> Result<()> {
         .mode(0o600)
         .open(path)
         .map_err(|e| KernelError::io(path, "create the swap file", e))?;
+    if crate::sys::fallocate(&file, size_bytes).is_ok() {
+        drop(file);
+        return make_swap(path, size_bytes);
+    }
     let chunk = vec![0u8; 1 << 20];
     let mut left = size_bytes;
     while left > 0 {

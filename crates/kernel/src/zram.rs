@@ -16,9 +16,14 @@ const ZRAM_PAGE: usize = 4096;
 const WRITE_CHUNK_PAGES: usize = 256;
 
 /// One zram device, `/sys/block/zram<index>` and `/dev/zram<index>`.
+///
+/// A device can also live under another sysfs root ([`ZramDevice::list_in`]):
+/// a tree of plain files standing in for attributes this kernel lacks
+/// (writeback, recompression), so the policy code is tested against them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZramDevice {
     index: u32,
+    sys_dir: PathBuf,
 }
 
 /// `/sys/block/zramN/mm_stat`: memory use of a device. All sizes in bytes,
@@ -64,6 +69,33 @@ impl MmStat {
         })
     }
 }
+
+/// `/sys/block/zramN/bd_stat`: the backing device (writeback). Counts are
+/// in 4 KiB units, as the kernel prints them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BdStat {
+    /// Pages currently stored on the backing device.
+    pub bd_count: u64,
+    /// Pages read back from the backing device since init.
+    pub bd_reads: u64,
+    /// Pages written to the backing device since init.
+    pub bd_writes: u64,
+}
+
+impl BdStat {
+    /// Parses the content of `bd_stat`.
+    pub fn parse(text: &str) -> Result<BdStat> {
+        let values = parse_fields(Path::new("bd_stat"), text, 3)?;
+        Ok(BdStat {
+            bd_count: values[0],
+            bd_reads: values[1],
+            bd_writes: values[2],
+        })
+    }
+}
+
+/// Bytes in one unit of `bd_stat` and `writeback_limit` (fixed by the kernel ABI).
+pub const ZRAM_BD_UNIT_BYTES: u64 = 4096;
 
 /// `/sys/block/zramN/io_stat`: error counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,6 +155,22 @@ pub fn parse_algorithms(text: &str) -> (Vec<String>, Option<String>) {
     (all, current)
 }
 
+/// Parses `recomp_algorithm` content: one `#PRIO: algo algo [selected]` line
+/// per priority; returns the selected algorithm of each, in priority order.
+pub fn parse_recompression_algorithms(text: &str) -> Vec<String> {
+    let mut found: Vec<(u32, String)> = text
+        .lines()
+        .filter_map(|line| {
+            let (priority, algorithms) = line.trim().strip_prefix('#')?.split_once(':')?;
+            let priority = priority.trim().parse().ok()?;
+            let selected = parse_algorithms(algorithms).1?;
+            Some((priority, selected))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, algorithm)| algorithm).collect()
+}
+
 fn zram_module_loaded() -> bool {
     Path::new(ZRAM_CONTROL).exists() || Path::new("/sys/module/zram").exists()
 }
@@ -130,23 +178,38 @@ fn zram_module_loaded() -> bool {
 impl ZramDevice {
     /// Every zram device present, by index.
     pub fn list() -> Result<Vec<ZramDevice>> {
+        Self::list_in(Path::new(SYS_BLOCK))
+    }
+
+    /// Every `zramN` directory under `sys_block` (normally `/sys/block`).
+    pub fn list_in(sys_block: &Path) -> Result<Vec<ZramDevice>> {
         let entries =
-            std::fs::read_dir(SYS_BLOCK).map_err(|e| KernelError::io(SYS_BLOCK, "list", e))?;
+            std::fs::read_dir(sys_block).map_err(|e| KernelError::io(sys_block, "list", e))?;
         let mut devices: Vec<ZramDevice> = entries
             .filter_map(|entry| entry.ok())
             .filter_map(|entry| {
                 let name = entry.file_name().into_string().ok()?;
                 let index = name.strip_prefix("zram")?.parse::<u32>().ok()?;
-                Some(ZramDevice { index })
+                Some(ZramDevice {
+                    index,
+                    sys_dir: entry.path(),
+                })
             })
             .collect();
         devices.sort_by_key(|d| d.index);
         Ok(devices)
     }
 
+    fn at(index: u32) -> ZramDevice {
+        ZramDevice {
+            index,
+            sys_dir: PathBuf::from(format!("{SYS_BLOCK}/zram{index}")),
+        }
+    }
+
     /// The existing device `zram<index>`.
     pub fn open(index: u32) -> Result<ZramDevice> {
-        let device = ZramDevice { index };
+        let device = ZramDevice::at(index);
         if device.sys_dir().exists() {
             Ok(device)
         } else if !zram_module_loaded() {
@@ -173,7 +236,7 @@ impl ZramDevice {
 
     /// Sysfs directory, e.g. `/sys/block/zram0`.
     pub fn sys_dir(&self) -> PathBuf {
-        PathBuf::from(format!("{SYS_BLOCK}/zram{}", self.index))
+        self.sys_dir.clone()
     }
 
     /// Path of one sysfs attribute of this device.
@@ -207,7 +270,7 @@ impl ZramDevice {
             content: text.clone(),
             problem: "device index out of range".into(),
         })?;
-        Ok(ZramDevice { index })
+        Ok(ZramDevice::at(index))
     }
 
     /// Removes the device through `/sys/class/zram-control/hot_remove`
@@ -365,6 +428,22 @@ impl ZramDevice {
     /// Writes whole pages sequentially from offset 0 into `/dev/zramN`
     /// (1 MiB `pwrite`s), then fsyncs. Returns the bytes written.
     pub fn write_pages<'a>(&self, pages: impl IntoIterator<Item = &'a [u8; 4096]>) -> Result<u64> {
+        let mut writer = self.page_writer()?;
+        let mut buffer: Vec<[u8; 4096]> = Vec::with_capacity(WRITE_CHUNK_PAGES);
+        for page in pages {
+            buffer.push(*page);
+            if buffer.len() == WRITE_CHUNK_PAGES {
+                writer.write(&buffer)?;
+                buffer.clear();
+            }
+        }
+        writer.write(&buffer)?;
+        writer.finish()
+    }
+
+    /// Opens `/dev/zramN` (exclusively) to write pages from offset 0, a batch
+    /// at a time: any amount of data goes in with bounded memory.
+    pub fn page_writer(&self) -> Result<ZramPageWriter> {
         let path = self.dev_path();
         let capacity = self.disksize()?;
         if capacity == 0 {
@@ -384,44 +463,70 @@ impl ZramDevice {
                 }
                 _ => KernelError::io(&path, "open for writing", e),
             })?;
-        let mut buffer: Vec<u8> = Vec::with_capacity(WRITE_CHUNK_PAGES * ZRAM_PAGE);
-        let mut offset = 0u64;
-        let flush = |buffer: &mut Vec<u8>, offset: &mut u64| -> Result<()> {
-            if buffer.is_empty() {
-                return Ok(());
-            }
-            if *offset + buffer.len() as u64 > capacity {
-                return Err(KernelError::Io {
-                    path: path.clone(),
-                    action: "write".into(),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::WriteZero,
-                        format!("data would exceed disksize {capacity} bytes: configure a larger disksize"),
-                    ),
-                });
-            }
-            file.write_all_at(buffer, *offset)
-                .map_err(|e| KernelError::io(&path, "write", e))?;
-            *offset += buffer.len() as u64;
-            buffer.clear();
-            Ok(())
-        };
-        for page in pages {
-            buffer.extend_from_slice(page);
-            if buffer.len() == buffer.capacity() {
-                flush(&mut buffer, &mut offset)?;
-            }
-        }
-        flush(&mut buffer, &mut offset)?;
-        file.sync_all()
-            .map_err(|e| KernelError::io(&path, "fsync", e))?;
-        Ok(offset)
+        Ok(ZramPageWriter {
+            file,
+            path,
+            capacity,
+            offset: 0,
+        })
     }
 
     /// Current `mm_stat`.
     pub fn mm_stat(&self) -> Result<MmStat> {
         let path = self.attr_path("mm_stat");
         MmStat::parse(&read_file(&path)?).map_err(|e| with_path(e, &path))
+    }
+
+    /// Current `bd_stat`; `None` when the kernel has no writeback (no such file).
+    pub fn bd_stat(&self) -> Result<Option<BdStat>> {
+        let path = self.attr_path("bd_stat");
+        if !path.exists() {
+            return Ok(None);
+        }
+        BdStat::parse(&read_file(&path)?)
+            .map(Some)
+            .map_err(|e| with_path(e, &path))
+    }
+
+    /// The backing device for writeback; `None` when none is set or the
+    /// kernel has no writeback.
+    pub fn backing_dev(&self) -> Result<Option<String>> {
+        if !self.has_attr("backing_dev") {
+            return Ok(None);
+        }
+        let text = self.read_attr("backing_dev")?;
+        Ok((!text.is_empty() && text != "none").then_some(text))
+    }
+
+    /// Recompression algorithms by priority (`recomp_algorithm`: `#1: lzo [zstd]`
+    /// lines, the selected one in brackets); empty when none is set or the
+    /// kernel has no recompression.
+    pub fn recompression_algorithms(&self) -> Result<Vec<String>> {
+        if !self.has_attr("recomp_algorithm") {
+            return Ok(Vec::new());
+        }
+        Ok(parse_recompression_algorithms(
+            &self.read_attr("recomp_algorithm")?,
+        ))
+    }
+
+    /// `writeback_limit` in bytes when `writeback_limit_enable` is 1.
+    pub fn writeback_limit_bytes(&self) -> Result<Option<u64>> {
+        if !self.has_attr("writeback_limit_enable")
+            || self.read_attr("writeback_limit_enable")? != "1"
+        {
+            return Ok(None);
+        }
+        let path = self.attr_path("writeback_limit");
+        Ok(Some(
+            parse_u64(&path, &read_trimmed(&path)?)?.saturating_mul(ZRAM_BD_UNIT_BYTES),
+        ))
+    }
+
+    /// Writes `value` to one of the device's trigger or setting attributes
+    /// (`idle`, `writeback`, `recompress`, `writeback_limit`, ...).
+    pub fn write_attribute(&self, attribute: &str, value: &str) -> Result<()> {
+        self.write_attr(attribute, value)
     }
 
     /// Current `io_stat`.
@@ -439,6 +544,51 @@ impl ZramDevice {
             }
             other => other,
         })
+    }
+}
+
+/// Writes pages into a zram device in order (see [`ZramDevice::page_writer`]).
+#[derive(Debug)]
+pub struct ZramPageWriter {
+    file: std::fs::File,
+    path: PathBuf,
+    capacity: u64,
+    offset: u64,
+}
+
+impl ZramPageWriter {
+    /// Writes `pages` after the ones already written.
+    pub fn write(&mut self, pages: &[[u8; 4096]]) -> Result<()> {
+        let bytes = pages.as_flattened();
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if self.offset + bytes.len() as u64 > self.capacity {
+            return Err(KernelError::Io {
+                path: self.path.clone(),
+                action: "write".into(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::WriteZero,
+                    format!(
+                        "data would exceed disksize {} bytes: configure a larger disksize",
+                        self.capacity
+                    ),
+                ),
+            });
+        }
+        self.file
+            .write_all_at(bytes, self.offset)
+            .map_err(|e| KernelError::io(&self.path, "write", e))?;
+        self.offset += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Flushes to the device; returns the bytes written.
+    pub fn finish(self) -> Result<u64> {
+        self.file
+            .sync_all()
+            .map_err(|e| KernelError::io(&self.path, "fsync", e))?;
+        Ok(self.offset)
     }
 }
 
@@ -473,6 +623,18 @@ mod tests {
         assert_eq!(stat.huge_pages, 0);
         assert!(MmStat::parse("1 2").is_err());
         assert!(MmStat::parse("a b c d e").is_err());
+    }
+
+    #[test]
+    fn parses_bd_stat_and_recompression_algorithms() {
+        let bd = BdStat::parse("       3        1        9\n").unwrap();
+        assert_eq!((bd.bd_count, bd.bd_reads, bd.bd_writes), (3, 1, 9));
+        assert!(BdStat::parse("1 2").is_err());
+        assert_eq!(
+            parse_recompression_algorithms("#1: lzo lzo-rle lz4 [zstd]\n#2: [lz4hc] 842\n"),
+            ["zstd", "lz4hc"]
+        );
+        assert!(parse_recompression_algorithms("").is_empty());
     }
 
     #[test]

@@ -96,7 +96,11 @@ pub enum DebugfsCounters {
 
 /// Reads `/sys/kernel/debug/zswap/*` (needs root and a mounted debugfs).
 pub fn debugfs_counters() -> DebugfsCounters {
-    let dir = Path::new(DEBUGFS_DIR);
+    debugfs_counters_in(Path::new(DEBUGFS_DIR))
+}
+
+/// [`debugfs_counters`] from another directory (tests).
+pub fn debugfs_counters_in(dir: &Path) -> DebugfsCounters {
     match std::fs::read_dir(dir) {
         Ok(entries) => {
             let counters = entries

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{skip_unless_root, MachineGuard};
+use common::{skip_unless_kernel_state_allowed, MachineGuard};
 use zpage_kernel::apply::{self, ApplyOptions, PlanOptions, SavedState, Step};
 use zpage_kernel::config::KernelConfig;
 use zpage_kernel::zram::ZramDevice;
@@ -39,6 +39,7 @@ fn options(guard: &MachineGuard) -> ApplyOptions {
         plan: PlanOptions {
             swappiness_override: None,
             state_file: Some(guard.state_file.clone()),
+            force: false,
         },
         fail_before_step: None,
     }
@@ -46,7 +47,7 @@ fn options(guard: &MachineGuard) -> ApplyOptions {
 
 #[test]
 fn apply_status_revert_round_trip() {
-    if skip_unless_root("apply_status_revert_round_trip") {
+    if skip_unless_kernel_state_allowed("apply_status_revert_round_trip") {
         return;
     }
     let _lock = KernelStateLock::acquire();
@@ -167,7 +168,7 @@ fn apply_status_revert_round_trip() {
 
 #[test]
 fn failure_midway_rolls_everything_back() {
-    if skip_unless_root("failure_midway_rolls_everything_back") {
+    if skip_unless_kernel_state_allowed("failure_midway_rolls_everything_back") {
         return;
     }
     let _lock = KernelStateLock::acquire();
@@ -248,7 +249,7 @@ fn failure_midway_rolls_everything_back() {
 
 #[test]
 fn invalid_configs_change_nothing() {
-    if skip_unless_root("invalid_configs_change_nothing") {
+    if skip_unless_kernel_state_allowed("invalid_configs_change_nothing") {
         return;
     }
     let _lock = KernelStateLock::acquire();
@@ -305,6 +306,7 @@ fn apply_needs_root_and_says_so() {
             plan: PlanOptions {
                 swappiness_override: None,
                 state_file: Some("/tmp/zpage-kernel-test-notroot.json".into()),
+                force: false,
             },
             fail_before_step: None,
         };
@@ -352,4 +354,63 @@ fn apply_needs_root_and_says_so() {
     );
     assert!(stdout.contains("needs root"), "{stdout}");
     assert_eq!(comparable(&MachineGuard::now()), comparable(&before));
+}
+
+#[test]
+fn data_on_a_device_needs_force_and_the_plan_says_what_is_lost() {
+    if skip_unless_kernel_state_allowed(
+        "data_on_a_device_needs_force_and_the_plan_says_what_is_lost",
+    ) {
+        return;
+    }
+    let _lock = KernelStateLock::acquire();
+    let Ok(device) = ZramDevice::open(0) else {
+        println!("SKIP data_on_a_device_needs_force_and_the_plan_says_what_is_lost: no zram0");
+        return;
+    };
+    let Some(guard) = common::FreeZramGuard::save(device, "data_on_a_device_needs_force") else {
+        return;
+    };
+    // zram0 holds 40 pages of data and is not a swap area (a raw user, e.g. a filesystem unmounted for a moment).
+    guard.device.configure("lzo", 8 << 20).unwrap();
+    let pages: Vec<Box<[u8; 4096]>> = (0..40).map(common::text_page).collect();
+    guard
+        .device
+        .write_pages(pages.iter().map(|p| &**p))
+        .unwrap();
+    let config =
+        KernelConfig::parse("[[zram]]\nindex = 0\nalgorithm = \"lz4\"\nsize = \"16M\"\n").unwrap();
+    let state_file = std::path::PathBuf::from(format!(
+        "/tmp/zpage-kernel-test-force-{}.json",
+        std::process::id()
+    ));
+    let mut options = PlanOptions {
+        swappiness_override: None,
+        state_file: Some(state_file.clone()),
+        force: false,
+    };
+    let err = apply::plan(&config, &options).unwrap_err().to_string();
+    println!("without --force: {err}");
+    assert!(
+        err.contains("160.0 KiB") && err.contains("--force") && err.contains("discard"),
+        "{err}"
+    );
+    options.force = true;
+    let plan = apply::plan(&config, &options).unwrap();
+    println!("with --force:\n{plan}");
+    assert!(
+        plan.warnings
+            .iter()
+            .any(|w| w.contains("discards the 160.0 KiB")),
+        "{plan}"
+    );
+    assert!(plan
+        .to_string()
+        .contains("warning: zram0 is initialised but not a swap area"));
+    assert_eq!(
+        guard.device.mm_stat().unwrap().orig_data_size,
+        40 * 4096,
+        "planning changed nothing"
+    );
+    assert!(!state_file.exists());
 }

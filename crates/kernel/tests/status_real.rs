@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{random_page, same_filled_page, skip_unless_root, text_page, FreeZramGuard};
+use common::{
+    random_page, same_filled_page, skip_unless_kernel_state_allowed, text_page, FreeZramGuard,
+};
 use zpage_kernel::status;
 use zpage_kernel::zram::{MmStat, ZramDevice};
 use zpage_kernel::KernelStateLock;
@@ -14,7 +16,7 @@ fn raw(path: &str) -> String {
 
 #[test]
 fn status_json_equals_raw_kernel_values() {
-    if skip_unless_root("status_json_equals_raw_kernel_values") {
+    if skip_unless_kernel_state_allowed("status_json_equals_raw_kernel_values") {
         return;
     }
     let _lock = KernelStateLock::acquire();

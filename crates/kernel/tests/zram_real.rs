@@ -3,7 +3,10 @@
 
 mod common;
 
-use common::{random_page, same_filled_page, skip_unless_root, text_page, FreeZramGuard};
+use common::{
+    random_page, same_filled_page, skip_unless_kernel_state_allowed, skip_unless_root, text_page,
+    FreeZramGuard,
+};
 use zpage_kernel::zram::ZramDevice;
 use zpage_kernel::{KernelError, KernelStateLock};
 
@@ -35,7 +38,7 @@ fn lists_and_opens_devices() {
 
 #[test]
 fn known_data_shows_in_mm_stat() {
-    if skip_unless_root("known_data_shows_in_mm_stat") {
+    if skip_unless_kernel_state_allowed("known_data_shows_in_mm_stat") {
         return;
     }
     let _lock = KernelStateLock::acquire();
@@ -100,7 +103,7 @@ fn known_data_shows_in_mm_stat() {
 
 #[test]
 fn hot_add_and_remove() {
-    if skip_unless_root("hot_add_and_remove") {
+    if skip_unless_kernel_state_allowed("hot_add_and_remove") {
         return;
     }
     let _lock = KernelStateLock::acquire();

@@ -4,6 +4,12 @@
 
 use zpage_kernel::zram::ZramDevice;
 
+/// True (and prints a skip line) unless the test may change kernel state
+/// (`ZPAGE_TEST_KERNEL_STATE=1`, as root).
+pub fn skip_unless_kernel_state_allowed(test: &str) -> bool {
+    !zpage_kernel::kernel_state_tests_enabled(test)
+}
+
 /// True (and prints a skip line) when the test cannot run here.
 pub fn skip_unless_root(test: &str) -> bool {
     if !zpage_kernel::is_root() {

@@ -1,0 +1,266 @@
+//! `zpage exporter`: Prometheus metrics of zram, zswap, swap areas, the
+//! sysctls that steer them, per-cgroup zswap use, and the zpage regions of
+//! running programs, served over HTTP by a pool of threads (an idle or slow
+//! client never delays another's scrape).
+
+pub mod metrics;
+pub mod process_metrics;
+pub mod text_format;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use text_format::Family;
+
+use crate::status::{self, KernelStatus};
+use crate::{KernelError, Result};
+
+/// Default listen address: loopback only (metrics reveal memory use).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9586";
+/// Content type of the text format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Threads answering requests (scrapes take a few milliseconds each).
+const WORKERS: usize = 4;
+
+/// Where a scrape error happened (the `source` label of
+/// `zpage_exporter_scrape_errors_total`).
+pub const ERROR_SOURCES: [&str; 3] = ["zram", "zswap", "process_metrics"];
+
+/// What every scrape reads, and the error counts kept between scrapes.
+#[derive(Debug)]
+pub struct Scraper {
+    process_metrics_dir: Option<PathBuf>,
+    sources: status::Sources,
+    errors: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Scraper {
+    /// A scraper reading the per-process files in `process_metrics_dir`
+    /// (see [`process_metrics`]); `None` leaves them out.
+    pub fn new(process_metrics_dir: Option<PathBuf>) -> Scraper {
+        Scraper {
+            process_metrics_dir,
+            sources: status::Sources::default(),
+            errors: Mutex::new(ERROR_SOURCES.iter().map(|s| (*s, 0)).collect()),
+        }
+    }
+
+    /// Reads from `sources` instead of the running kernel's files (files
+    /// standing in for features this kernel lacks, in tests).
+    pub fn with_sources(mut self, sources: status::Sources) -> Scraper {
+        self.sources = sources;
+        self
+    }
+
+    /// One scrape: collects the kernel's state and the process files now and
+    /// renders them. Never fails as a whole: what cannot be read is skipped
+    /// and counted in `zpage_exporter_scrape_errors_total`.
+    pub fn scrape(&self) -> String {
+        let status = status::collect_from(&self.sources);
+        let mut families = metrics::families(&status);
+        let mut new_errors: Vec<&'static str> = Vec::new();
+        new_errors.extend(
+            status
+                .zram
+                .iter()
+                .filter(|z| !z.errors.is_empty())
+                .map(|_| "zram"),
+        );
+        if status.zswap.parameters_error.is_some()
+            && std::path::Path::new(crate::zswap::PARAMS_DIR).exists()
+        {
+            new_errors.push("zswap");
+        }
+        let mut process_families = Vec::new();
+        let mut files = (0u64, 0u64);
+        if let Some(dir) = &self.process_metrics_dir {
+            let found = process_metrics::read_dir(dir);
+            files = (found.files_merged, found.skipped.len() as u64);
+            new_errors.extend(found.skipped.iter().map(|_| "process_metrics"));
+            process_families = found.families;
+        }
+        let errors = {
+            let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+            for source in new_errors {
+                *errors.entry(source).or_insert(0) += 1;
+            }
+            errors.clone()
+        };
+        families.extend(self_families(
+            &status,
+            &errors,
+            files,
+            self.process_metrics_dir.is_some(),
+        ));
+        families.extend(process_families);
+        text_format::write(&families)
+    }
+}
+
+fn family(name: &str, kind: &str, help: &str, samples: Vec<(Vec<(&str, String)>, f64)>) -> Family {
+    Family {
+        name: name.to_string(),
+        help: Some(help.to_string()),
+        kind: kind.to_string(),
+        samples: samples
+            .into_iter()
+            .map(|(labels, value)| metrics::sample(name, labels, value))
+            .collect(),
+    }
+}
+
+/// The exporter's own series: build information, scrape errors, process files.
+fn self_families(
+    _status: &KernelStatus,
+    errors: &BTreeMap<&'static str, u64>,
+    (merged, skipped): (u64, u64),
+    reads_process_files: bool,
+) -> Vec<Family> {
+    let mut out = vec![
+        family(
+            "zpage_build_info",
+            "gauge",
+            "zpage build: version of the exporter (value 1).",
+            vec![(vec![("version", env!("CARGO_PKG_VERSION").to_string())], 1.0)],
+        ),
+        family(
+            "zpage_exporter_scrape_errors_total",
+            "counter",
+            "Things a scrape could not read and left out, by source (zram device attributes, zswap parameters, per-process metrics files).",
+            errors
+                .iter()
+                .map(|(source, count)| (vec![("source", source.to_string())], *count as f64))
+                .collect(),
+        ),
+    ];
+    if reads_process_files {
+        out.push(family(
+            "zpage_exporter_process_files",
+            "gauge",
+            "Per-process metrics files in the last scrape, merged or skipped (gone process, stale, malformed).",
+            vec![
+                (vec![("state", "merged".to_string())], merged as f64),
+                (vec![("state", "skipped".to_string())], skipped as f64),
+            ],
+        ));
+    }
+    out
+}
+
+/// The HTTP server.
+pub struct Exporter {
+    server: Arc<tiny_http::Server>,
+    scraper: Arc<Scraper>,
+}
+
+impl std::fmt::Debug for Exporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exporter")
+            .field("address", &self.server.server_addr().to_ip())
+            .finish_non_exhaustive()
+    }
+}
+
+const INDEX_HTML: &str = "<html><head><title>zpage exporter</title></head><body><h1>zpage exporter</h1><p><a href=\"/metrics\">Metrics</a></p></body></html>\n";
+
+impl Exporter {
+    /// Binds `address` (e.g. [`DEFAULT_LISTEN`]; port 0 picks a free port).
+    pub fn bind(address: &str, scraper: Scraper) -> Result<Exporter> {
+        let server = tiny_http::Server::http(address).map_err(|e| KernelError::Command {
+            command: format!("listen on {address}"),
+            detail: e.to_string(),
+            fix: "pick another address with --listen (e.g. 127.0.0.1:9587)".into(),
+        })?;
+        Ok(Exporter {
+            server: Arc::new(server),
+            scraper: Arc::new(scraper),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> Result<std::net::SocketAddr> {
+        self.server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| KernelError::Command {
+                command: "exporter".into(),
+                detail: "not listening on an IP address".into(),
+                fix: "listen on host:port".into(),
+            })
+    }
+
+    /// Answers requests on a pool of threads until `stop` is set or
+    /// `max_requests` were answered; returns how many were answered.
+    pub fn serve(&self, max_requests: Option<u64>, stop: &AtomicBool) -> Result<u64> {
+        let served = AtomicU64::new(0);
+        let limit_reached = || max_requests.is_some_and(|m| served.load(Ordering::SeqCst) >= m);
+        std::thread::scope(|scope| {
+            for _ in 0..WORKERS {
+                scope.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) && !limit_reached() {
+                        let request = match self.server.recv_timeout(Duration::from_millis(100)) {
+                            Ok(Some(request)) => request,
+                            Ok(None) => continue,
+                            Err(_) => return,
+                        };
+                        // Count before answering, so a limit is never overshot by racing workers.
+                        let n = served.fetch_add(1, Ordering::SeqCst);
+                        if max_requests.is_some_and(|m| n >= m) {
+                            served.fetch_sub(1, Ordering::SeqCst);
+                            let _ = request.respond(text_response("503 shutting down\n", 503));
+                            return;
+                        }
+                        // A client that went away only loses its own answer.
+                        let _ = answer(request, &self.scraper);
+                    }
+                });
+            }
+        });
+        Ok(served.load(Ordering::SeqCst))
+    }
+}
+
+fn header(name: &str, value: &str) -> tiny_http::Header {
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
+        .expect("static header names and values are valid")
+}
+
+fn text_response(body: &str, status: u16) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    tiny_http::Response::from_string(body)
+        .with_status_code(status)
+        .with_header(header("Content-Type", "text/plain; charset=utf-8"))
+}
+
+fn answer(request: tiny_http::Request, scraper: &Scraper) -> std::io::Result<()> {
+    use tiny_http::Method;
+    let path = request.url().split('?').next().unwrap_or("").to_string();
+    match (request.method(), path.as_str()) {
+        (Method::Get | Method::Head, "/metrics") => {
+            let body = scraper.scrape();
+            request.respond(
+                tiny_http::Response::from_string(body)
+                    .with_header(header("Content-Type", CONTENT_TYPE)),
+            )
+        }
+        (Method::Get | Method::Head, "/") => request.respond(
+            tiny_http::Response::from_string(INDEX_HTML)
+                .with_header(header("Content-Type", "text/html; charset=utf-8")),
+        ),
+        (Method::Get | Method::Head, _) => request.respond(text_response(
+            "not found: the metrics are at /metrics\n",
+            404,
+        )),
+        _ => request.respond(
+            text_response("only GET and HEAD are served\n", 405)
+                .with_header(header("Allow", "GET, HEAD")),
+        ),
+    }
+}
+
+/// Checks text against the exposition format; returns the number of samples.
+pub fn validate_text_format(text: &str) -> std::result::Result<usize, String> {
+    text_format::parse(text).map(|families| families.iter().map(|f| f.samples.len()).sum())
+}
