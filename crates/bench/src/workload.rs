@@ -751,7 +751,7 @@ pub fn run_phase(
             .take()
             .expect("the measured touches started");
         let warmup_faults = measured.faults_before - warmup_started_faults;
-        Ok((latency, measured, warmup_faults))
+        Ok::<_, BenchError>((latency, measured, warmup_faults))
     });
     let (latency, measured, warmup_faults) = result?;
     let elapsed = measured.start.elapsed();
