@@ -276,9 +276,13 @@ pub struct Limits {
     pub staging_target: usize,
 }
 
+static NEXT_BUDGET_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 /// Everything the regions of one budget, its reclaimer and its event thread share.
 #[derive(Debug)]
 pub struct Shared {
+    /// Tells budgets apart in published metrics.
+    pub id: u64,
     pub limits: Limits,
     pub mode: FaultMode,
     pub keep_clean_copies: bool,
@@ -375,6 +379,7 @@ impl Shared {
             .map(|_| store.worker())
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Shared {
+            id: NEXT_BUDGET_ID.fetch_add(1, Ordering::Relaxed),
             limits,
             mode: config.mode,
             keep_clean_copies: config.keep_clean_copies,
@@ -573,6 +578,11 @@ impl Budget {
             Box::new(move || crate::event::run(events)),
         )?);
         drop(threads);
+        if std::env::var_os(crate::metrics::METRICS_DIR_ENV).is_some() {
+            // Asked for by the environment; a failure to publish does not
+            // stop the program from getting its memory.
+            let _ = crate::metrics::publish_metrics();
+        }
         Ok(Budget { owner })
     }
 

@@ -4,8 +4,9 @@
 
 use crate::budget::Shared;
 use crate::counters::Counters;
+use crate::counters::RegionStats;
 use crate::page::PageSlot;
-use crate::sys::Mapping;
+use crate::sys::{Mapping, SignalGuard, PAGE_SIZE};
 use crate::table::RegionId;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -62,6 +63,36 @@ impl RegionCore {
             index: v as u16,
             incarnation: (v >> 16) as u8,
         }
+    }
+
+    /// A snapshot of the region's figures.
+    pub fn stats(&self) -> RegionStats {
+        let budget = &self.budget;
+        // The store's snapshot takes its pools' locks.
+        let store = {
+            let _signals = SignalGuard::block_async();
+            budget.store.stats()
+        };
+        let bytes = |pages: usize| (pages * PAGE_SIZE) as u64;
+        let mut stats = RegionStats {
+            size_bytes: self.mapping.len() as u64,
+            budget_bytes: bytes(budget.limits.budget_pages),
+            resident_bytes: bytes(
+                self.resident.load(Ordering::Relaxed) + self.staged.load(Ordering::Relaxed),
+            ),
+            budget_resident_bytes: bytes(budget.resident_pages()),
+            staged_bytes: bytes(self.staged.load(Ordering::Relaxed)),
+            pinned_bytes: bytes(self.pinned.load(Ordering::Relaxed)),
+            compressed_bytes: store.contents.compressed_bytes,
+            pool_bytes: store.contents.pool_memory_used_bytes,
+            stored_pages: store.contents.stored_pages,
+            same_filled_pages: store.contents.same_filled_pages,
+            raw_pages: store.contents.raw_pages,
+            store,
+            ..RegionStats::default()
+        };
+        self.counters.snapshot_into(&mut stats);
+        stats
     }
 
     pub fn page_addr(&self, page: usize) -> usize {

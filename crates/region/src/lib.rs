@@ -164,6 +164,7 @@ mod event;
 mod evict;
 mod fault;
 mod fork;
+mod metrics;
 mod page;
 mod queues;
 mod reclaim;
@@ -177,6 +178,10 @@ pub use budget::Budget;
 pub use config::{AgingPolicy, BudgetConfig, FaultMode, RegionConfig, MAX_REGION_BYTES};
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;
+pub use metrics::{
+    default_metrics_dir, publish_metrics, publish_metrics_to, render as render_metrics,
+    sample_regions, RegionSample, METRICS_DIR_ENV,
+};
 pub use region::Region;
 pub use table::MAX_REGIONS;
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};

@@ -152,33 +152,7 @@ impl Region {
 
     /// A snapshot of the region's figures (see [`RegionStats`]).
     pub fn stats(&self) -> RegionStats {
-        let core = &self.core;
-        let budget = &core.budget;
-        // The store's snapshot takes its pools' locks.
-        let store = {
-            let _signals = SignalGuard::block_async();
-            budget.store.stats()
-        };
-        let bytes = |pages: usize| (pages * PAGE_SIZE) as u64;
-        let mut stats = RegionStats {
-            size_bytes: self.len() as u64,
-            budget_bytes: bytes(budget.limits.budget_pages),
-            resident_bytes: bytes(
-                core.resident.load(Ordering::Relaxed) + core.staged.load(Ordering::Relaxed),
-            ),
-            budget_resident_bytes: bytes(budget.resident_pages()),
-            staged_bytes: bytes(core.staged.load(Ordering::Relaxed)),
-            pinned_bytes: bytes(core.pinned.load(Ordering::Relaxed)),
-            compressed_bytes: store.contents.compressed_bytes,
-            pool_bytes: store.contents.pool_memory_used_bytes,
-            stored_pages: store.contents.stored_pages,
-            same_filled_pages: store.contents.same_filled_pages,
-            raw_pages: store.contents.raw_pages,
-            store,
-            ..RegionStats::default()
-        };
-        core.counters.snapshot_into(&mut stats);
-        stats
+        self.core.stats()
     }
 
     /// Compresses the pages of the range now, on the calling thread (Zircon's

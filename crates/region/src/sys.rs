@@ -803,6 +803,28 @@ pub fn blocks_signal(signal: i32) -> bool {
     }
 }
 
+/// `getuid`.
+pub fn getuid() -> u32 {
+    // SAFETY: no arguments.
+    unsafe { libc::getuid() }
+}
+
+/// `unlink` of a path (async-signal-safe: an exit hook may call it).
+pub fn unlink(path: &std::ffi::CStr) {
+    // SAFETY: a NUL-terminated path.
+    unsafe {
+        libc::unlink(path.as_ptr());
+    }
+}
+
+/// Registers `hook` to run at normal process exit (`atexit`).
+pub fn at_exit(hook: extern "C" fn()) {
+    // SAFETY: registers a function that lives for the whole program.
+    unsafe {
+        libc::atexit(hook);
+    }
+}
+
 /// `getpid`.
 pub fn getpid() -> i32 {
     // SAFETY: no arguments.

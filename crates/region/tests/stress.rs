@@ -1,19 +1,24 @@
-//! Done-criteria 2 and 3: four threads doing mixed reads and writes over a
-//! region four times its budget, checked word by word against a shadow copy,
-//! while a sampler checks that resident memory stays within 5% of the budget.
+//! Four threads doing mixed reads and writes over regions four times their
+//! budget, checked word by word against a shadow copy, while a sampler checks
+//! that resident memory stays within 5% of the budget. The scenarios add
+//! several regions on one shared budget, a program's 10 kHz timer-signal
+//! handler reading region memory, and forks whose children check every page
+//! while the parent's threads write.
 //!
-//! Size: `ZPAGE_STRESS_OPS` total operations (default 2 million in CI; the
-//! acceptance run uses 10 million) over a region of `ZPAGE_STRESS_MIB`
+//! Size: `ZPAGE_STRESS_OPS` operations per scenario (default 2 million; the
+//! acceptance run uses 10 million) over `ZPAGE_STRESS_MIB` of regions
 //! (default 64 MiB, budget a quarter of it).
 mod common;
 
 use common::*;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use zpage_region::{AgingPolicy, FaultMode, Region, RegionConfig, PAGE_SIZE};
+use zpage_region::{AgingPolicy, Budget, BudgetConfig, FaultMode, Region, PAGE_SIZE};
 
 const THREADS: usize = 4;
 const WORDS: usize = PAGE_SIZE / 8;
+/// Words each worker owns in every page (word 0 is a constant tag).
+const OWNED: usize = (WORDS - 1) / THREADS;
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -22,90 +27,239 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+fn ops() -> usize {
+    env_usize("ZPAGE_STRESS_OPS", 2_000_000)
+}
+
+fn mib() -> usize {
+    env_usize("ZPAGE_STRESS_MIB", 64)
+}
+
+/// The constant word 0 of page `p` of region `r`: never zero, unique.
+fn tag(r: usize, p: usize) -> u64 {
+    ((r as u64) << 40 | p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Scenario {
+    mode: FaultMode,
+    aging: AgingPolicy,
+    keep_clean_copies: bool,
+    /// Regions drawing on the one budget.
+    regions: usize,
+    /// A 10 kHz process-directed SIGALRM whose handler reads region memory.
+    timer_signal: bool,
+    /// Forks during the run; each child checks every page's tag.
+    forks: usize,
+    ops: usize,
+    mib: usize,
+}
+
+impl Scenario {
+    fn new(ops: usize, mib: usize) -> Scenario {
+        Scenario {
+            mode: FaultMode::Sigbus,
+            aging: AgingPolicy::Refault,
+            keep_clean_copies: false,
+            regions: 1,
+            timer_signal: false,
+            forks: 0,
+            ops,
+            mib,
+        }
+    }
+}
+
+/// Where the timer handler reads: every region's base and page count.
+static REGIONS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+static REGION_PAGES: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+static REGION_COUNT: AtomicUsize = AtomicUsize::new(0);
+static HANDLER_READS: AtomicU64 = AtomicU64::new(0);
+static HANDLER_WRONG: AtomicU64 = AtomicU64::new(0);
+static HANDLER_RNG: AtomicU64 = AtomicU64::new(0x2545_F491_4F6C_DD1D);
+
+extern "C" fn on_alarm(_signal: libc::c_int) {
+    let count = REGION_COUNT.load(Ordering::Relaxed);
+    if count == 0 {
+        return;
+    }
+    let mut x = HANDLER_RNG.load(Ordering::Relaxed);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    HANDLER_RNG.store(x, Ordering::Relaxed);
+    let r = (x % count as u64) as usize;
+    let pages = REGION_PAGES[r].load(Ordering::Relaxed);
+    let p = ((x >> 20) % pages as u64) as usize;
+    let base = REGIONS[r].load(Ordering::Relaxed);
+    // SAFETY: in bounds of a live region (they outlive the timer), aligned.
+    let word = unsafe { &*((base + p * PAGE_SIZE) as *const AtomicU64) };
+    if word.load(Ordering::Relaxed) != tag(r, p) {
+        HANDLER_WRONG.fetch_add(1, Ordering::Relaxed);
+    }
+    HANDLER_READS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn set_timer(interval_us: i64) {
+    // SAFETY: installs a handler that only reads memory and bumps atomics,
+    // and (re)arms the process-wide real-time timer (0 disarms it).
+    unsafe {
+        if interval_us > 0 {
+            let mut act: libc::sigaction = std::mem::zeroed();
+            act.sa_sigaction = on_alarm as *const () as usize;
+            act.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut act.sa_mask);
+            assert_eq!(
+                libc::sigaction(libc::SIGALRM, &act, std::ptr::null_mut()),
+                0
+            );
+        }
+        let tick = libc::timeval {
+            tv_sec: 0,
+            tv_usec: interval_us,
+        };
+        let timer = libc::itimerval {
+            it_interval: tick,
+            it_value: tick,
+        };
+        assert_eq!(
+            libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+/// Forks; the child reads every page's tag in every region and exits 0 if
+/// all are right (it reads plain memory: the regions' machinery stayed in
+/// the parent). Returns the child's exit status.
+fn fork_and_check(regions: &[Arc<Region>]) -> i32 {
+    let bases: Vec<(usize, usize)> = regions
+        .iter()
+        .map(|r| (r.as_ptr() as usize, r.len() / PAGE_SIZE))
+        .collect();
+    // SAFETY: the child only reads memory and calls _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let mut bad = 0;
+        for (r, &(base, pages)) in bases.iter().enumerate() {
+            for p in 0..pages {
+                // SAFETY: the child's copy of a region the parent restored
+                // whole before forking; in bounds, aligned.
+                let word = unsafe { ((base + p * PAGE_SIZE) as *const u64).read_volatile() };
+                if word != tag(r, p) {
+                    bad += 1;
+                }
+            }
+        }
+        // SAFETY: ends the child at once, running no atexit handlers.
+        unsafe { libc::_exit(if bad == 0 { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    status
+}
+
 struct Outcome {
     wrong: usize,
-    max_resident: usize,
-    max_rss: usize,
-    budget: usize,
+    handler_reads: u64,
+    handler_wrong: u64,
+    bad_children: usize,
+    max_resident: u64,
+    budget: u64,
     ops: usize,
 }
 
-fn stress(mode: FaultMode, aging: AgingPolicy, ops_total: usize, mib: usize) -> Outcome {
-    let size = mib * MIB;
-    let budget = size / 4;
-    let mut cfg = RegionConfig::new(size, budget);
-    cfg.mode = mode;
-    cfg.aging = aging;
-    let region = Arc::new(Region::new(cfg).expect("region"));
-    let pages = region.len() / PAGE_SIZE;
+fn run(s: Scenario) -> Outcome {
+    let size = s.mib * MIB;
+    let budget_bytes = size / 4;
+    let mut config = BudgetConfig::new(budget_bytes);
+    config.mode = s.mode;
+    config.aging = s.aging;
+    config.keep_clean_copies = s.keep_clean_copies;
+    let budget = Budget::new(config).expect("budget");
+    let regions: Vec<Arc<Region>> = (0..s.regions)
+        .map(|r| {
+            // Unequal sizes: one region may hold more of the budget than another.
+            let share = size / s.regions + (r % 2) * PAGE_SIZE * 64;
+            Arc::new(Region::with_budget(&budget, share).expect("region"))
+        })
+        .collect();
+    for (r, region) in regions.iter().enumerate() {
+        for p in 0..region.len() / PAGE_SIZE {
+            write(region, p, 0, tag(r, p));
+        }
+        REGIONS[r].store(region.as_ptr() as usize, Ordering::Relaxed);
+        REGION_PAGES[r].store(region.len() / PAGE_SIZE, Ordering::Relaxed);
+    }
+    REGION_COUNT.store(s.regions, Ordering::Relaxed);
     let stop = Arc::new(AtomicBool::new(false));
-    let max_resident = Arc::new(AtomicUsize::new(0));
-    // smaps is not an atomic snapshot (pages move while it is walked), so
-    // the sampled Rss is reported for information; the budget check uses
-    // zpage's own count, which is checked against Rss at rest below.
-    let max_rss = Arc::new(AtomicUsize::new(0));
+    let max_resident = Arc::new(AtomicU64::new(0));
     let sampler = {
-        let (region, stop, max_resident, max_rss) = (
-            Arc::clone(&region),
+        let (region, stop, max_resident) = (
+            Arc::clone(&regions[0]),
             Arc::clone(&stop),
             Arc::clone(&max_resident),
-            Arc::clone(&max_rss),
         );
         std::thread::spawn(move || {
-            let base = region.as_ptr() as usize;
             while !stop.load(Ordering::Relaxed) {
-                let before = region.stats();
-                max_resident.fetch_max(before.resident_bytes as usize, Ordering::Relaxed);
-                // Physical memory: the region's Rss plus pages waiting in
-                // staging. A page that moves between the two while smaps is
-                // read would be counted twice; the smaller staged figure of
-                // before/after excludes it.
-                let rss = rss_of(base);
-                let after = region.stats();
-                let staged = before.staged_bytes.min(after.staged_bytes) as usize;
-                max_rss.fetch_max(rss + staged, Ordering::Relaxed);
+                max_resident.fetch_max(region.stats().budget_resident_bytes, Ordering::Relaxed);
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
         })
     };
-    let per_thread = ops_total / THREADS;
+    if s.timer_signal {
+        set_timer(100);
+    }
+    let per_thread = s.ops / THREADS;
     let workers: Vec<_> = (0..THREADS)
         .map(|t| {
-            let region = Arc::clone(&region);
+            let regions = regions.clone();
             std::thread::spawn(move || {
-                // Thread t owns the words w with w % THREADS == t of every page
-                // (so every page is shared by all threads, and concurrent
-                // faults on one page are common), and checks only those.
-                let mut shadow = vec![0u64; pages * WORDS / THREADS];
+                // Thread t owns words 1 + k * THREADS + t of every page of
+                // every region (so every page is shared by all threads, and
+                // concurrent faults on one page are common), and checks only
+                // those.
+                let pages: Vec<usize> = regions.iter().map(|r| r.len() / PAGE_SIZE).collect();
+                let mut shadow: Vec<Vec<u64>> = pages.iter().map(|&n| vec![0u64; n * OWNED]).collect();
                 let mut rng = Rng(0x1234_5678_9abc_def1 ^ ((t as u64 + 1) << 32));
-                let hot = pages / 8;
                 let mut wrong = 0usize;
                 for i in 0..per_thread {
+                    let r = rng.below(regions.len());
                     // 60% of touches go to a hot eighth of the region.
-                    let p = if rng.below(10) < 6 { rng.below(hot) } else { rng.below(pages) };
-                    let k = rng.below(WORDS / THREADS);
-                    let w = k * THREADS + t;
-                    let idx = p * (WORDS / THREADS) + k;
+                    let p = if rng.below(10) < 6 {
+                        rng.below(pages[r] / 8)
+                    } else {
+                        rng.below(pages[r])
+                    };
+                    let k = rng.below(OWNED);
+                    let w = 1 + k * THREADS + t;
+                    let idx = p * OWNED + k;
                     if rng.below(2) == 0 {
                         let v = rng.next_u64() | 1;
-                        write(&region, p, w, v);
-                        shadow[idx] = v;
+                        write(&regions[r], p, w, v);
+                        shadow[r][idx] = v;
                     } else {
-                        let got = read(&region, p, w);
-                        if got != shadow[idx] {
+                        let got = read(&regions[r], p, w);
+                        if got != shadow[r][idx] {
                             if wrong < 10 {
-                                eprintln!("thread {t} op {i}: page {p} word {w}: got {got:#x}, want {:#x}", shadow[idx]);
+                                eprintln!(
+                                    "thread {t} op {i}: region {r} page {p} word {w}: got {got:#x}, want {:#x}",
+                                    shadow[r][idx]
+                                );
                             }
                             wrong += 1;
                         }
                     }
                 }
                 // Final sweep: every word this thread owns.
-                for p in 0..pages {
-                    for k in 0..WORDS / THREADS {
-                        let got = read(&region, p, k * THREADS + t);
-                        if got != shadow[p * (WORDS / THREADS) + k] {
-                            wrong += 1;
+                for (r, region) in regions.iter().enumerate() {
+                    for p in 0..pages[r] {
+                        for k in 0..OWNED {
+                            if read(region, p, 1 + k * THREADS + t) != shadow[r][p * OWNED + k] {
+                                wrong += 1;
+                            }
                         }
                     }
                 }
@@ -113,14 +267,51 @@ fn stress(mode: FaultMode, aging: AgingPolicy, ops_total: usize, mib: usize) -> 
             })
         })
         .collect();
-    let wrong = workers.into_iter().map(|h| h.join().expect("worker")).sum();
+    let mut bad_children = 0;
+    for _ in 0..s.forks {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let status = fork_and_check(&regions);
+        if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+            eprintln!("a forked child found wrong tags: status {status:#x}");
+            bad_children += 1;
+        }
+    }
+    let wrong: usize = workers.into_iter().map(|h| h.join().expect("worker")).sum();
+    if s.timer_signal {
+        set_timer(0);
+    }
     stop.store(true, Ordering::Relaxed);
     sampler.join().expect("sampler");
-    // At rest, the region's Rss (pages the kernel maps there) must match the
-    // resident accounting the budget is enforced on (zero-page mappings are
-    // counted by zpage but not in Rss, hence <=). The reclaimer may still be
-    // finishing a round when the workers stop: take Rss between two equal
-    // snapshots of the counters, so all three describe the same moment.
+    // Every tag is still right.
+    let mut wrong_tags = 0;
+    for (r, region) in regions.iter().enumerate() {
+        for p in 0..region.len() / PAGE_SIZE {
+            if read(region, p, 0) != tag(r, p) {
+                wrong_tags += 1;
+            }
+        }
+    }
+    if s.regions == 1 && s.forks == 0 {
+        at_rest_rss_matches(&regions[0]);
+    }
+    eprintln!("{s:?}: {:#?}", regions[0].stats());
+    Outcome {
+        wrong: wrong + wrong_tags,
+        handler_reads: HANDLER_READS.load(Ordering::Relaxed),
+        handler_wrong: HANDLER_WRONG.load(Ordering::Relaxed),
+        bad_children,
+        max_resident: max_resident.load(Ordering::Relaxed),
+        budget: budget_bytes as u64,
+        ops: per_thread * THREADS,
+    }
+}
+
+/// At rest, the region's Rss (pages the kernel maps there) must not exceed
+/// the resident accounting the budget is enforced on (zero-page mappings are
+/// counted by zpage but not in Rss, hence <=). The reclaimer may still be
+/// finishing a round when the workers stop: take Rss between two equal
+/// snapshots of the counters, so all three describe the same moment.
+fn at_rest_rss_matches(region: &Region) {
     let (st, rss) = loop {
         let before = region.stats();
         let rss = rss_of(region.as_ptr() as usize);
@@ -132,66 +323,115 @@ fn stress(mode: FaultMode, aging: AgingPolicy, ops_total: usize, mib: usize) -> 
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
-    eprintln!("{mode:?}/{aging:?}: {st:#?}");
-    eprintln!(
-        "at rest: rss {rss}, resident-staged {}",
+    assert!(
+        rss as u64 <= st.resident_bytes - st.staged_bytes,
+        "rss {rss} above resident-staged {}",
         st.resident_bytes - st.staged_bytes
     );
-    assert!(rss as u64 <= st.resident_bytes - st.staged_bytes);
-    Outcome {
-        wrong,
-        max_resident: max_resident.load(Ordering::Relaxed),
-        max_rss: max_rss.load(Ordering::Relaxed),
-        budget,
-        ops: per_thread * THREADS,
+}
+
+fn check(o: &Outcome, s: &Scenario) {
+    eprintln!(
+        "ops {} wrong {} handler reads {} (wrong {}) bad children {} of {}, max resident {:.3} of budget",
+        o.ops,
+        o.wrong,
+        o.handler_reads,
+        o.handler_wrong,
+        o.bad_children,
+        s.forks,
+        o.max_resident as f64 / o.budget as f64
+    );
+    assert_eq!(o.wrong, 0, "wrong bytes");
+    assert_eq!(o.handler_wrong, 0, "the signal handler read wrong bytes");
+    assert_eq!(o.bad_children, 0, "a forked child read wrong bytes");
+    if s.timer_signal {
+        assert!(
+            o.handler_reads > 100,
+            "the timer fired {} times",
+            o.handler_reads
+        );
+    }
+    if s.forks == 0 {
+        // (A fork restores every page first: resident memory then goes over
+        // the budget on purpose, until eviction resumes.)
+        assert!(
+            o.max_resident as f64 <= o.budget as f64 * 1.05,
+            "resident over budget"
+        );
     }
 }
 
-fn check(o: &Outcome) {
-    eprintln!(
-        "ops {} wrong {} max resident {:.3} of budget, max rss+staged {:.3} of budget",
-        o.ops,
-        o.wrong,
-        o.max_resident as f64 / o.budget as f64,
-        o.max_rss as f64 / o.budget as f64
-    );
-    assert_eq!(o.wrong, 0, "wrong bytes");
-    assert!(
-        o.max_resident as f64 <= o.budget as f64 * 1.05,
-        "resident over budget"
-    );
+/// Runs a scenario that changes process-wide state (a timer signal, fork
+/// hooks) in a child process of its own.
+fn in_child(name: &str, s: Scenario) {
+    if !is_child() {
+        let output = run_child_output(name);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{:?}\n{stderr}", output.status);
+        assert!(stderr.contains("bad children 0"), "{stderr}");
+        return;
+    }
+    let o = run(s);
+    check(&o, &s);
+    std::process::exit(0);
 }
 
 #[test]
 fn stress_sigbus_refault_shadow_checked() {
-    let o = stress(
-        FaultMode::Sigbus,
-        AgingPolicy::Refault,
-        env_usize("ZPAGE_STRESS_OPS", 2_000_000),
-        env_usize("ZPAGE_STRESS_MIB", 64),
-    );
-    check(&o);
+    let s = Scenario::new(ops(), mib());
+    check(&run(s), &s);
+}
+
+#[test]
+fn stress_keeping_clean_copies_shadow_checked() {
+    let s = Scenario {
+        keep_clean_copies: true,
+        ..Scenario::new(ops() / 2, 32)
+    };
+    check(&run(s), &s);
 }
 
 #[test]
 fn stress_sigbus_fifo_shadow_checked() {
-    let o = stress(
-        FaultMode::Sigbus,
-        AgingPolicy::Fifo,
-        env_usize("ZPAGE_STRESS_OPS", 2_000_000) / 2,
-        32,
-    );
-    check(&o);
+    let s = Scenario {
+        aging: AgingPolicy::Fifo,
+        ..Scenario::new(ops() / 2, 32)
+    };
+    check(&run(s), &s);
 }
 
 #[test]
 fn stress_handler_thread_shadow_checked() {
     // FaultMode::HandlerThread needs a privileged uffd (root here; CI runs as root).
-    let o = stress(
-        FaultMode::HandlerThread,
-        AgingPolicy::Refault,
-        env_usize("ZPAGE_STRESS_OPS", 2_000_000) / 8,
-        16,
+    let s = Scenario {
+        mode: FaultMode::HandlerThread,
+        ..Scenario::new(ops() / 8, 16)
+    };
+    check(&run(s), &s);
+}
+
+#[test]
+fn stress_shared_budget_with_timer_signals_and_forks() {
+    in_child(
+        "stress_shared_budget_with_timer_signals_and_forks",
+        Scenario {
+            regions: 3,
+            timer_signal: true,
+            forks: 20,
+            ..Scenario::new(ops(), mib())
+        },
     );
-    check(&o);
+}
+
+#[test]
+fn stress_shared_budget_with_timer_signals() {
+    in_child(
+        "stress_shared_budget_with_timer_signals",
+        Scenario {
+            regions: 3,
+            timer_signal: true,
+            keep_clean_copies: true,
+            ..Scenario::new(ops() / 2, mib())
+        },
+    );
 }
