@@ -52,7 +52,18 @@ fn install(prefix: &Path) {
 }
 
 fn compile_and_run(prefix: &Path, pkg_config_flags: &str, extra: &str, exe: &Path) -> String {
-    let source = repo_root().join("examples/c/bench_region.c");
+    compile_and_run_example("bench_region.c", &["16", "4"], prefix, pkg_config_flags, extra, exe)
+}
+
+fn compile_and_run_example(
+    example: &str,
+    args: &[&str],
+    prefix: &Path,
+    pkg_config_flags: &str,
+    extra: &str,
+    exe: &Path,
+) -> String {
+    let source = repo_root().join("examples/c").join(example);
     let script = format!(
         "cc -O2 -Wall -Wextra -Werror {} -o {} $(pkg-config {pkg_config_flags} --cflags --libs zpage) {extra}",
         source.display(),
@@ -68,7 +79,7 @@ fn compile_and_run(prefix: &Path, pkg_config_flags: &str, extra: &str, exe: &Pat
     run(Command::new("timeout")
         .args(["-s", "KILL", "120"])
         .arg(exe)
-        .args(["16", "4"])
+        .args(args)
         .env_remove("LD_LIBRARY_PATH"))
 }
 
@@ -118,6 +129,19 @@ fn c_example_builds_and_runs() {
         "{out}"
     );
     assert!(out.trim_end().ends_with("zpage C example: OK"), "{out}");
+
+    // A program's 10 kHz timer-signal handler reads region memory while the
+    // main thread faults, prefaults, pins and reads stats: no hang (the
+    // timeout kills a hung run and fails the test), no wrong word.
+    let out = compile_and_run_example(
+        "signal_handler.c",
+        &["3"],
+        &shared,
+        "",
+        &rpath,
+        &scratch.join("signal_handler"),
+    );
+    assert!(out.trim_end().ends_with("zpage signal example: OK"), "{out}");
 
     // Static library only: pkg-config --static adds what the Rust runtime needs.
     let fixed = scratch.join("static");
