@@ -52,7 +52,14 @@ fn install(prefix: &Path) {
 }
 
 fn compile_and_run(prefix: &Path, pkg_config_flags: &str, extra: &str, exe: &Path) -> String {
-    compile_and_run_example("bench_region.c", &["16", "4"], prefix, pkg_config_flags, extra, exe)
+    compile_and_run_example(
+        "bench_region.c",
+        &["16", "4"],
+        prefix,
+        pkg_config_flags,
+        extra,
+        exe,
+    )
 }
 
 fn compile_and_run_example(
@@ -141,7 +148,10 @@ fn c_example_builds_and_runs() {
         &rpath,
         &scratch.join("signal_handler"),
     );
-    assert!(out.trim_end().ends_with("zpage signal example: OK"), "{out}");
+    assert!(
+        out.trim_end().ends_with("zpage signal example: OK"),
+        "{out}"
+    );
 
     // Static library only: pkg-config --static adds what the Rust runtime needs.
     let fixed = scratch.join("static");

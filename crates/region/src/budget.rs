@@ -125,6 +125,12 @@ pub struct Staging {
     discarding: AtomicBool,
 }
 
+/// Pool shards of a budget's store: the reclaimer's stores and frees take
+/// one shard's write lock at a time, so a load waits for a writer one time
+/// in four. Each shard keeps its own partly filled zspages (a few MiB at
+/// most, whatever the pool's size).
+const POOL_SHARDS: usize = 4;
+
 /// Discard batches at least this large (one `madvise` and one TLB flush per
 /// run of adjacent slots in it).
 const DISCARD_BATCH: usize = 64;
@@ -228,6 +234,7 @@ impl Staging {
             return 0;
         }
         let mut total = 0;
+        let timed = crate::profile::start();
         loop {
             let mut batch = [0u32; 4 * DISCARD_BATCH];
             let mut n = 0;
@@ -262,6 +269,9 @@ impl Staging {
             total += n;
         }
         self.discarding.store(false, Ordering::Release);
+        if total > 0 {
+            crate::profile::end(crate::profile::Part::DiscardPerSlot, timed, total as u64);
+        }
         total
     }
 }
@@ -368,6 +378,7 @@ impl Shared {
             threshold: config.threshold,
             pool: config.pool,
             max_pool_bytes: config.max_pool_bytes,
+            pool_shards: POOL_SHARDS,
             ..PageStoreConfig::default()
         })?;
         let nworkers = std::thread::available_parallelism()

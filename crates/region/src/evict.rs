@@ -24,6 +24,7 @@ use crate::config::FaultMode;
 use crate::core::RegionCore;
 use crate::counters::Counters;
 use crate::page::{State, Tag};
+use crate::profile;
 use crate::queues::Record;
 use crate::sys::{self, Errno, PAGE_SIZE};
 use zpage_store::{CompressionTrigger, Put, Worker};
@@ -107,7 +108,10 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
         budget.staging.free_unused(staging_slot);
         return Evict::Retry;
     }
-    match move_out(core, page, staging_slot) {
+    let timed = profile::start();
+    let moved = move_out(core, page, staging_slot);
+    profile::end(profile::Part::EvictInBackground, timed, 1);
+    match moved {
         Ok(()) => {}
         Err(Errno(libc::ENOENT)) => return hole(core, page, staging_slot, Path::Reclaim),
         Err(Errno(libc::EBUSY)) => {
@@ -128,7 +132,9 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
         drop_moved(core, page, staging_slot, Path::Reclaim);
         return Evict::Hole;
     }
+    let timed = profile::start();
     poison(core, page);
+    profile::end(profile::Part::EvictInBackground, timed, 0);
     aging::on_evicted(&budget.clock, &slot.aging);
     if s.clean() {
         if !slot.claim(claimed, s.with(Tag::Stored).set_clean(false)) {
@@ -331,10 +337,12 @@ pub fn compress(
         Trigger::Eager => CompressionTrigger::Eager,
         Trigger::Pressure => CompressionTrigger::MemoryPressure,
     };
-    match budget
+    let timed = profile::start();
+    let put = budget
         .store
-        .put(worker, budget.staging.page(staging_slot), store_trigger)
-    {
+        .put(worker, budget.staging.page(staging_slot), store_trigger);
+    profile::end(profile::Part::Compress, timed, 1);
+    match put {
         Ok(Put::Stored { page_ref, .. }) => {
             give_up_copy(core, page, Path::Reclaim);
             slot.set_page_ref(Some(page_ref));

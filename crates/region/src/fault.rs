@@ -33,6 +33,7 @@ use crate::core::RegionCore;
 use crate::counters::Counters;
 use crate::evict::{self, Path};
 use crate::page::{State, Tag};
+use crate::profile;
 use crate::sys::{self, Errno, Fatal, PAGE_SIZE};
 use crate::table;
 use std::sync::atomic::Ordering;
@@ -90,7 +91,9 @@ pub fn resolve(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Resu
     let started = sys::now_ns();
     let result = resolve_inner(core, page, access, ctx);
     if ctx != Ctx::Api {
-        core.counters.record_fault(sys::now_ns() - started);
+        let ns = sys::now_ns() - started;
+        core.counters.record_fault(ns);
+        profile::add_if_enabled(profile::Part::Resolve, ns);
     }
     result
 }
@@ -208,6 +211,7 @@ fn lift_protection(core: &RegionCore, page: usize, s: State) -> Result<(), Errno
 /// page was already present (or still carries an eviction marker the
 /// program's discard is about to clear: the access faults again meanwhile).
 fn fill_zero(budget: &Shared, addr: usize, write: bool) -> Result<bool, Errno> {
+    let timed = profile::start();
     let r = budget.install(|| {
         if write {
             sys::uffd_copy(budget.uffd.fd(), addr, ZERO_PAGE.as_ptr(), 0)
@@ -215,6 +219,7 @@ fn fill_zero(budget: &Shared, addr: usize, write: bool) -> Result<bool, Errno> {
             sys::uffd_zeropage(budget.uffd.fd(), addr, 0)
         }
     });
+    profile::end(profile::Part::Install, timed, 1);
     match r {
         Ok(()) => Ok(true),
         Err(Errno(libc::EEXIST)) => Ok(false),
@@ -242,12 +247,14 @@ fn copy_in(core: &RegionCore, page: usize, src: *const u8, protect: bool) -> Res
     let budget = &*core.budget;
     let dst = core.page_addr(page);
     let mode = if protect { sys::COPY_MODE_WP } else { 0 };
+    let timed = profile::start();
     let r = budget.install(|| {
         if core.pages[page].load().discarded() {
             return Err(Errno(libc::ECANCELED));
         }
         sys::uffd_copy(budget.uffd.fd(), dst, src, mode)
     });
+    profile::end(profile::Part::Install, timed, 1);
     match r {
         Err(Errno(libc::EEXIST)) => about_page(core, page)
             .text(": its address is mapped although the page is evicted (was the region remapped?); refusing to guess its contents")
@@ -308,7 +315,10 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
     };
     let protect = budget.keep_clean_copies && !write;
     let copied = budget.workers.with(|worker, buffer| {
-        if let Err(e) = budget.store.get_in_handler(worker, page_ref, buffer) {
+        let timed = profile::start();
+        let loaded = budget.store.get_in_handler(worker, page_ref, buffer);
+        profile::end(profile::Part::Load, timed, 1);
+        if let Err(e) = loaded {
             let message = about_page(core, page).text(" cannot be restored: ");
             let message = match e {
                 zpage_store::LoadError::Corrupt { codec, blob_bytes } => message
@@ -373,9 +383,11 @@ fn make_room(core: &RegionCore) {
             let Some(record) = budget.victims.take() else {
                 break;
             };
+            let timed = profile::start();
             let dropped = table::with_region(record.region(), |victim| {
                 evict::evict_clean_now(victim, record)
             });
+            profile::end(profile::Part::EvictOnFault, timed, 1);
             match dropped {
                 Some(true) => break,
                 // Not clean (written since), or held for a moment: back to the reclaimer.
@@ -409,6 +421,7 @@ fn throttle(core: &RegionCore) {
         return;
     }
     let started = sys::now_ns();
+    let timed = profile::start();
     Counters::bump(&core.counters.throttle_count);
     budget.room_waiters.fetch_add(1, Ordering::SeqCst);
     while full() && !budget.stop.load(Ordering::Relaxed) && sys::now_ns() - started < 100_000_000 {
@@ -421,4 +434,5 @@ fn throttle(core: &RegionCore) {
     }
     budget.room_waiters.fetch_sub(1, Ordering::SeqCst);
     Counters::add(&core.counters.throttle_ns, sys::now_ns() - started);
+    profile::end(profile::Part::Throttle, timed, 1);
 }

@@ -166,6 +166,7 @@ mod fault;
 mod fork;
 mod metrics;
 mod page;
+mod profile;
 mod queues;
 mod reclaim;
 mod region;
@@ -182,6 +183,9 @@ pub use metrics::{
     default_metrics_dir, publish_metrics, publish_metrics_to, render as render_metrics,
     sample_regions, RegionSample, METRICS_DIR_ENV,
 };
+#[cfg(feature = "fault-profile")]
+pub use profile::{fault_profile, reset_fault_profile};
+pub use profile::{Part as FaultPart, PARTS as FAULT_PARTS};
 pub use region::Region;
 pub use table::MAX_REGIONS;
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};

@@ -109,11 +109,11 @@ impl Reclaimer {
         if budget.records_lost.swap(false, Ordering::AcqRel) {
             self.rebuild();
         }
+        let mut freed = Vec::new();
         while let Some(raw) = budget.freed_refs.pop() {
-            if let Some(page_ref) = zpage_store::PageRef::from_raw(raw) {
-                budget.store.free(page_ref);
-            }
+            freed.extend(zpage_store::PageRef::from_raw(raw));
         }
+        budget.store.free_many(&mut freed);
         budget.staging.discard_pending(&budget.resident);
         while let Some(record) = budget.returned.pop_record() {
             self.aging.retry_first(record);

@@ -101,8 +101,9 @@ pub fn ensure_front() -> Result<(), sys::Errno> {
 }
 
 /// Looks `addr` up and resolves the fault; false if it is not ours.
-fn dispatch(addr: usize, access: Access) -> bool {
+fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
     table::at_address(addr, |core, page| {
+        crate::profile::end(crate::profile::Part::Dispatch, entered, 1);
         if core.owner_pid != sys::getpid() {
             about_page(core, page)
                 .text(" was touched in a child process forked while it was evicted; the region's userfaultfd stayed with the parent, so it cannot be restored here")
@@ -155,14 +156,15 @@ fn access_of(ctx: *mut libc::c_void) -> Access {
 }
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let entered = crate::profile::start();
     let saved_errno = sys::last_errno();
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
     // An evicted page's entry carries a poison marker: on kernels built with
     // memory-failure handling it faults with BUS_MCEERR_AR, otherwise with
     // BUS_ADRERR, like an empty entry.
-    let ours =
-        (code == libc::BUS_ADRERR || code == libc::BUS_MCEERR_AR) && dispatch(addr, access_of(ctx));
+    let ours = (code == libc::BUS_ADRERR || code == libc::BUS_MCEERR_AR)
+        && dispatch(addr, access_of(ctx), entered);
     sys::set_errno(saved_errno);
     if !ours {
         chain(sig, info, ctx);

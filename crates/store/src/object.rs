@@ -499,6 +499,10 @@ impl PageStore {
             started.elapsed().as_nanos() as u64,
         );
         let shard = worker.pool_shard;
+        // The next store goes to the next shard: one worker storing a stream
+        // of pages (a reclaimer) spreads them over every shard, so a reader
+        // waits for its write lock on one shard in N, not on every load.
+        worker.pool_shard = (shard + 1) % self.pools.len();
         let placed = match encoded {
             Ok(Encoded::SameFilled(word)) => match PageRef::same_filled(word) {
                 Some(page_ref) => Ok((page_ref, 0)),
@@ -601,6 +605,39 @@ impl PageStore {
                 .fetch_sub(freed as u64, Relaxed);
         }
         freed
+    }
+
+    /// Frees every reference in `refs` (emptied), taking each pool shard's
+    /// lock once for all of its references.
+    pub fn free_many(&self, refs: &mut Vec<PageRef>) {
+        refs.sort_unstable_by_key(|r| r.shard());
+        for shard in 0..self.pools.len() {
+            let mine: Vec<PageRef> = refs
+                .iter()
+                .copied()
+                .filter(|r| r.in_pool() && r.shard() == shard)
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let freed: Vec<usize> = self.with_pool(shard, |pool| {
+                mine.iter()
+                    .map(|r| pool.free(r.handle()).unwrap_or(0))
+                    .collect()
+            });
+            for (r, bytes) in mine.iter().zip(freed) {
+                self.gauge_of(*r).fetch_sub(1, Relaxed);
+                if !self.is_wide_word(*r) {
+                    self.gauges
+                        .compressed_bytes
+                        .fetch_sub(bytes as u64, Relaxed);
+                }
+            }
+        }
+        for r in refs.iter().filter(|r| !r.in_pool()) {
+            self.gauge_of(*r).fetch_sub(1, Relaxed);
+        }
+        refs.clear();
     }
 
     /// Copies the page `page_ref` names into `dst`. Takes a pool read lock
