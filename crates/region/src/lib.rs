@@ -1,155 +1,170 @@
-//! zpage-region: a memory region whose cold pages are compressed in user space.
+//! zpage-region: memory whose cold pages are compressed in user space.
 //!
 //! A [`Region`] is `size_bytes` of anonymous memory that the program reads and
-//! writes directly, with a resident budget. Pages beyond the budget are taken
-//! out of the region, compressed, and their memory released; the next access
-//! restores them. Everything below is built on userfaultfd as it behaves on
-//! Linux 6.18 (see `shared/notes/userfaultfd.md`).
+//! writes directly. Regions draw on a [`Budget`]: one resident limit, one
+//! compressed pool, one reclaimer and one aging policy, shared by every region
+//! made on it ([`Region::with_budget`]); [`Region::new`] makes a region with a
+//! budget of its own. Pages beyond the budget are taken out, compressed, and
+//! their memory released; the next access restores them. Everything below is
+//! built on userfaultfd as it behaves on Linux 6.18.
+//!
+//! # Layout of the crate
+//!
+//! | module | what it owns |
+//! |---|---|
+//! | `page` | a page's slot: its state word (tag, pins, flags, staging slot; layout checked by `const` asserts) and its compressed reference, side by side |
+//! | `fault` | resolving one fault (async-signal-safe; the argument is at its top) |
+//! | `evict` | taking pages out (`UFFDIO_MOVE` to staging, poison marker) and compressing them |
+//! | `reclaim` | the budget's reclaimer thread: watermarks, rounds, the victim queue |
+//! | `aging` | the whole aging policy: per-page history, refault distance, the queues |
+//! | `budget` | what regions of one budget share: store, staging area, uffd, queues, limits |
+//! | `queues` | the lock-free rings between the fault path and the reclaimer, and the record naming a page in them |
+//! | `table` | the process-wide region table the signal handler and the reclaimer look regions up in |
+//! | `event` | the event thread: the program's discards, unmaps and remaps (and faults in handler-thread mode) |
+//! | `signal`, `fork` | the SIGBUS handler and its chaining; the fork hooks |
+//! | `counters` | the one list of figures (`region_stat_fields!`): `RegionStats`, the C struct and the metrics come from it |
+//! | `metrics` | publishing a process's figures for `zpage exporter` |
+//! | `profile` | the `fault-profile` feature's timing of each part of a fault |
+//! | `sys` | every system call, each a thin wrapper (ioctl struct sizes checked against their request numbers) |
+//!
+//! # One index per page
+//!
+//! Each page's slot holds its state word and, beside it, its compressed
+//! reference ([`zpage_store::PageRef`]: pool shard, handle and codec, or a
+//! same-filled word, in one `u64`), as Zircon keeps a page's `CompressedRef` in
+//! the page's own slot. The store underneath is an object store (store a page,
+//! get a reference; load by reference; free): there is no second index that
+//! must agree with the first, and a load takes no table lock, only the read
+//! lock of the pool shard that holds the blob, for the time it takes to copy
+//! the blob out.
 //!
 //! # Fault path
 //!
-//! The region is registered (MISSING mode) with a userfaultfd created with
+//! Regions are registered with a userfaultfd created with
 //! `UFFD_USER_MODE_ONLY` and `UFFD_FEATURE_SIGBUS`: an access to an absent
 //! page raises SIGBUS *in the faulting thread*, which resolves its own fault
 //! (no cross-thread wakeup; those cost 20-75 us here). The handler (module
-//! `signal`) finds the region in a fixed lock-free table, then follows the
-//! page's atomic state word (module `state`):
+//! `signal`) finds the region in a fixed lock-free table and follows the page's
+//! state word:
 //!
 //! - never written (EMPTY): `UFFDIO_ZEROPAGE` (read) or `UFFDIO_COPY` of a
 //!   zero page (write: one fault instead of two);
-//! - STAGED (trial eviction, still uncompressed): `UFFDIO_MOVE` back from the
-//!   staging area, no decompression;
-//! - STORED: decompress into a preallocated per-slot buffer, `UFFDIO_COPY`.
+//! - STAGED (evicted, still uncompressed): `UFFDIO_COPY` from its staging slot,
+//!   no decompression (and no TLB flush, which moving it back would cost);
+//! - STORED: decompress into a preallocated buffer and `UFFDIO_COPY` it. A
+//!   read restores it write-protected when clean copies are kept (see below),
+//!   a write restores it writable at once.
 //!
-//! Owners of a page (reclaimer, a restoring thread) hold it by compare-and-swap
-//! of its state; others yield and retry. `EEXIST` from a racing install means
-//! the page is there. The handler allocates nothing and takes no lock: see
-//! the argument at the top of `signal.rs`. It is installed with raw
-//! `sigaction`, runs first, and chains every fault outside our regions to the
-//! previous handler (SIG_DFL: reset and re-fault, so the process dies and
-//! dumps core as it would have).
+//! Owners of a page hold it by compare-and-swap of its state; others yield and
+//! retry. The handler allocates nothing and takes no lock that a thread it
+//! could be interrupting might hold: see the argument at the top of `fault.rs`.
+//! zpage's own threads block every asynchronous signal, and API calls that
+//! hold a page or a store lock block them for that span, so a program's signal
+//! handler (a timer, `SIGCHLD`, a runtime's thread-suspension signal) may
+//! read region memory. The handler is installed with raw `sigaction`, runs
+//! first, and chains every fault outside zpage's regions to the previous
+//! handler.
 //!
 //! [`FaultMode::HandlerThread`] registers a privileged uffd without the
-//! SIGBUS feature; a thread reads fault messages and runs the same resolution.
-//! Kernel-mode accesses (system calls) then work on evicted pages, at the cost
-//! of a cross-thread wakeup per fault.
+//! SIGBUS feature; the event thread reads fault messages and runs the same
+//! resolution. Kernel-mode accesses (system calls) then work on evicted pages,
+//! at the cost of a cross-thread wakeup per fault.
 //!
 //! | mode | privilege | kernel accesses to evicted pages | cost per fault here |
 //! |---|---|---|---|
-//! | `Sigbus` (default) | none | `EFAULT`: call `prefault`/`pin` first | ~3 us + decompression |
+//! | `Sigbus` (default) | none | `EFAULT`: call `prefault`/`pin` first | see "Where a fault's time goes" |
 //! | `HandlerThread` | `CAP_SYS_PTRACE`, or `vm.unprivileged_userfaultfd=1`, or rw on `/dev/userfaultfd` | resolved | 23-75 us (cross-CPU wakeup) |
 //!
 //! # Reclaim and staging
 //!
-//! A background reclaimer keeps resident memory (resident pages plus staged
-//! pages, both uncompressed) between watermarks: it starts above
+//! The budget's reclaimer keeps resident memory (every region's mapped pages
+//! plus the staging area) between watermarks: it starts above
 //! `high_watermark_pct` of the budget and evicts down to `low_watermark_pct`.
+//! Eviction is `UFFDIO_MOVE` of the page into a staging slot (MOVE's
+//! destination must be registered: the staging area has a uffd of its own,
+//! with no events). MOVE takes the physical page under both page-table locks,
+//! so a racing write lands in the moved page and cannot be lost. The region's
+//! now empty entry then gets a poison marker (`UFFDIO_POISON`): an evicted
+//! page faults even after the program closes the uffd (an unregistered empty
+//! entry would read as zeros), and the process ends with a message naming the
+//! page instead. Staged pages are compressed from their slot; slots are freed
+//! with `MADV_DONTNEED` in batches of adjacent slots (one TLB flush each).
 //!
-//! Clean pages (unwritten since their restore, so the store's entry is still
-//! exact) are evicted by the faulting threads themselves: the reclaimer
-//! queues them oldest first, and a fault at the high watermark MOVEs one out
-//! and frees it before restoring its own page (`sync_evictions`; no
-//! allocation, so it is allowed in the handler). Why: scattered pages cannot
-//! be moved in one batch (a MOVE batches only runs of adjacent present
-//! pages), so every eviction flushes the TLB of each CPU running the
-//! process. From the reclaimer on the other CPU that is an interrupt of the
-//! program's CPU per page (measured here: ~6 us of its time each, and ~10 us
-//! for the reclaimer waiting for it); from the faulting thread the flush is
-//! local while the reclaimer sleeps, and a read-mostly program needs the
-//! reclaimer only to refill the queue.
+//! A fault that would go over the budget first gives back the staging slots
+//! waiting to be discarded, then waits for the reclaimer (bounded at 100 ms,
+//! counted in `throttle_count`/`throttle_ns`). That is the only cross-thread
+//! wait on the fault path, and it happens only at the limit.
 //!
-//! A fault that would go over the budget (the hard limit) with no clean page
-//! to drop wakes the reclaimer and waits for room (bounded at 100 ms,
-//! counted in `throttles`/`throttle_ns`). That is the only cross-thread wait
-//! on the fault path, and it happens only at the limit.
+//! After fork, MOVE fails with `EBUSY` (the page is shared copy-on-write);
+//! `MADV_POPULATE_WRITE` makes it exclusive again from the kernel side, so
+//! zpage's threads never touch region memory.
 //!
-//! Eviction is `UFFDIO_MOVE` of the page into a staging area registered with
-//! a second uffd (MOVE's destination must be registered; the second uffd has
-//! no events, so freeing staging slots with `MADV_DONTNEED` raises none).
-//! MOVE takes the physical page under both page-table locks, so a racing write
-//! lands in the moved page and cannot be lost. After fork, MOVE fails with
-//! `EBUSY` (the page is shared copy-on-write); the reclaimer then makes the
-//! page exclusive with an atomic add of zero (a write of the value already
-//! there) and retries.
+//! # Clean copies (zswap's exclusive loads)
+//!
+//! By default a restore gives the page's compressed copy up (the reclaimer
+//! frees it), so the pool holds only evicted pages, as zram and zswap do.
+//! [`BudgetConfig::keep_clean_copies`] keeps it while the page stays
+//! unwritten instead: the page is mapped write-protected (sync uffd-wp in the
+//! same context as SIGBUS and MOVE), its first write costs a fault and gives
+//! the copy up, and an unwritten page is evicted again without compressing,
+//! as the kernel drops clean swap-cache pages. That saves compression CPU on
+//! read-mostly data at the cost of pool memory (the copies of resident pages).
+//! With it, faulting threads drop clean pages themselves at the high
+//! watermark (one page in, one out, no compression), from a queue of clean
+//! victims the reclaimer keeps full.
 //!
 //! # Aging
 //!
-//! The kernel exposes no accessed bits here, so the policy works from what
-//! user space sees: faults.
-//!
-//! - **Refault distance** (as `mm/workingset.c`): each eviction stamps the
-//!   page with an eviction clock; a refault whose distance is under a
-//!   threshold is *quick*. A quick refault activates a page that was active
-//!   before or refaulted quickly last time too (a first quick refault only
-//!   marks it: cold pages that come back soon by chance do not displace the
-//!   hot set). Active pages are protected: victims come from the *inactive*
-//!   queue (admission order) first.
-//! - **A threshold that follows the active queues' fill**: the whole budget
-//!   while they are empty (a new hot set is learnt within a few refaults per
-//!   page, and a wrong activation displaces nothing), down to a quarter of
-//!   it when they are full (a wrong activation then costs a hot page its
-//!   place, so the evidence must be stronger).
-//! - **Two active queues**: pages activated once, and pages activated again
-//!   after a demotion. Demotions take the oldest page activated once first
-//!   (a cold page activated by chance), a repeatedly activated one only when
-//!   there is none, and that one spends an activation. Without access bits
-//!   the active pages cannot be told apart otherwise, and every wrong
-//!   demotion costs a hot page a fault.
-//! - **Trial eviction**: evicted pages wait uncompressed in staging
-//!   (`staging_pct` of the budget). A touch brings one back with a MOVE (no
-//!   decompression) and counts as a quick refault.
-//! - **Write tracking** (`track_writes`, sync uffd-wp in the same context as
-//!   SIGBUS and MOVE): restored pages are mapped write-protected and the
-//!   store keeps their entry; the first write costs a fault and marks the
-//!   entry stale. A page unwritten since its restore is evicted again with
-//!   no compression (`clean_evictions`), as the kernel drops clean
-//!   swap-cache pages. (Sync rather than `WP_ASYNC`: the "clean" state must
-//!   be exact at the moment of the MOVE, which a later PAGEMAP_SCAN cannot
-//!   guarantee because MOVE drops the uffd-wp bit.)
-//!
-//! [`AgingPolicy::Fifo`] evicts in admission order and compresses at once.
-//! `tests/aging.rs` runs the bench's 80/20 hot/cold pattern (hot set = 80% of
-//! the budget, region = 4x budget, a quarter of touches write). Faulting
-//! share after a warm-up, every fault counted: 0.23 (zpage) vs 0.61 (FIFO),
-//! ratio 0.39, with write tracking (the default); 0.19 vs 0.41, ratio 0.45,
-//! without it. The best any policy can do there is about 0.19 (every hot page
-//! resident, the rest of the budget a random share of the cold pages).
+//! The kernel exposes no accessed bits here, so the policy works from faults:
+//! refault distance (as `mm/workingset.c`) with a threshold that follows the
+//! active queues' fill, two active queues, and trial eviction through the
+//! staging area. The policy lives in one module, `aging.rs`, whose
+//! documentation describes it. [`AgingPolicy::Fifo`] evicts in admission
+//! order and compresses at once.
 //!
 //! # Hazards
 //!
 //! | hazard | behaviour | test |
 //! |---|---|---|
-//! | `fork()` | atfork hook pauses eviction (lock-free) and restores every page before the fork: the child gets full contents; the parent re-takes exclusivity on `EBUSY` with a locked add of zero | `hazards::fork_child_sees_evicted_pages`, `hazards::fork_while_other_threads_fault_and_discard` |
-//! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them, and pages present at the event are marked so the reclaimer cannot carry their old contents past the zap (see `event.rs`); reads give zeros | `hazards::dontneed_reads_zeros`, `hazards::dontneed_races_with_faults` |
+//! | `fork()` | the atfork hook pauses eviction on every budget and restores every page of every region, waiting for restores other threads have in flight: the child gets full contents | `hazards::fork_child_sees_evicted_pages`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
+//! | a program signal handler reading region memory | works on every thread: zpage's threads block asynchronous signals; API calls block them while they hold a page or a store lock | `signals::a_timer_signal_handler_reads_region_memory`, `examples/c/signal_handler.c` |
+//! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them, pages present at the event marked so no eviction carries their old contents past the zap; reads give zeros | `hazards::dontneed_reads_zeros`, `hazards::dontneed_races_with_faults` |
 //! | `munmap` of a live region | `EVENT_UNMAP`: compressed data freed; API calls return `Unmapped`; `Drop` leaves the range alone | `hazards::munmap_frees_and_refuses` |
 //! | `mremap` | refused: `EVENT_REMAP` marks the region unmapped; an evicted page touched at the new address kills the process with SIGBUS (never wrong bytes) | `hazards::mremap_is_refused` |
-//! | uffd closed by the program | detected (`health_check`, event thread): `UffdLost` from every call; evicted pages read as zeros after the close: documented refusal, do not close fds you did not open | `hazards::closed_uffd_is_detected` |
+//! | uffd closed by the program | detected (`health_check`, the event thread): `UffdLost` from every call; an evicted page touched afterwards ends the process with a message (its poison marker faults), never reads zeros | `hazards::closed_uffd_is_detected`, `hazards::closed_uffd_never_reads_zeros` |
+//! | a corrupt compressed blob | the process ends with a message naming the page and the codec; nothing is allocated on the way | `signals::a_corrupt_blob_ends_the_process_naming_the_page`; the fuzz target `load_in_handler` (corrupt blobs through the handler's load) |
 //! | SIGBUS blocked in the faulting thread | the kernel kills the process (never wrong bytes); `prefault`/`pin` or `HandlerThread` mode for such threads | `hazards::blocked_sigbus_kills_not_corrupts` |
 //! | THP | regions are `MADV_NOHUGEPAGE`; a program `MADV_HUGEPAGE` is still correct (MOVE splits) | `hazards::thp_is_avoided_and_safe` |
-//! | core dumps / debuggers | evicted pages are holes (zeros in cores, `EIO` via `/proc/pid/mem`); `restore_all` (stops eviction, restores everything; async-signal-safe) before dumping | `hazards::evicted_pages_invisible_to_gup_until_restored` |
+//! | core dumps / debuggers | evicted pages are holes (`EIO` via `/proc/pid/mem`); `restore_all` (async-signal-safe) before dumping | `hazards::evicted_pages_invisible_to_gup_until_restored` |
 //! | syscalls on evicted pages (SIGBUS mode) | `EFAULT`, so `prefault`/`pin` first | `hazards::syscall_needs_prefault` |
 //! | chaining | foreign SIGBUS reaches the previous handler | `hazards::foreign_sigbus_is_chained` |
-//! | latency-sensitive ranges | `pin`/`unpin`: never evicted, touches never fault; at most half the budget | `hazards::pin_keeps_pages_resident` |
+//! | latency-sensitive ranges | `pin`/`unpin`: never evicted; at most half the budget | `hazards::pin_keeps_pages_resident` |
+//!
+//! # Where a fault's time goes
+//!
+//! FAULT_COST_TABLE
 //!
 //! # Unsafe code
 //!
 //! `unsafe` lives in `sys` (system calls, ioctls, the mappings), `signal`
-//! (the handler, its table, chaining), `slots` (the preallocated workers)
-//! and `fork` (registering the atfork hooks); every block has a `SAFETY`
-//! comment. The rest of the crate is `deny(unsafe_code)`.
+//! (the handler, chaining), `table` (the region table's pointers), `workers`
+//! (the preallocated decompression workers) and `fork` (registering the
+//! atfork hooks); every block has a `SAFETY` comment. The rest of the crate
+//! is `deny(unsafe_code)`.
 //!
 //! # Not done
 //!
 //! - x86-64 only: the handler reads the page-fault error code (write vs
-//!   protection fault) from the signal context, and the fork path uses a
-//!   locked add; other architectures would treat every fault as a write.
-//! - Eviction MOVEs one page per ioctl (victims are scattered); contiguous
-//!   runs are not batched yet, so each eviction costs a TLB flush.
-//! - `mprotect`ed (read-only) parts of a region cannot be MOVEd; they are
+//!   protection fault) from the signal context; elsewhere every fault is
+//!   treated as a write to a protected page.
+//! - Eviction moves one page per ioctl (victims are scattered): each costs a
+//!   TLB flush, an interrupt of every other CPU running the process.
+//! - `mprotect`ed (read-only) parts of a region cannot be moved out; they are
 //!   skipped, not evicted by copy.
 //! - `mremap` of a region is refused rather than followed.
-//! - A program that closes the region's uffd reads zeros for evicted pages
-//!   from then on (detected, not prevented).
+//! - In `HandlerThread` mode evicted pages carry no poison marker (it would
+//!   fail the kernel accesses that mode exists to serve): a program that
+//!   closes the uffd there reads zeros for evicted pages.
 //! - The hard-limit wait is bounded at 100 ms; past it a fault proceeds over
 //!   the budget rather than stall (e.g. when most of the budget is pinned).
 #![deny(unsafe_code)]

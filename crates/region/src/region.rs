@@ -290,6 +290,44 @@ impl Region {
         signal::ensure_front().map_err(|e| RegionError::sys("sigaction(SIGBUS)", e))
     }
 
+    /// Replaces the compressed copy of the evicted page at `offset` with
+    /// `garbage` (for tests of the corrupt-blob path): the next access must
+    /// end the process with a message naming the page.
+    #[doc(hidden)]
+    pub fn corrupt_page_for_test(&self, offset: usize, garbage: &[u8]) -> Result<(), RegionError> {
+        let page = self.pages_of(offset, 1)?.start;
+        let core = &self.core;
+        let budget = &core.budget;
+        let worker = budget.store.worker()?;
+        let _signals = SignalGuard::block_async();
+        let slot = &core.pages[page];
+        loop {
+            let s = slot.load();
+            if s.tag() != Tag::Stored {
+                return Err(RegionError::InvalidConfig(format!(
+                    "page {page} is not evicted and compressed ({:?})",
+                    s.tag()
+                )));
+            }
+            if !slot.claim(s, s.with(Tag::Restoring)) {
+                continue;
+            }
+            let result = match slot.page_ref() {
+                Some(old) if old.in_pool() => {
+                    let corrupt = budget.store.put_blob_for_test(&worker, old, garbage)?;
+                    slot.set_page_ref(Some(corrupt));
+                    budget.store.free(old);
+                    Ok(())
+                }
+                _ => Err(RegionError::InvalidConfig(format!(
+                    "page {page} is same-filled: it has no blob to corrupt"
+                ))),
+            };
+            slot.publish(s);
+            return result;
+        }
+    }
+
     /// The region's userfaultfd (for diagnostics and hazard tests).
     #[doc(hidden)]
     pub fn raw_uffd(&self) -> i32 {

@@ -11,23 +11,35 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use zpage_region::{Budget, BudgetConfig, Region, RegionConfig, PAGE_SIZE};
 
-/// Counts the allocations and frees each thread makes.
+/// Counts the allocations and frees each thread makes, and tells on any made
+/// while a thread is [`ARMED`].
 struct PerThreadCounter;
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+}
+
+fn tell_if_armed() {
+    if ARMED.try_with(|a| a.get()).unwrap_or(false) {
+        let message = b"ALLOCATION ON THE FAULT PATH\n";
+        // SAFETY: write(2) of a static buffer.
+        unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+    }
 }
 
 // SAFETY: forwards every call to the system allocator unchanged; it only
 // counts, in a const-initialised thread-local that needs no allocation.
 unsafe impl GlobalAlloc for PerThreadCounter {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        tell_if_armed();
         let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
         // SAFETY: same contract as ours, passed through.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        tell_if_armed();
         let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
         // SAFETY: same contract as ours, passed through.
         unsafe { System.dealloc(ptr, layout) }
@@ -124,6 +136,48 @@ fn fault_path_allocates_nothing(keep_clean_copies: bool) {
             "no {name} happened: the test does not cover that path\n{after:#?}"
         );
     }
+}
+
+/// A stored page whose blob is corrupt: touching it ends the process with a
+/// message naming the page and the codec, and nothing on the way allocates
+/// (the handler may be interrupting `malloc`).
+#[test]
+fn a_corrupt_blob_ends_the_process_naming_the_page() {
+    if !is_child() {
+        let output = run_child_output("a_corrupt_blob_ends_the_process_naming_the_page");
+        use std::os::unix::process::ExitStatusExt;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.signal(),
+            Some(libc::SIGABRT),
+            "{:?}\n{stderr}",
+            output.status
+        );
+        assert!(
+            stderr.contains("zpage: page 100 (address 0x")
+                && stderr.contains("cannot be restored: its lz4 blob of 300 bytes does not decode"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("ALLOCATION ON THE FAULT PATH"), "{stderr}");
+        assert!(!stderr.contains("READ BACK"), "{stderr}");
+        return;
+    }
+    let region = Region::new(RegionConfig::new(8 * MIB, MIB)).expect("region");
+    for p in 0..region.len() / PAGE_SIZE {
+        for w in (0..PAGE_SIZE / 8).step_by(3) {
+            write(&region, p, w, pattern(p, w as u64));
+        }
+    }
+    region.advise_cold(0, region.len()).expect("advise_cold");
+    let garbage: Vec<u8> = (0..300u32).map(|i| (i * 151 % 251) as u8).collect();
+    region
+        .corrupt_page_for_test(100 * PAGE_SIZE, &garbage)
+        .expect("corrupt");
+    ARMED.with(|a| a.set(true));
+    let value = read(&region, 100, 0);
+    ARMED.with(|a| a.set(false));
+    eprintln!("page 100 READ BACK {value:#x}");
+    std::process::exit(0);
 }
 
 // ---- A program's timer signal handler reading region memory ----------------

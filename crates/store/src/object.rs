@@ -799,6 +799,28 @@ impl PageStore {
         Ok(Some(f(blob)))
     }
 
+    /// Puts arbitrary bytes in the pool as a blob of `like`'s kind: for tests
+    /// and fuzzing of the load path with corrupt blobs. Not for production
+    /// use (nothing checks that the bytes decode).
+    #[doc(hidden)]
+    pub fn put_blob_for_test(
+        &self,
+        worker: &Worker,
+        like: PageRef,
+        blob: &[u8],
+    ) -> Result<PageRef> {
+        let Some(kind) = like.pool_kind() else {
+            return Err(StoreError::InvalidConfig(
+                "a same-filled reference holds no blob".into(),
+            ));
+        };
+        let shard = worker.pool_shard;
+        let handle = self.with_pool(shard, |pool| pool.store(blob))?;
+        let page_ref = PageRef::pool_object(kind, shard, handle);
+        self.count_in(page_ref, blob.len() as u64);
+        Ok(page_ref)
+    }
+
     /// Recompresses the page `page_ref` names with the recompression codec,
     /// as zram's `recompress`: returns the new reference when the result lands
     /// in a smaller 16-byte size class (the caller installs it and frees the
