@@ -16,6 +16,8 @@ pub struct ZpageOptions {
     pub mode: FaultMode,
     /// Codec of evicted pages.
     pub codec: CodecSpec,
+    /// Keep restored pages' compressed copies while they stay unwritten.
+    pub keep_clean_copies: bool,
 }
 
 impl Default for ZpageOptions {
@@ -24,6 +26,7 @@ impl Default for ZpageOptions {
             aging: AgingPolicy::Refault,
             mode: FaultMode::Sigbus,
             codec: CodecSpec::lz4(),
+            keep_clean_copies: false,
         }
     }
 }
@@ -90,6 +93,7 @@ pub fn create_region(
     config.aging = options.aging;
     config.mode = options.mode;
     config.codec = options.codec.clone();
+    config.keep_clean_copies = options.keep_clean_copies;
     Region::new(config).map_err(|e| BenchError::Region(e.to_string()))
 }
 

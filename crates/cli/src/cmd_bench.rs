@@ -69,6 +69,10 @@ pub struct Args {
     /// Codec of the region's evicted pages (lz4, lz4-flex, zstd, zstd:LEVEL).
     #[arg(long, default_value = "lz4")]
     pub codec: String,
+    /// The region keeps a restored page's compressed copy while it stays
+    /// unwritten (no compression when it is evicted again; more pool memory).
+    #[arg(long)]
+    pub keep_clean_copies: bool,
     /// swapdemo's library file size. Default: half the budget.
     #[arg(long, value_parser = parse_size)]
     pub library_size: Option<u64>,
@@ -262,6 +266,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         aging: AgingPolicy::Refault,
         mode,
         codec,
+        keep_clean_copies: args.keep_clean_copies,
     };
     let fifo = ZpageOptions {
         aging: AgingPolicy::Fifo,
