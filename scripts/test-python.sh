@@ -14,6 +14,10 @@ trap 'rm -rf "$venv"' EXIT
 "$venv/bin/python" -m pip install -q numpy pandas pytest
 "$venv/bin/python" -m pip install -q ./crates/python
 "$venv/bin/python" -c "import zpage"
+# The CLI, for the tests that compare zpage.analyze/kernel_status with its
+# --json documents (already built by `cargo test --workspace` in CI).
+cargo build -q -p zpage-cli
+export ZPAGE_CLI="$PWD/target/debug/zpage"
 # Run from the tests' directory so `import zpage` is the installed package.
 cd crates/python/tests
 "$venv/bin/python" -m pytest -q -p no:cacheprovider .

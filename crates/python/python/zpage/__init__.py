@@ -20,9 +20,10 @@ System calls and evicted pages: in the default "sigbus" fault mode the
 kernel cannot fault compressed pages back in, so a system call reading or
 writing one fails with EFAULT (``numpy.save`` and ``tofile`` raise
 ``OSError``; nothing wrong is written). Pin the memory first
-(:meth:`Region.pin`, :func:`resident`), or use ``fault_mode="handler_thread"``
-(root, ``vm.unprivileged_userfaultfd=1`` or access to ``/dev/userfaultfd``),
-where system calls on evicted pages work.
+(:meth:`Region.pin`, :func:`resident`), write through user-space copies
+(:func:`save`, :func:`sendall`, :func:`chunks`), or use
+``fault_mode="handler_thread"`` (root, ``vm.unprivileged_userfaultfd=1`` or
+access to ``/dev/userfaultfd``), where system calls on evicted pages work.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from ._errors import (
     ZpageError,
 )
 from ._arrays import ArrayBudget, budget, resident
+from ._syscalls import chunks, save, sendall
 from ._zpage import PAGE_SIZE, Budget, Region
 from ._zpage import analyze as _analyze
 from ._zpage import kernel_status as _kernel_status
@@ -51,6 +53,9 @@ __all__ = [
     "ArrayBudget",
     "budget",
     "resident",
+    "save",
+    "sendall",
+    "chunks",
     "analyze",
     "kernel_status",
     "ZpageError",
