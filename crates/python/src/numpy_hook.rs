@@ -23,6 +23,10 @@
 //! `with zpage.budget(...)` block stay valid, and the budget is released
 //! with the last of them.
 //!
+//! In a forked child, new arrays come from the fallback handler: the
+//! budget's machinery stays with the parent (every page was restored before
+//! the fork, so inherited arrays are plain memory in the child).
+//!
 //! The allocator functions may be called without the GIL (NumPy allows it):
 //! they touch no Python object, only the allocator's mutex.
 
@@ -103,6 +107,10 @@ pub(crate) struct Allocator {
     budget: zpage_region::Budget,
     min_bytes: usize,
     arena_bytes: usize,
+    /// The process that made the budget: a forked child allocates with the
+    /// fallback (the budget's machinery stays with the parent; the arenas it
+    /// inherited are plain memory there).
+    owner_pid: u32,
     state: Mutex<State>,
     /// The handler small allocations go to, and its capsule (kept alive).
     fallback: *const MemHandler,
@@ -189,8 +197,12 @@ impl Allocator {
         }
     }
 
+    fn carves(&self, size: usize) -> bool {
+        size >= self.min_bytes && std::process::id() == self.owner_pid
+    }
+
     fn malloc(&self, size: usize) -> *mut c_void {
-        if size >= self.min_bytes {
+        if self.carves(size) {
             return self.carve(size).unwrap_or(std::ptr::null_mut());
         }
         self.state().fallback_count += 1;
@@ -203,7 +215,7 @@ impl Allocator {
         let Some(size) = nelem.checked_mul(elsize) else {
             return std::ptr::null_mut();
         };
-        if size >= self.min_bytes {
+        if self.carves(size) {
             // Carved extents are always zero (fresh, or discarded on free).
             return self.carve(size).unwrap_or(std::ptr::null_mut());
         }
@@ -545,6 +557,7 @@ pub(crate) fn make_numpy_handler<'py>(
     let allocator = Arc::new(Allocator {
         budget: budget.get().inner.clone(),
         min_bytes,
+        owner_pid: std::process::id(),
         arena_bytes: round_to_pages(arena_bytes).unwrap_or(DEFAULT_ARENA_BYTES),
         state: Mutex::new(State::default()),
         fallback,

@@ -123,3 +123,34 @@ def test_budget_options_and_errors(np):
     # A failed block leaves NumPy's allocator in place.
     a = np.zeros(MiB)
     assert handler_name(a) == "default_allocator"
+
+
+def _sum(array):
+    return int(array.sum())
+
+
+def _child_allocates(queue):
+    import numpy
+
+    big = numpy.ones(300 * MiB // 8)  # more than an arena: the parent's budget cannot serve it
+    queue.put(float(big.sum()))
+
+
+def test_multiprocessing_pickling_and_fork(np):
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    n = 4 * MiB // 8
+    with zpage.budget("8M") as b:
+        a = np.arange(n, dtype=np.uint64)
+        b.advise_cold(a)
+        with ctx.Pool(2) as pool:
+            # Slices are pickled to the workers; the whole array is inherited.
+            assert pool.map(_sum, [a[: n // 2], a[n // 2 :]]) == [_sum(a[: n // 2]), _sum(a[n // 2 :])]
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_allocates, args=(queue,))
+        child.start()
+        assert queue.get(timeout=60) == 300 * MiB // 8
+        child.join(60)
+        assert child.exitcode == 0
+    assert _sum(a) == n * (n - 1) // 2
