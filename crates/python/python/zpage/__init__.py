@@ -33,7 +33,6 @@ from ._errors import (
     BusyError,
     ClosedError,
     ConfigError,
-    EvictedPagesError,
     NumpyHookError,
     PinError,
     SystemCallError,
@@ -67,7 +66,6 @@ __all__ = [
     "SystemCallError",
     "AnalyzeError",
     "NumpyHookError",
-    "EvictedPagesError",
 ]
 
 

@@ -14,7 +14,6 @@ __all__ = [
     "SystemCallError",
     "AnalyzeError",
     "NumpyHookError",
-    "EvictedPagesError",
 ]
 
 
@@ -60,8 +59,3 @@ class AnalyzeError(ZpageError, OSError):
 class NumpyHookError(ZpageError, RuntimeError):
     """NumPy's allocator hook (NEP 49) is not available: NumPy >= 1.22 is
     needed, or the budget's hook was left in the wrong order."""
-
-
-class EvictedPagesError(ZpageError, OSError):
-    """A buffer with compressed (evicted) pages was about to go to a system
-    call, which cannot fault them in under the "sigbus" fault mode."""
