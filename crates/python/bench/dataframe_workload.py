@@ -3,9 +3,10 @@
 
     python dataframe_workload.py --rows 20000000 [--budget 400M] [--json]
 
-The data are generated (deterministic, seed 7): trips with a pickup time, a
-zone, a distance, a fare and a passenger count, about 45 bytes a row across
-numeric columns. The job adds derived columns, groups by zone and by hour,
+The data are generated (deterministic, seed 7), shaped like a city's taxi
+trip records: a pickup time (seconds, sorted), a zone, a distance in
+hundredths of a mile and a fare in cents (integers, as such records store
+them), a passenger count. The job adds derived columns, groups by zone and by hour,
 sorts by fare, joins the zone totals back, and prints a SHA-256 of every
 result, so runs can be compared byte for byte.
 """
@@ -30,11 +31,11 @@ def job(rows: int) -> str:
         {
             "pickup_s": np.sort(rng.integers(0, 86400 * 30, rows, dtype=np.int64)),
             "zone": rng.integers(0, 265, rows, dtype=np.int32),
-            "distance": rng.gamma(2.0, 1.6, rows),
+            "distance": (rng.gamma(2.0, 1.6, rows) * 100).astype(np.int32),
             "passengers": rng.integers(1, 7, rows, dtype=np.int8),
         }
     )
-    frame["fare"] = 2.5 + frame["distance"] * 1.75 + rng.normal(0, 0.5, rows)
+    frame["fare"] = (250 + frame["distance"] * 1.75 + rng.normal(0, 50, rows)).astype(np.int32)
     frame["hour"] = (frame["pickup_s"] // 3600 % 24).astype(np.int8)
     frame["per_mile"] = frame["fare"] / frame["distance"].clip(lower=0.1)
     digest = hashlib.sha256()
