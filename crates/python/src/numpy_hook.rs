@@ -312,7 +312,7 @@ fn record(
     address as *mut c_void
 }
 
-/// Runs `call` on the allocator behind `ctx`; a panic becomes `fallback_value`
+/// Runs `call` on the allocator behind `ctx`; a panic becomes `failed`
 /// (unwinding into NumPy's C code would abort the interpreter).
 fn on_allocator<T>(ctx: *mut c_void, failed: T, call: impl FnOnce(&Allocator) -> T) -> T {
     // SAFETY: `ctx` is the `Arc<Allocator>` leaked into the handler when it was
@@ -359,7 +359,7 @@ fn api_table(api: &Bound<'_, PyAny>) -> PyResult<*const *const c_void> {
     // SAFETY: `api` is a live object; NumPy's API capsule has no name.
     let table = unsafe { ffi::PyCapsule_GetPointer(api.as_ptr(), std::ptr::null()) };
     if table.is_null() {
-        // SAFETY: PyCapsule_GetPointer set an exception; take it.
+        // PyCapsule_GetPointer set an exception: it is the cause.
         let cause = PyErr::fetch(api.py());
         return Err(error(
             ErrorKind::Numpy,

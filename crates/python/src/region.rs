@@ -24,7 +24,7 @@ use zpage_region::RegionStats;
 
 /// A resident budget shared by several regions.
 ///
-/// Budget(size, codec="lz4", *, pool="size-class", fault_mode="sigbus",
+/// Budget(size, codec="lz4", *, pool="zsmalloc", fault_mode="sigbus",
 ///        keep_clean_copies=False, aging="refault")
 ///
 /// Every region made on one budget (``Region(size, budget=b)``) shares its
