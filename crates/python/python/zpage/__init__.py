@@ -28,6 +28,9 @@ access to ``/dev/userfaultfd``), where system calls on evicted pages work.
 
 from __future__ import annotations
 
+import os
+from typing import Any, Dict, Optional, Sequence, Union
+
 from ._errors import (
     AnalyzeError,
     BusyError,
@@ -69,7 +72,14 @@ __all__ = [
 ]
 
 
-def analyze(path_or_pid, codecs=None, pools=None, *, rounds=3, max_pages=None):
+def analyze(
+    path_or_pid: Union[int, str, "os.PathLike[str]"],
+    codecs: Optional[Sequence[str]] = None,
+    pools: Optional[Sequence[str]] = None,
+    *,
+    rounds: int = 3,
+    max_pages: Optional[int] = None,
+) -> Dict[str, Any]:
     """How well memory compresses, with which codec and pool.
 
     ``path_or_pid`` is a memory image (a raw dump of 4 KiB pages; str or
@@ -86,7 +96,7 @@ def analyze(path_or_pid, codecs=None, pools=None, *, rounds=3, max_pages=None):
     return _analyze(path_or_pid, codecs, pools, rounds=rounds, max_pages=max_pages)
 
 
-def kernel_status():
+def kernel_status() -> Dict[str, Any]:
     """The kernel's compressed-memory state (zram devices, zswap, swap areas)
     as ``zpage kernel status --json`` prints it, as dicts and lists."""
     return _kernel_status()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Dict, Iterator, Optional, Union
 
 from ._errors import ConfigError, NumpyHookError
 from ._zpage import Budget, make_numpy_handler, pin_memory, set_numpy_handler, unpin_memory
@@ -25,7 +25,7 @@ def _numpy_api() -> Any:
             "zpage.budget() puts NumPy arrays in compressed memory: install numpy (>= 1.22)"
         ) from e
     try:
-        from numpy._core import _multiarray_umath as multiarray
+        from numpy._core import _multiarray_umath as multiarray  # type: ignore[attr-defined]
     except ImportError:
         from numpy.core import _multiarray_umath as multiarray  # type: ignore[no-redef]
     return multiarray._ARRAY_API
@@ -41,18 +41,19 @@ class ArrayBudget:
         self._allocator = allocator
         self._handler = handler
 
-    def stats(self) -> dict:
+    def stats(self) -> Dict[str, Any]:
         """Figures: ``arena_count``, ``arena_bytes`` (address space),
         ``carved_bytes`` (live arrays, whole pages), ``live_arrays``,
         ``carved_count``, ``fallback_count`` (small allocations passed to
         NumPy's allocator), ``failed_count`` and ``last_error``,
         ``budget_bytes``, ``resident_bytes``."""
-        return self._allocator.stats()
+        stats: Dict[str, Any] = self._allocator.stats()
+        return stats
 
     def owns(self, array: Any) -> bool:
         """Whether ``array``'s memory was carved from this budget."""
         address, length = _extent(array)
-        return self._allocator.owns(address, length)
+        return bool(self._allocator.owns(address, length))
 
     def advise_cold(self, array: Any) -> None:
         """Compresses ``array``'s pages now (it will not be needed soon)."""
