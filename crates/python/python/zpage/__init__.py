@@ -21,7 +21,7 @@ kernel cannot fault compressed pages back in, so a system call reading or
 writing one fails with EFAULT (``numpy.save`` and ``tofile`` raise
 ``OSError``; nothing wrong is written). Pin the memory first
 (:meth:`Region.pin`, :func:`resident`), write through user-space copies
-(:func:`save`, :func:`sendall`, :func:`chunks`), or use
+(:func:`save`, :func:`load`, :func:`sendall`, :func:`chunks`), or use
 ``fault_mode="handler_thread"`` (root, ``vm.unprivileged_userfaultfd=1`` or
 access to ``/dev/userfaultfd``), where system calls on evicted pages work.
 """
@@ -43,7 +43,7 @@ from ._errors import (
     ZpageError,
 )
 from ._arrays import ArrayBudget, budget, resident
-from ._syscalls import chunks, save, sendall
+from ._syscalls import chunks, load, save, sendall
 from ._zpage import PAGE_SIZE, Budget, Region
 from ._zpage import analyze as _analyze
 from ._zpage import kernel_status as _kernel_status
@@ -56,6 +56,7 @@ __all__ = [
     "budget",
     "resident",
     "save",
+    "load",
     "sendall",
     "chunks",
     "analyze",

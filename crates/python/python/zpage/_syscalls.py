@@ -7,7 +7,10 @@ fails with EFAULT. Python then raises ``OSError``: ``numpy.save`` and
 ``ndarray.tofile`` to a real file raise "N requested and 0 written",
 ``socket.sendall`` raises ``[Errno 14] Bad address``. Bytes written before
 the failure are correct; nothing wrong is ever written, but the output is
-incomplete.
+incomplete. The other direction too: inside a ``zpage.budget`` block,
+``numpy.load`` of a path reads with ``fread`` straight into the new array
+and raises ``ValueError`` ("could only read N elements");
+``file.readinto(array)`` and ``socket.recv_into(array)`` raise ``OSError``.
 
 The functions here copy through a small user-space buffer instead (the copy
 faults pages back in), so they work in every mode. Alternatives:
@@ -21,7 +24,7 @@ from __future__ import annotations
 import os
 from typing import Any, BinaryIO, Iterator, Union
 
-__all__ = ["chunks", "save", "sendall"]
+__all__ = ["chunks", "load", "save", "sendall"]
 
 #: Bytes copied per system call.
 CHUNK_BYTES = 1 << 20
@@ -61,6 +64,44 @@ class _CopyingWriter:
 
     def flush(self) -> None:
         self._file.flush()
+
+
+class _CopyingReader:
+    """A file-like object NumPy reads with ``read`` (not ``readinto`` or
+    ``fread`` into the array): the kernel writes into a bytes object, and
+    NumPy copies it into the array in user space."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+
+    def read(self, size: int = -1) -> bytes:
+        return self._file.read(size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+
+def load(file: Union[str, "os.PathLike[str]", BinaryIO], **kwargs: Any) -> Any:
+    """``numpy.load`` of a ``.npy`` file that works inside a
+    :func:`zpage.budget` block in any fault mode (``numpy.load`` of a path
+    there reads straight into the new array's compressed memory, which the
+    kernel cannot fill in "sigbus" mode: it raises ``ValueError``, "could
+    only read N elements"). ``kwargs`` are ``numpy.load``'s."""
+    import numpy
+
+    if hasattr(file, "read"):
+        return numpy.load(_CopyingReader(file), **kwargs)  # type: ignore[arg-type]
+    with open(file, "rb") as f:
+        return numpy.load(_CopyingReader(f), **kwargs)  # type: ignore[arg-type]
 
 
 def save(file: Union[str, "os.PathLike[str]", BinaryIO], array: Any, allow_pickle: bool = False) -> None:
