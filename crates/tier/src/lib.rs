@@ -142,7 +142,9 @@ pub enum TierError {
     #[error("invalid tier configuration: {0}")]
     InvalidConfig(String),
     /// The tier has no room left, even after garbage collection.
-    #[error("tier {tier} is full ({capacity_bytes} bytes): give it more space; pages stay in memory")]
+    #[error(
+        "tier {tier} is full ({capacity_bytes} bytes): give it more space; pages stay in memory"
+    )]
     Full {
         /// Which tier.
         tier: String,
@@ -160,7 +162,9 @@ pub enum TierError {
         source: std::io::Error,
     },
     /// The tier is down since an earlier failure and not due for a retry.
-    #[error("tier {tier} is down since: {cause} (pages stay in memory; retried every {retry_ms} ms)")]
+    #[error(
+        "tier {tier} is down since: {cause} (pages stay in memory; retried every {retry_ms} ms)"
+    )]
     Unavailable {
         /// Which tier.
         tier: String,

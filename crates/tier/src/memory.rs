@@ -156,9 +156,7 @@ impl Tier for MemoryTier {
             self.sealer.open(page, version, dst)
         })();
         match result {
-            Ok(_) => self
-                .counters
-                .count_get(started.elapsed().as_nanos() as u64),
+            Ok(_) => self.counters.count_get(started.elapsed().as_nanos() as u64),
             Err(failure) => self.counters.count_read_failure(failure),
         }
         result

@@ -148,7 +148,7 @@ fn read_exact_at(file: &File, buf: &mut [u8], mut offset: u64) -> Result<(), Rea
                 return Err(ReadFailure::Io {
                     // 0: the error carried no errno.
                     errno: e.raw_os_error().unwrap_or(0),
-                })
+                });
             }
         }
     }
@@ -515,9 +515,7 @@ impl Tier for PackedTier {
             }
         }
         match result {
-            Ok(_) => self
-                .counters
-                .count_get(started.elapsed().as_nanos() as u64),
+            Ok(_) => self.counters.count_get(started.elapsed().as_nanos() as u64),
             Err(failure) => self.counters.count_read_failure(failure),
         }
         result

@@ -83,10 +83,13 @@ fn read_or_create_key(path: &Path) -> Result<[u8; KEY_BYTES], TierError> {
         source,
     };
     match std::fs::read(path) {
-        Ok(bytes) => bytes.as_slice().try_into().map_err(|_| TierError::KeyLength {
-            path: path.to_path_buf(),
-            found: bytes.len(),
-        }),
+        Ok(bytes) => bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| TierError::KeyLength {
+                path: path.to_path_buf(),
+                found: bytes.len(),
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut key = [0u8; KEY_BYTES];
             rand::rngs::OsRng.fill_bytes(&mut key);

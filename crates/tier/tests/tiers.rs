@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use zpage_tier::{
-    MemoryTier, MemoryTierConfig, PackedConfig, PackedTier, ReadFailure, Tier, TierError,
-    TierRef, READ_BUFFER_BYTES, TAG_BYTES,
+    MemoryTier, MemoryTierConfig, PackedConfig, PackedTier, ReadFailure, Tier, TierError, TierRef,
+    READ_BUFFER_BYTES, TAG_BYTES,
 };
 
 struct TempDir(PathBuf);
@@ -204,16 +204,10 @@ fn tampered_packed_blobs_are_rejected_and_counted() {
     // A flipped bit, in the data and in the tag.
     let (offset, len) = tier.location_for_test(pages[0].1).unwrap();
     flip_bit(&path, offset + 100);
-    assert_eq!(
-        read(&tier, pages[0].1, 0),
-        Err(ReadFailure::Authentication)
-    );
+    assert_eq!(read(&tier, pages[0].1, 0), Err(ReadFailure::Authentication));
     let (offset, len1) = tier.location_for_test(pages[1].1).unwrap();
     flip_bit(&path, offset + len1 as u64 - 1);
-    assert_eq!(
-        read(&tier, pages[1].1, 1),
-        Err(ReadFailure::Authentication)
-    );
+    assert_eq!(read(&tier, pages[1].1, 1), Err(ReadFailure::Authentication));
     assert_eq!(len, len1);
     // Two blobs of the same length swapped on disk.
     let file = std::fs::OpenOptions::new()
@@ -228,14 +222,8 @@ fn tampered_packed_blobs_are_rejected_and_counted() {
     file.read_exact_at(&mut y, b).unwrap();
     file.write_all_at(&y, a).unwrap();
     file.write_all_at(&x, b).unwrap();
-    assert_eq!(
-        read(&tier, pages[2].1, 2),
-        Err(ReadFailure::Authentication)
-    );
-    assert_eq!(
-        read(&tier, pages[3].1, 3),
-        Err(ReadFailure::Authentication)
-    );
+    assert_eq!(read(&tier, pages[2].1, 2), Err(ReadFailure::Authentication));
+    assert_eq!(read(&tier, pages[3].1, 3), Err(ReadFailure::Authentication));
     // A stale version of page 4 replayed over its new one.
     let (old_at, _) = tier.location_for_test(pages[4].1).unwrap();
     let mut old = vec![0u8; len];
@@ -323,7 +311,10 @@ fn a_full_device_refuses_writes_and_keeps_what_it_holds() {
         Err(TierError::Unavailable { .. })
     ));
     std::thread::sleep(Duration::from_millis(60));
-    assert!(matches!(tier.put(1, &blob(1, 100)), Err(TierError::Io { .. })));
+    assert!(matches!(
+        tier.put(1, &blob(1, 100)),
+        Err(TierError::Io { .. })
+    ));
     let stats = tier.stats();
     assert_eq!((stats.put_fail_io, stats.put_fail_unavailable), (2, 1));
 
