@@ -118,6 +118,8 @@ pub struct Reclaimer {
     /// a tier below RAM).
     compressed: VecDeque<Record>,
     writeback_tokens: Tokens,
+    /// When the tier's upkeep (garbage collection ahead of need) last ran.
+    tier_upkeep: Instant,
 }
 
 impl std::fmt::Debug for Reclaimer {
@@ -149,6 +151,7 @@ impl Reclaimer {
                 banked: 0.0,
                 refilled: Instant::now(),
             },
+            tier_upkeep: Instant::now(),
         })
     }
 
@@ -359,6 +362,12 @@ impl Reclaimer {
             {
                 self.round();
                 continue;
+            }
+            if let Some(tier) = self.budget.store.tier() {
+                if self.tier_upkeep.elapsed() >= std::time::Duration::from_millis(100) {
+                    self.tier_upkeep = Instant::now();
+                    tier.maintain();
+                }
             }
             if self.writeback_wanted() {
                 let budget = Arc::clone(&self.budget);

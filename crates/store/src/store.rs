@@ -524,6 +524,10 @@ impl Store {
                 self.pages.free(tier_ref);
             }
         }
+        if let Some(tier) = self.pages.tier() {
+            // Garbage collection ahead of need, while we are at it.
+            tier.maintain();
+        }
         Ok(moved)
     }
 

@@ -291,15 +291,37 @@ impl PackedTier {
         if layout.segments[victim as usize].live + len > self.config.segment_bytes {
             return Err(full());
         }
-        let blobs = std::mem::take(&mut layout.segments[victim as usize].blobs);
+        layout.segments[reserve as usize] = Segment::default();
+        self.copy_live(layout, victim, reserve)?;
+        layout.open = Some(reserve);
+        layout.reserve = victim;
+        Ok(())
+    }
+
+    /// Copies the live blobs of `victim` to the end of `dest` (sealed, as
+    /// they are), repoints the index, and empties `victim`. On error nothing
+    /// is repointed and `dest`'s fill is unchanged (the partial copies are
+    /// garbage the next append overwrites).
+    fn copy_live(&self, layout: &mut Layout, victim: u32, dest: u32) -> Result<(), TierError> {
+        let mut blobs = std::mem::take(&mut layout.segments[victim as usize].blobs);
+        // A slot freed and reused within one segment is listed twice.
+        blobs.sort_unstable();
+        blobs.dedup();
         let mut scratch = std::mem::take(&mut layout.scratch);
-        let mut fill = 0u64;
+        let mut fill = layout.segments[dest as usize].fill;
         let mut moved = Vec::new();
         let mut result = Ok(());
         for &slot in &blobs {
             let entry = self.index.read().entries[slot as usize];
             if !entry.live || entry.segment != victim {
                 continue;
+            }
+            if fill + u64::from(entry.sealed_len) > self.config.segment_bytes {
+                result = Err(TierError::Full {
+                    tier: self.describe.clone(),
+                    capacity_bytes: self.capacity_bytes(),
+                });
+                break;
             }
             scratch.resize(entry.sealed_len as usize, 0);
             let from = self.segment_offset(victim, u64::from(entry.offset));
@@ -310,7 +332,7 @@ impl PackedTier {
                 ));
                 break;
             }
-            if let Err(error) = self.write_at(&scratch, self.segment_offset(reserve, fill)) {
+            if let Err(error) = self.write_at(&scratch, self.segment_offset(dest, fill)) {
                 result = Err(error);
                 break;
             }
@@ -319,8 +341,6 @@ impl PackedTier {
         }
         layout.scratch = scratch;
         if let Err(error) = result {
-            // Nothing was repointed: the victim keeps its blobs, and the
-            // reserve's partial copies are garbage it will overwrite.
             layout.segments[victim as usize].blobs = blobs;
             return Err(error);
         }
@@ -332,7 +352,7 @@ impl PackedTier {
                 let entry = &mut index.entries[slot as usize];
                 // Freed while it was copied: leave the copy as dead bytes.
                 if entry.live && entry.generation == seen.generation && entry.segment == victim {
-                    entry.segment = reserve;
+                    entry.segment = dest;
                     entry.offset = offset as u32;
                     live += u64::from(entry.sealed_len);
                     kept.push(slot);
@@ -341,16 +361,51 @@ impl PackedTier {
                 }
             }
         }
-        layout.segments[reserve as usize] = Segment {
-            fill,
-            live,
-            blobs: kept,
-        };
+        let dest_segment = &mut layout.segments[dest as usize];
+        dest_segment.fill = fill;
+        dest_segment.live += live;
+        dest_segment.blobs.extend(kept);
         layout.segments[victim as usize] = Segment::default();
-        layout.open = Some(reserve);
-        layout.reserve = victim;
         Counters::add(&self.counters.gc_runs, 1);
         Ok(())
+    }
+
+    /// Collection ahead of need: copies the emptiest closed segment that is
+    /// at most half live into the open segment (a free one is opened when
+    /// the open one lacks room) and frees it. False when there was nothing
+    /// worth doing or no room to do it.
+    fn compact_one(&self, layout: &mut Layout) -> bool {
+        let open = layout.open;
+        let reserve = layout.reserve;
+        let Some(victim) = layout
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| {
+                let i = i as u32;
+                Some(i) != open && i != reserve && s.fill > 0 && s.live * 2 <= s.fill
+            })
+            .min_by_key(|(_, s)| s.live)
+            .map(|(i, _)| i as u32)
+        else {
+            return false;
+        };
+        let need = layout.segments[victim as usize].live;
+        let dest = match open {
+            Some(o) if layout.segments[o as usize].fill + need <= self.config.segment_bytes => o,
+            _ => match layout.free.pop() {
+                Some(free) => {
+                    layout.open = Some(free);
+                    free
+                }
+                None => return false,
+            },
+        };
+        if self.copy_live(layout, victim, dest).is_err() {
+            return false;
+        }
+        layout.free.push(victim);
+        true
     }
 
     fn capacity_bytes(&self) -> u64 {
@@ -574,7 +629,21 @@ impl Tier for PackedTier {
         true
     }
 
+    /// Notices a deleted file, and collects garbage ahead of need: while
+    /// dead blobs are more than a tenth of the bytes on the device, the
+    /// emptiest closed segment that is at most half live is copied into the
+    /// open one and freed (a few segments a call, so one call stays short).
     fn maintain(&self) {
         self.check_deleted();
+        for _ in 0..4 {
+            let mut layout = self.layout.lock();
+            let (fill, live) = layout
+                .segments
+                .iter()
+                .fold((0, 0), |(f, l), s| (f + s.fill, l + s.live));
+            if (fill - live) * 10 <= fill || !self.compact_one(&mut layout) {
+                return;
+            }
+        }
     }
 }

@@ -363,3 +363,38 @@ fn a_deleted_file_keeps_its_pages_readable() {
     let r = tier.put(99, &blob(99, 500)).unwrap();
     assert_eq!(read(&tier, r, 99).unwrap(), blob(99, 500));
 }
+
+#[test]
+fn upkeep_collects_dead_blobs_so_disk_bytes_stay_near_stored_bytes() {
+    let dir = TempDir::new("upkeep");
+    let tier = packed(&dir, 16 << 20, 64 << 10);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    let mut live = Vec::new();
+    for page in 0..2000u64 {
+        let b = blob(page, rng.gen_range(500..2500));
+        let r = tier.put(page, &b).unwrap();
+        // Three in four are freed again, scattered over every segment.
+        if rng.gen_range(0..4) == 0 {
+            live.push((page, r, b));
+        } else {
+            tier.free(r);
+        }
+    }
+    let before = tier.stats();
+    assert!(before.backing_bytes > 2 * before.stored_bytes, "{before:?}");
+    for _ in 0..100 {
+        tier.maintain();
+    }
+    let after = tier.stats();
+    let sealed = after.stored_bytes + after.pages * TAG_BYTES as u64;
+    assert!(
+        after.backing_bytes * 10 <= sealed * 11,
+        "disk {} for {} sealed bytes",
+        after.backing_bytes,
+        sealed
+    );
+    assert!(after.gc_moved_blobs > 0);
+    for (page, r, b) in &live {
+        assert_eq!(&read(&tier, *r, *page).unwrap(), b, "page {page}");
+    }
+}
