@@ -14,8 +14,8 @@
 //!   segments, and garbage collection copies the live blobs of the emptiest
 //!   segment forward into a reserved segment when no free one is left.
 //!
-//! Every tier seals every blob (module `seal`): XChaCha20-Poly1305 with a
-//! random per-process key (or a key file), nonces unique by construction, and
+//! Every tier seals every blob (module `seal`): AES-256-GCM with a random
+//! per-process key (or a key file), nonces unique by construction, and
 //! associated data binding the blob to its page identity, version and length.
 //! A blob that fails the check is an error, never wrong bytes.
 //!
