@@ -39,6 +39,13 @@ pub struct BenchResult {
     pub resident_max_bytes: u64,
     /// Compressed footprint at the end of the phase (zpage store, zram mem_used_total, zswap pool).
     pub compressed_bytes: u64,
+    /// Bytes on the tier below RAM's device at the end of the phase
+    /// (`--backing`; 0 without one).
+    pub backing_bytes: u64,
+    /// Pages read back from that tier during the phase.
+    pub tier_reads: u64,
+    /// Their mean read latency (device read and authentication), microseconds.
+    pub tier_read_mean_us: f64,
     /// Faults that brought a page back (zpage faults; kernel major faults = swap-ins).
     pub faults: u64,
     /// faults / touches.
@@ -160,6 +167,13 @@ impl BenchResult {
             max_us: us(h.max_ns()),
             resident_max_bytes: outcome.resident_max_bytes,
             compressed_bytes: outcome.compressed_bytes,
+            backing_bytes: outcome.backing_bytes,
+            tier_reads: outcome.tier_reads,
+            tier_read_mean_us: if outcome.tier_reads == 0 {
+                0.0
+            } else {
+                outcome.tier_read_ns as f64 / outcome.tier_reads as f64 / 1000.0
+            },
             faults: outcome.faults,
             fault_share: if touches == 0 {
                 0.0
@@ -384,6 +398,9 @@ mod tests {
             max_us: 500.0,
             resident_max_bytes: 100 << 20,
             compressed_bytes: 10 << 20,
+            backing_bytes: 0,
+            tier_reads: 0,
+            tier_read_mean_us: 0.0,
             faults: 100,
             fault_share: 0.1,
             steady_fault_share: 0.05,

@@ -270,6 +270,22 @@ pub trait MemoryProbe: Sync {
     fn compressed_bytes(&self) -> u64;
     /// Page faults that had to bring a page back (decompress or swap in) so far.
     fn faults(&self) -> u64;
+    /// The tier below RAM, where there is one: bytes on its device, and its
+    /// reads so far with their total time.
+    fn tier(&self) -> TierSample {
+        TierSample::default()
+    }
+}
+
+/// What a tier below RAM holds and has read, at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TierSample {
+    /// Bytes of its device holding data.
+    pub backing_bytes: u64,
+    /// Blobs read back so far.
+    pub reads: u64,
+    /// Their total time, nanoseconds.
+    pub read_ns: u64,
 }
 
 /// How one touch accesses memory.
@@ -493,6 +509,15 @@ pub struct PhaseOutcome {
     /// Faults during the warm-up touches (not in the other figures).
     #[serde(default)]
     pub warmup_faults: u64,
+    /// Bytes on the tier below RAM's device at the end of the phase.
+    #[serde(default)]
+    pub backing_bytes: u64,
+    /// Reads from the tier during the phase (warm-up included).
+    #[serde(default)]
+    pub tier_reads: u64,
+    /// Their total time, nanoseconds.
+    #[serde(default)]
+    pub tier_read_ns: u64,
     /// Faults that brought pages back during the measured touches.
     pub faults: u64,
     /// Of which during the second half of the measured touches.
@@ -690,6 +715,7 @@ pub fn run_phase(
         halfway: AtomicU64::new(0),
     };
     let failed = AtomicBool::new(false);
+    let tier_before = probe.tier();
     let (result, resident_max_bytes) = with_resident_sampler(probe, sample_every_ms, || {
         let warmup_started_faults = probe.faults();
         let latency = std::thread::scope(|scope| {
@@ -756,6 +782,7 @@ pub fn run_phase(
     let (latency, measured, warmup_faults) = result?;
     let elapsed = measured.start.elapsed();
     let faults_after = probe.faults();
+    let tier_after = probe.tier();
     observer.phase_finished(&name);
     Ok(PhaseOutcome {
         phase: *phase,
@@ -764,6 +791,9 @@ pub fn run_phase(
         resident_max_bytes,
         compressed_bytes: probe.compressed_bytes(),
         warmup_faults,
+        backing_bytes: tier_after.backing_bytes,
+        tier_reads: tier_after.reads.saturating_sub(tier_before.reads),
+        tier_read_ns: tier_after.read_ns.saturating_sub(tier_before.read_ns),
         faults: faults_after.saturating_sub(measured.faults_before),
         faults_second_half: faults_after
             .saturating_sub(measured.faults_at_half.unwrap_or(measured.faults_before)),

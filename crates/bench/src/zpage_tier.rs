@@ -18,6 +18,12 @@ pub struct ZpageOptions {
     pub codec: CodecSpec,
     /// Keep restored pages' compressed copies while they stay unwritten.
     pub keep_clean_copies: bool,
+    /// Cap on the compressed pool; with `backing`, the oldest compressed
+    /// pages are written back to it as the pool nears the cap.
+    pub pool_max_bytes: Option<u64>,
+    /// A packed file or block device for pages written back (a packed,
+    /// sealed tier bounded to the region's size).
+    pub backing: Option<std::path::PathBuf>,
 }
 
 impl Default for ZpageOptions {
@@ -27,6 +33,8 @@ impl Default for ZpageOptions {
             mode: FaultMode::Sigbus,
             codec: CodecSpec::lz4(),
             keep_clean_copies: false,
+            pool_max_bytes: None,
+            backing: None,
         }
     }
 }
@@ -73,6 +81,16 @@ impl MemoryProbe for RegionProbe<'_> {
     fn faults(&self) -> u64 {
         self.region.stats().fault_count
     }
+    fn tier(&self) -> crate::workload::TierSample {
+        let Some(tier) = self.region.budget().store_stats().tier else {
+            return Default::default();
+        };
+        crate::workload::TierSample {
+            backing_bytes: tier.backing_bytes,
+            reads: tier.gets,
+            read_ns: tier.get_ns,
+        }
+    }
 }
 
 /// Creates the region a workload runs on. For swapdemo the library's pages
@@ -94,6 +112,15 @@ pub fn create_region(
     config.mode = options.mode;
     config.codec = options.codec.clone();
     config.keep_clean_copies = options.keep_clean_copies;
+    config.max_pool_bytes = options.pool_max_bytes;
+    if let Some(path) = &options.backing {
+        // Room for every page of the region at its raw size, and the
+        // segment garbage collection keeps free.
+        let bound = spec.size_bytes + spec.size_bytes / 8 + (8 << 20);
+        let tier = zpage_store::PackedTier::new(zpage_store::PackedConfig::new(path, bound))
+            .map_err(|e| BenchError::Invalid(format!("--backing {}: {e}", path.display())))?;
+        config.tier = Some(std::sync::Arc::new(tier));
+    }
     Region::new(config).map_err(|e| BenchError::Region(e.to_string()))
 }
 

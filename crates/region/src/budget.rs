@@ -296,6 +296,8 @@ pub struct Shared {
     pub limits: Limits,
     pub mode: FaultMode,
     pub keep_clean_copies: bool,
+    /// The writeback rate limit (pages per second).
+    pub writeback_pages_per_sec: u32,
     pub store: PageStore,
     /// The regions' userfaultfd (every region of the budget is registered on it).
     pub uffd: Uffd,
@@ -379,6 +381,7 @@ impl Shared {
             pool: config.pool,
             max_pool_bytes: config.max_pool_bytes,
             pool_shards: POOL_SHARDS,
+            tier: config.tier.clone(),
             ..PageStoreConfig::default()
         })?;
         let nworkers = std::thread::available_parallelism()
@@ -394,6 +397,7 @@ impl Shared {
             limits,
             mode: config.mode,
             keep_clean_copies: config.keep_clean_copies,
+            writeback_pages_per_sec: config.writeback_pages_per_sec,
             workers: WorkerSlots::new(workers),
             store,
             uffd,

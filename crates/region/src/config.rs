@@ -3,6 +3,7 @@ use crate::error::RegionError;
 use crate::queues::MAX_REGION_PAGES;
 use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 use zpage_pool::PoolKind;
+use zpage_store::Tier;
 
 /// How faults on evicted pages are resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -49,9 +50,20 @@ pub struct BudgetConfig {
     pub threshold: RejectThreshold,
     /// Allocator for compressed blobs.
     pub pool: PoolKind,
-    /// Cap on the compressed pool's memory (`None`: unlimited). At the cap,
-    /// evictions are refused and pages stay resident (over budget if need be).
+    /// Cap on the compressed pool's memory (`None`: unlimited). With a
+    /// [`BudgetConfig::tier`], the reclaimer writes the oldest compressed
+    /// pages back to it as the pool nears the cap; without one (or with the
+    /// tier full or down), evictions at the cap are refused and pages stay
+    /// resident (over budget if need be).
     pub max_pool_bytes: Option<u64>,
+    /// A tier below RAM for the oldest compressed pages when the pool nears
+    /// `max_pool_bytes` (`zpage_store::PackedTier` on a file or device,
+    /// `zpage_store::MemoryTier`). Its reads must be async-signal-safe: a
+    /// fault on a written-back page is served from the SIGBUS handler.
+    pub tier: Option<std::sync::Arc<dyn Tier>>,
+    /// At most this many pages written back per second (a burst of one
+    /// second's worth), so writeback does not flood the device.
+    pub writeback_pages_per_sec: u32,
     /// Fault resolution mode.
     pub mode: FaultMode,
     /// Keep a restored page's compressed copy while the page stays unwritten:
@@ -85,6 +97,8 @@ impl BudgetConfig {
             threshold: RejectThreshold::default(),
             pool: PoolKind::SizeClass,
             max_pool_bytes: None,
+            tier: None,
+            writeback_pages_per_sec: 16384,
             mode: FaultMode::Sigbus,
             keep_clean_copies: false,
             aging: AgingPolicy::Refault,
@@ -107,6 +121,22 @@ impl BudgetConfig {
                 "watermarks low {}% / high {}%: need low < high <= 100",
                 self.low_watermark_pct, self.high_watermark_pct
             ));
+        }
+        if let Some(tier) = &self.tier {
+            if !tier.reads_are_async_signal_safe() {
+                return bad(format!(
+                    "tier {} cannot be read from a signal handler, which is where a region serves its faults: use a packed file or memory tier",
+                    tier.describe()
+                ));
+            }
+            if self.max_pool_bytes.is_none() {
+                return bad(
+                    "a tier is set without max_pool_bytes: writeback starts as the pool nears its cap, so give one".into(),
+                );
+            }
+            if self.writeback_pages_per_sec == 0 {
+                return bad("writeback_pages_per_sec is 0: give a positive rate".into());
+            }
         }
         if self.staging_pct > 25 {
             return bad(format!(

@@ -7,12 +7,20 @@
 //! they hold a page. In all of them it:
 //! - allocates and frees nothing: a page is claimed by compare-and-swap of
 //!   its state word; the decompression worker comes from a preallocated slot;
-//!   loads use the object store's `get_in_handler`, which spins on the pool's
-//!   read lock and allocates nothing even for a corrupt blob; references given
+//!   loads use the object store's `get_page_in_handler`, which spins on the
+//!   pool's read lock and allocates nothing even for a corrupt blob; a page
+//!   written back to the tier below RAM is read with `pread` into the
+//!   worker's preallocated buffer and its seal opened in place (the tier's
+//!   index lock is spun on, and its writers are zpage's threads or API
+//!   calls, which block asynchronous signals), so it is served here too,
+//!   with no thread to wake; references given
 //!   up go to a lock-free ring for the reclaimer to free (freeing takes the
 //!   pool's write lock); fatal messages are built in a stack buffer;
 //! - makes only async-signal-safe system calls: ioctl, madvise, futex,
-//!   sched_yield, nanosleep, clock_gettime, write and abort;
+//!   sched_yield, nanosleep, clock_gettime, pread, write and abort. A
+//!   `pread` of a local file or block device returns or fails in bounded
+//!   time unless the device itself hangs (as the kernel's own swap-in would);
+//!   tiers whose reads could wait on a network are refused for regions;
 //! - never waits for its own thread. The states it waits on (EVICTING,
 //!   COMPRESSING, RESTORING) and the pool write lock it may spin behind are
 //!   held only by zpage's own threads (which block asynchronous signals and
@@ -23,9 +31,10 @@
 //!   own fault would wait for;
 //! - never panics on a reachable path (page indices are checked by the caller).
 //!
-//! A page whose contents cannot be restored (a corrupt blob, a userfaultfd the
-//! program closed) ends the process with a message naming the page and the
-//! cause, never zeros or wrong bytes.
+//! A page whose contents cannot be restored (a corrupt blob, a blob in the
+//! tier that fails its read or its authentication, a userfaultfd the program
+//! closed) ends the process with a message naming the page and the cause,
+//! never zeros or wrong bytes.
 
 use crate::aging;
 use crate::budget::Shared;
@@ -316,7 +325,10 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
     let protect = budget.keep_clean_copies && !write;
     let copied = budget.workers.with(|worker, buffer| {
         let timed = profile::start();
-        let loaded = budget.store.get_in_handler(worker, page_ref, buffer);
+        let loaded =
+            budget
+                .store
+                .get_page_in_handler(worker, page_ref, tier_identity(core, page), buffer);
         profile::end(profile::Part::Load, timed, 1);
         if let Err(e) = loaded {
             let message = about_page(core, page).text(" cannot be restored: ");
@@ -333,6 +345,19 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
                     .text(" names no live object in the pool"),
                 zpage_store::LoadError::ForeignWorker => {
                     message.text("a worker of another store was used")
+                }
+                zpage_store::LoadError::Tier(failure) => {
+                    let message = message
+                        .text("it was written back to ")
+                        .text(budget.store.tier().map_or("the tier", |t| t.describe()))
+                        .text(" and cannot be read back: ")
+                        .text(failure.cause());
+                    match failure {
+                        zpage_store::ReadFailure::Io { errno } => {
+                            message.text(" (errno ").dec(errno as u64).text(")")
+                        }
+                        _ => message,
+                    }
                 }
             };
             message
@@ -367,6 +392,14 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
     }
     budget.admitted(core, page, activate);
     Ok(())
+}
+
+/// The identity a page's blob is bound to in the tier below RAM: region
+/// table index and incarnation, and the page's index (a region has fewer
+/// than 2^40 pages).
+pub(crate) fn tier_identity(core: &RegionCore, page: usize) -> u64 {
+    let id = core.id();
+    (u64::from(id.index) << 48) | (u64::from(id.incarnation) << 40) | page as u64
 }
 
 /// Before a fault makes one more page resident. At the high watermark the

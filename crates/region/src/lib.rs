@@ -113,6 +113,34 @@
 //! watermark (one page in, one out, no compression), from a queue of clean
 //! victims the reclaimer keeps full.
 //!
+//! # Below RAM: writeback to a tier
+//!
+//! A budget with a pool cap ([`BudgetConfig::max_pool_bytes`]) and a tier
+//! ([`BudgetConfig::tier`]: a packed, encrypted file or device, or memory)
+//! does not keep pages resident over budget when the pool fills: as the pool
+//! passes 90% of its cap, the reclaimer writes the oldest compressed pages
+//! (in the order it compressed them) back to the tier until the pool is
+//! under 80%, at most [`BudgetConfig::writeback_pages_per_sec`]. A
+//! written-back page stays STORED; its reference (bit 56 of the
+//! [`zpage_store::PageRef`]) names the tier copy, bound by its seal to the
+//! page's identity (region and page index) and version.
+//!
+//! A fault on such a page is served where every fault is, in the SIGBUS
+//! handler, not handed to a thread: the tier's read is one `pread` into the
+//! worker's preallocated buffer, the seal is opened in place, and the blob
+//! is decoded as a pool blob would be. That keeps the fault path's argument
+//! (no allocation, only async-signal-safe calls, no lock a thread it
+//! interrupts could hold: the tier's locks are spun on and taken for
+//! writing only by zpage's threads and API calls, which block asynchronous
+//! signals) and costs no cross-thread wakeup. Its limit: a local device
+//! that hangs holds the faulting thread, as the kernel's swap-in would.
+//! Tiers whose reads could wait on a network are refused for regions (a
+//! zpage thread would have to bring their pages back; not built). A tier
+//! that is full or down makes writeback stop (pages stay compressed in RAM;
+//! at the cap evictions are refused as without a tier); a page the tier
+//! cannot give back (an I/O error, a truncated or modified file) ends the
+//! process with a message naming the page, the tier and the cause.
+//!
 //! # Aging
 //!
 //! The kernel exposes no accessed bits here, so the policy works from faults:
@@ -133,6 +161,8 @@
 //! | `mremap` | refused: `EVENT_REMAP` marks the region unmapped; an evicted page touched at the new address kills the process with SIGBUS (never wrong bytes) | `hazards::mremap_is_refused` |
 //! | uffd closed by the program | detected (`health_check`, the event thread): `UffdLost` from every call; an evicted page touched afterwards ends the process with a message (its poison marker faults), never reads zeros | `hazards::closed_uffd_is_detected`, `hazards::closed_uffd_never_reads_zeros` |
 //! | a corrupt compressed blob | the process ends with a message naming the page and the codec; nothing is allocated on the way | `signals::a_corrupt_blob_ends_the_process_naming_the_page`; the fuzz target `load_in_handler` (corrupt blobs through the handler's load) |
+//! | a written-back page the tier cannot give back (truncated, modified, I/O error) | the process ends with a message naming the page, the tier and the cause, never zeros; tier reads allocate nothing | `tier::a_page_the_tier_cannot_give_back_ends_the_process_naming_it`; the store's `no_alloc::tier_reads_neither_allocate_nor_free` |
+//! | the tier full or failing at writeback | pages stay compressed in RAM; the tier says so once and is retried | `tier::a_pool_cap_writes_back_to_a_packed_tier_and_every_page_reads_back` (the region side); the tier crate's failure tests |
 //! | SIGBUS blocked in the faulting thread | the kernel kills the process (never wrong bytes); `prefault`/`pin` or `HandlerThread` mode for such threads | `hazards::blocked_sigbus_kills_not_corrupts` |
 //! | THP | regions are `MADV_NOHUGEPAGE`; a program `MADV_HUGEPAGE` is still correct (MOVE splits) | `hazards::thp_is_avoided_and_safe` |
 //! | core dumps / debuggers | evicted pages are holes (`EIO` via `/proc/pid/mem`); `restore_all` (async-signal-safe) before dumping | `hazards::evicted_pages_invisible_to_gup_until_restored` |
@@ -195,6 +225,10 @@
 //!   closes the uffd there reads zeros for evicted pages.
 //! - The hard-limit wait is bounded at 100 ms; past it a fault proceeds over
 //!   the budget rather than stall (e.g. when most of the budget is pinned).
+//! - Writeback candidates are the pages the reclaimer compressed; pages
+//!   compressed by `advise_cold` are not written back. A written-back page
+//!   is read back on every fault (exclusive loads free its tier copy).
+//!   Network tiers (Redis) are not usable by regions yet.
 #![deny(unsafe_code)]
 
 mod aging;

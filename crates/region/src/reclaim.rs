@@ -12,6 +12,15 @@
 //! program's CPU per page; from the faulting thread the flush is local while
 //! the reclaimer sleeps.
 //!
+//! With a tier below RAM and a pool cap, it also writes back: as the pool
+//! passes `WRITEBACK_START_PCT` of its cap, the oldest compressed pages (in
+//! the order it compressed them) go to the tier until the pool is under
+//! `WRITEBACK_TARGET_PCT`, at most `writeback_pages_per_sec`. A written-back
+//! page keeps its STORED state; its reference names the tier copy, which a
+//! fault reads back in the handler. A tier that is full or down makes the
+//! writeback stop for the round: pages stay compressed in RAM, and at the cap
+//! evictions are refused as without a tier.
+//!
 //! The thread blocks asynchronous signals (see `sys::spawn_blocking_signals`)
 //! and never touches region memory.
 
@@ -27,7 +36,36 @@ use crate::table;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 use zpage_store::Worker;
+
+/// Writeback starts when the pool passes this share of its cap ...
+const WRITEBACK_START_PCT: u64 = 90;
+/// ... and writes back until it is under this share.
+const WRITEBACK_TARGET_PCT: u64 = 80;
+/// Pages written back between two compactions of the pool.
+const WRITEBACK_BATCH: usize = 64;
+
+/// The rate limit on writeback: tokens of one page each, refilled at the
+/// configured rate, at most one second's worth banked.
+#[derive(Debug)]
+struct Tokens {
+    per_sec: f64,
+    banked: f64,
+    refilled: Instant,
+}
+
+impl Tokens {
+    fn take(&mut self, wanted: usize) -> usize {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.banked = (self.banked + elapsed * self.per_sec).min(self.per_sec);
+        let granted = (self.banked as usize).min(wanted);
+        self.banked -= granted as f64;
+        granted
+    }
+}
 
 /// Where a record stands, looked up in its region.
 fn standing(record: Record) -> Standing {
@@ -76,6 +114,12 @@ pub struct Reclaimer {
     aging: Aging,
     /// Staged pages in eviction order, with their slots.
     staged: VecDeque<(Record, usize)>,
+    /// Pages compressed, oldest first: writeback candidates (kept only with
+    /// a tier below RAM).
+    compressed: VecDeque<Record>,
+    writeback_tokens: Tokens,
+    /// When the tier's upkeep (garbage collection ahead of need) last ran.
+    tier_upkeep: Instant,
 }
 
 impl std::fmt::Debug for Reclaimer {
@@ -95,11 +139,19 @@ impl Reclaimer {
             budget.limits.budget_pages,
             budget.limits.staging_target,
         );
+        let rate = f64::from(budget.writeback_pages_per_sec);
         Ok(Reclaimer {
             budget,
             worker,
             aging,
             staged: VecDeque::new(),
+            compressed: VecDeque::new(),
+            writeback_tokens: Tokens {
+                per_sec: rate,
+                banked: 0.0,
+                refilled: Instant::now(),
+            },
+            tier_upkeep: Instant::now(),
         })
     }
 
@@ -223,6 +275,15 @@ impl Reclaimer {
             });
             if stored == Some(true) {
                 done += 1;
+                if self.budget.store.tier().is_some() {
+                    self.compressed.push_back(record);
+                    // Stale records (pages restored since) are dropped from
+                    // the front as it is used; this bounds the rest.
+                    let bound = 2 * self.budget.region_pages.load(Ordering::Relaxed) + 1024;
+                    while self.compressed.len() > bound {
+                        self.compressed.pop_front();
+                    }
+                }
             }
         }
         self.budget.staging.discard_pending(&self.budget.resident);
@@ -263,6 +324,7 @@ impl Reclaimer {
             }
         }
         self.refill_victims();
+        self.write_back();
         let resident = budget.resident.load(Ordering::Acquire);
         let excess = resident.saturating_sub(limits.low_pages);
         let keep = self
@@ -301,6 +363,20 @@ impl Reclaimer {
                 self.round();
                 continue;
             }
+            if let Some(tier) = self.budget.store.tier() {
+                if self.tier_upkeep.elapsed() >= std::time::Duration::from_millis(100) {
+                    self.tier_upkeep = Instant::now();
+                    tier.maintain();
+                }
+            }
+            if self.writeback_wanted() {
+                let budget = Arc::clone(&self.budget);
+                let _g = budget
+                    .reclaim_lock
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                self.write_back();
+            }
             // Keep the queues drained and the victim queue full even when no
             // round is needed.
             let refill = self.budget.refill_wanted.load(Ordering::Acquire);
@@ -316,6 +392,66 @@ impl Reclaimer {
                 }
             }
             self.sleep(kick);
+        }
+    }
+
+    /// The pool's cap and use in pages, when writeback applies.
+    fn pool_cap(&self) -> Option<(u64, u64)> {
+        self.budget.store.tier()?;
+        let cap = self.budget.store.config().max_pool_bytes?;
+        let page = zpage_store::PAGE_SIZE as u64;
+        Some((
+            cap / page,
+            self.budget.store.pool_memory_used_bytes() / page,
+        ))
+    }
+
+    fn writeback_wanted(&self) -> bool {
+        self.pool_cap().is_some_and(|(cap, used)| {
+            used * 100 > cap * WRITEBACK_START_PCT && !self.compressed.is_empty()
+        })
+    }
+
+    /// Writes the oldest compressed pages back to the tier while the pool is
+    /// over its start share, down to its target share, within the rate limit.
+    fn write_back(&mut self) {
+        if !self.writeback_wanted() {
+            return;
+        }
+        let budget = Arc::clone(&self.budget);
+        let over = |this: &Self| {
+            this.pool_cap()
+                .is_some_and(|(cap, used)| used * 100 > cap * WRITEBACK_TARGET_PCT)
+        };
+        while over(self) && !self.compressed.is_empty() {
+            let mut allowed = self.writeback_tokens.take(WRITEBACK_BATCH);
+            if allowed == 0 {
+                return;
+            }
+            let mut stop = false;
+            while allowed > 0 {
+                let Some(record) = self.compressed.pop_front() else {
+                    break;
+                };
+                match table::with_region(record.region(), |core| {
+                    evict::write_back(core, record.page())
+                }) {
+                    Some(evict::WriteBack::Moved) => allowed -= 1,
+                    Some(evict::WriteBack::Failed) => {
+                        // Full or down: the page stays in RAM, and so do the
+                        // rest until a later round.
+                        self.compressed.push_front(record);
+                        stop = true;
+                        break;
+                    }
+                    Some(evict::WriteBack::Skipped) | None => {}
+                }
+            }
+            budget.store.compact();
+            budget.signal_room();
+            if stop {
+                return;
+            }
         }
     }
 

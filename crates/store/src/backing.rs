@@ -1,111 +1,41 @@
-//! The backing file: the tier below the pool (zswap's swap device, zram's
-//! `backing_dev`). Each written-back page takes one 4 KiB slot holding its
-//! blob; the blob's length, codec and CRC-32 stay in the page table, so a
-//! tampered or failing file is detected on read and reported, never decoded
-//! into wrong bytes.
+//! The keyed store's backing file, kept as a configuration for callers that
+//! name a path and a size: it becomes a packed tier (`zpage_tier::PackedTier`:
+//! compressed blobs appended into segments, sealed with a per-process key,
+//! garbage-collected, bounded). Callers that want another tier, or a key
+//! file, build it and set `PageStoreConfig::tier` instead.
 
 use crate::StoreError;
-use parking_lot::Mutex;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
-use zpage_codec::PAGE_SIZE;
+use std::sync::Arc;
+use zpage_tier::{PackedConfig, PackedTier, Tier};
 
 /// Where and how much to write back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackingConfig {
-    /// The file; created (or truncated) when the store is made.
+    /// The file (created, or truncated when it exists) or block device. A
+    /// file that cannot be opened when the store is made does not stop it:
+    /// pages stay in memory and the file is tried again on later writebacks.
     pub path: PathBuf,
-    /// Its capacity; a store past it keeps pages in memory and counts `writeback_fail_count`.
+    /// The bound on the space it takes; writebacks past it (after garbage
+    /// collection) fail, count `writeback_fail_count`, and keep pages in memory.
     pub max_bytes: u64,
 }
 
-#[derive(Debug)]
-struct Slots {
-    free: Vec<u32>,
-    next_unused: u32,
-    capacity: u32,
-}
+/// The smallest bound: two segments of the smallest size.
+const MIN_BACKING_BYTES: u64 = 128 << 10;
 
-#[derive(Debug)]
-pub(crate) struct BackingFile {
-    file: File,
-    path: PathBuf,
-    slots: Mutex<Slots>,
-}
-
-impl BackingFile {
-    pub(crate) fn create(config: &BackingConfig) -> Result<Self, StoreError> {
-        let capacity = config.max_bytes / PAGE_SIZE as u64;
-        if capacity == 0 || capacity > u64::from(u32::MAX) {
+impl BackingConfig {
+    /// The packed tier this configuration names: 1 MiB segments, or smaller
+    /// ones for a small bound (at least four segments where possible).
+    pub fn build(&self) -> Result<Arc<dyn Tier>, StoreError> {
+        if self.max_bytes < MIN_BACKING_BYTES {
             return Err(StoreError::InvalidConfig(format!(
-                "backing max_bytes is {}: give at least 4096 bytes and less than 16 TiB",
-                config.max_bytes
+                "backing max_bytes is {}: give at least {MIN_BACKING_BYTES} bytes (128 KiB)",
+                self.max_bytes
             )));
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&config.path)
-            .map_err(|source| StoreError::backing(&config.path, "create", source))?;
-        Ok(Self {
-            file,
-            path: config.path.clone(),
-            slots: Mutex::new(Slots {
-                free: Vec::new(),
-                next_unused: 0,
-                capacity: capacity as u32,
-            }),
-        })
-    }
-
-    fn allocate(&self) -> Option<u32> {
-        let mut slots = self.slots.lock();
-        if let Some(slot) = slots.free.pop() {
-            return Some(slot);
-        }
-        (slots.next_unused < slots.capacity).then(|| {
-            slots.next_unused += 1;
-            slots.next_unused - 1
-        })
-    }
-
-    pub(crate) fn release(&self, slot: u32) {
-        self.slots.lock().free.push(slot);
-    }
-
-    /// Writes `blob` to a free slot and returns the slot and the blob's CRC-32.
-    pub(crate) fn write(&self, blob: &[u8]) -> Result<(u32, u32), StoreError> {
-        let slot = self.allocate().ok_or_else(|| StoreError::BackingFull {
-            path: self.path.clone(),
-        })?;
-        let offset = u64::from(slot) * PAGE_SIZE as u64;
-        if let Err(source) = self.file.write_all_at(blob, offset) {
-            self.release(slot);
-            return Err(StoreError::backing(&self.path, "write", source));
-        }
-        Ok((slot, crc32fast::hash(blob)))
-    }
-
-    /// Reads `dst.len()` bytes of `slot` and checks them against `crc`.
-    pub(crate) fn read(&self, slot: u32, crc: u32, dst: &mut [u8]) -> Result<(), StoreError> {
-        let offset = u64::from(slot) * PAGE_SIZE as u64;
-        self.file
-            .read_exact_at(dst, offset)
-            .map_err(|source| StoreError::backing(&self.path, "read", source))?;
-        if crc32fast::hash(dst) != crc {
-            return Err(StoreError::BackingCorrupt {
-                path: self.path.clone(),
-                slot,
-            });
-        }
-        Ok(())
-    }
-
-    pub(crate) fn used_bytes(&self) -> u64 {
-        let slots = self.slots.lock();
-        u64::from(slots.next_unused - slots.free.len() as u32) * PAGE_SIZE as u64
+        let mut config = PackedConfig::new(&self.path, self.max_bytes);
+        config.segment_bytes = (self.max_bytes / 4).clamp(64 << 10, 1 << 20);
+        Ok(Arc::new(PackedTier::new(config)?))
     }
 }

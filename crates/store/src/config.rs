@@ -11,9 +11,10 @@ pub struct StoreConfig {
     /// Keep pages in LRU order (needed by `write_back`, `recompress` and
     /// `oldest_keys`); turning it off saves a lock and a tree insert per store.
     pub track_lru: bool,
-    /// A file to write the oldest pages back to, when asked or when the pool
-    /// limit is hit (zswap in front of its swap device); `None` keeps
-    /// everything in memory and refuses stores at the limit.
+    /// A file or device to write the oldest pages back to, when asked or
+    /// when the pool limit is hit (zswap in front of its swap device), as a
+    /// packed, sealed tier; `None` keeps everything in memory and refuses
+    /// stores at the limit (unless `pages.tier` names another tier).
     pub backing: Option<BackingConfig>,
 }
 
@@ -36,9 +37,14 @@ impl StoreConfig {
                 "age_unit_ns is 0: give the histogram's base unit in nanoseconds".into(),
             ));
         }
-        if self.backing.is_some() && !self.track_lru {
+        if (self.backing.is_some() || self.pages.tier.is_some()) && !self.track_lru {
             return Err(StoreError::InvalidConfig(
-                "backing is set but track_lru is off: writeback picks the oldest pages from the LRU, so turn track_lru on".into(),
+                "a backing tier is set but track_lru is off: writeback picks the oldest pages from the LRU, so turn track_lru on".into(),
+            ));
+        }
+        if self.backing.is_some() && self.pages.tier.is_some() {
+            return Err(StoreError::InvalidConfig(
+                "both backing and pages.tier are set: give one tier below RAM".into(),
             ));
         }
         Ok(())

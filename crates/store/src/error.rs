@@ -22,47 +22,24 @@ pub enum StoreError {
         "this worker belongs to another store: create one with Store::worker on the store you call"
     )]
     ForeignWorker,
-    /// The backing file failed.
-    #[error("backing file {path}: {action} failed: {source} (check the disk and the file's permissions; pages stay in memory)")]
-    Backing {
-        /// The file.
-        path: std::path::PathBuf,
-        /// What was being done.
-        action: &'static str,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// The backing file has no free slot.
-    #[error("backing file {path} is full: give it a larger max_bytes; pages stay in memory")]
-    BackingFull {
-        /// The file.
-        path: std::path::PathBuf,
-    },
-    /// A page read back from the backing file does not match its checksum.
-    #[error("backing file {path}: slot {slot} does not match its checksum (the file was modified or the disk is failing); the page is not returned")]
-    BackingCorrupt {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The slot.
-        slot: u32,
+    /// Writing to the tier below RAM failed; the page stays in memory.
+    #[error(transparent)]
+    Tier(#[from] zpage_tier::TierError),
+    /// A page written back to the tier cannot be read back: it is lost. The
+    /// entry stays (every later load says the same) until it is replaced or
+    /// removed; [`crate::Store::lost_pages`] lists such pages.
+    #[error("the page under key {key} was written back to {tier} and is lost: {cause} (the tier's device failed or was modified; the page is not returned)")]
+    PageLost {
+        /// The page's key.
+        key: u64,
+        /// The tier.
+        tier: String,
+        /// Why it cannot be read.
+        cause: zpage_tier::ReadFailure,
     },
     /// A configuration value that cannot work.
     #[error("invalid store configuration: {0}")]
     InvalidConfig(String),
-}
-
-impl StoreError {
-    pub(crate) fn backing(
-        path: &std::path::Path,
-        action: &'static str,
-        source: std::io::Error,
-    ) -> Self {
-        StoreError::Backing {
-            path: path.to_path_buf(),
-            action,
-            source,
-        }
-    }
 }
 
 /// Result with a [`StoreError`].

@@ -6,8 +6,9 @@
 //!   codec) or a raw page; `get` by reference; `free`. A region keeps the
 //!   reference in the page's own slot, as Zircon keeps its `CompressedRef`.
 //! - [`Store`], the keyed store on top: caller-chosen keys, LRU order, a pool
-//!   limit that writes back to a backing file (CRC-checked) as zswap's
-//!   shrinker does, and recompression of old pages with a second codec.
+//!   limit that writes back to a tier below RAM (`zpage_tier`: a packed,
+//!   sealed file or device) as zswap's shrinker does, and recompression of
+//!   old pages with a second codec.
 //!
 //! Both count every outcome ([`StoreStats`]): the union of zswap's debugfs
 //! counters, zram's `mm_stat`/`io_stat`, and Zircon's compression stats with
@@ -37,3 +38,7 @@ pub use stats::{age_bucket, CompressionTrigger, Contents, EventCounts, StoreStat
 pub use store::{EntryInfo, EntryKind, RecompressStats, Store, StoreOutcome};
 pub use zpage_codec::{CodecSpec, Page, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;
+pub use zpage_tier::{
+    KeySource, MemoryTier, MemoryTierConfig, PackedConfig, PackedTier, ReadFailure, Tier,
+    TierError, TierStats,
+};

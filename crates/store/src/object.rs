@@ -16,11 +16,13 @@ use crate::stats::{CompressionTrigger, Counters, EventCounts};
 use crate::{Result, StoreError};
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 use zpage_codec::{
     fill_page, CodecSpec, Decoder, Encoded, Encoder, Page, RejectThreshold, PAGE_SIZE,
 };
 use zpage_pool::{CompactStats, Handle, Pool, PoolKind};
+use zpage_tier::{ReadFailure, Tier, TierRef, READ_BUFFER_BYTES};
 
 static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -49,6 +51,9 @@ pub struct PageStoreConfig {
     /// different workers use different pools. One packs tightest (use it to
     /// compare with zram).
     pub pool_shards: usize,
+    /// A tier below RAM that pool blobs can be moved to
+    /// ([`PageStore::move_to_tier`]); `None`: pages stay in the pool.
+    pub tier: Option<Arc<dyn Tier>>,
 }
 
 impl Default for PageStoreConfig {
@@ -62,6 +67,7 @@ impl Default for PageStoreConfig {
             max_pool_bytes: None,
             accept_threshold_percent: 90,
             pool_shards: 1,
+            tier: None,
         }
     }
 }
@@ -96,12 +102,14 @@ impl PageStoreConfig {
 // +---+----------+--------+----+--------------------------------------------+
 // | 0 |   kind   | shard  | 0  |              pool handle (56 bits)         |  pool object
 // +---+----------+--------+----+--------------------------------------------+
+// | 0 |   kind   |   0    | 1  |         tier reference (56 bits)           |  in the tier
+// +---+----------+--------+----+--------------------------------------------+
 // | 1 |          the same-filled word, sign-extended from 63 bits            |  same-filled
 // +---+-----------------------------------------------------------------------+
 // ```
 // Zero is never a reference: a same-filled reference has bit 63 set, and a
-// pool handle is never zero (its kind field is 1..=3). Bit 56 is reserved for
-// references into a tier below RAM.
+// pool handle or tier reference is never zero. Bit 56 marks a blob moved to
+// the tier below RAM; its kind field still says how to decode it.
 
 const SAME_FILLED_BIT: u64 = 1 << 63;
 const KIND_SHIFT: u32 = 61;
@@ -109,6 +117,11 @@ const KIND_BITS: u32 = 2;
 const SHARD_SHIFT: u32 = 57;
 const SHARD_BITS: u32 = 4;
 const RESERVED_BITS: u32 = 1;
+const TIER_BIT: u64 = 1 << Handle::BITS;
+const _: () = assert!(
+    TierRef::BITS == Handle::BITS,
+    "a tier reference fills the handle field"
+);
 const HANDLE_MASK: u64 = (1 << Handle::BITS) - 1;
 const _: () = assert!(
     1 + KIND_BITS + SHARD_BITS + RESERVED_BITS + Handle::BITS == 64,
@@ -181,9 +194,29 @@ impl PageRef {
         .expect("pool handles are never zero")
     }
 
-    fn pool_kind(self) -> Option<u64> {
+    /// The kind field of a pool object or a blob in the tier.
+    fn blob_kind(self) -> Option<u64> {
         let raw = self.to_raw();
         (raw & SAME_FILLED_BIT == 0).then_some((raw >> KIND_SHIFT) & ((1 << KIND_BITS) - 1))
+    }
+
+    /// The kind field of a pool object (`None` for a same-filled word or a
+    /// blob in the tier).
+    fn pool_kind(self) -> Option<u64> {
+        self.blob_kind().filter(|_| self.to_raw() & TIER_BIT == 0)
+    }
+
+    /// The reference of a blob moved to the tier below RAM.
+    pub fn tier_ref(self) -> Option<TierRef> {
+        let raw = self.to_raw();
+        (raw & SAME_FILLED_BIT == 0 && raw & TIER_BIT != 0)
+            .then(|| TierRef::from_raw(raw & HANDLE_MASK))
+            .flatten()
+    }
+
+    fn in_tier(kind: u64, tier_ref: TierRef) -> PageRef {
+        PageRef::from_raw((kind << KIND_SHIFT) | TIER_BIT | tier_ref.to_raw())
+            .expect("tier references are never zero")
     }
 
     fn shard(self) -> usize {
@@ -196,7 +229,7 @@ impl PageRef {
 
     /// The form the page is kept in.
     pub fn kind(self) -> RefKind {
-        match self.pool_kind() {
+        match self.blob_kind() {
             None | Some(KIND_WIDE_WORD) => RefKind::SameFilled,
             Some(KIND_RAW) => RefKind::Raw,
             Some(KIND_RECOMPRESSED) => RefKind::Compressed { codec: 1 },
@@ -259,6 +292,9 @@ pub enum LoadError {
     /// The reference names no live pool object (freed, or never issued).
     #[error("its reference {0:#018x} names no live object in the pool")]
     StaleRef(u64),
+    /// The blob was moved to the tier below RAM and could not be read back.
+    #[error("it was written back to the tier below RAM and cannot be read back: {0}")]
+    Tier(ReadFailure),
     /// A worker made for another store was used.
     #[error("the worker belongs to another store")]
     ForeignWorker,
@@ -275,6 +311,8 @@ pub struct Worker {
     pub(crate) recompressor: Option<Encoder>,
     pub(crate) decoders: Vec<Decoder>,
     pub(crate) buffer: Box<Page>,
+    /// A sealed blob read back from the tier (empty without a tier).
+    pub(crate) tier_buffer: Box<[u8]>,
     pub(crate) pool_shard: usize,
 }
 
@@ -296,6 +334,10 @@ pub(crate) struct Gauges {
     pub(crate) compressed_bytes: AtomicU64,
     pub(crate) pool_pages: AtomicU64,
     pub(crate) pool_pages_max: AtomicU64,
+    /// Pages whose blob is in the tier below RAM.
+    pub(crate) tiered_pages: AtomicU64,
+    /// Their blobs' bytes.
+    pub(crate) tiered_bytes: AtomicU64,
 }
 
 /// The object store. `Send + Sync`; share it and give each thread a [`Worker`].
@@ -385,6 +427,15 @@ impl PageStore {
                 .transpose()?,
             decoders,
             buffer: zpage_codec::zeroed_page(),
+            tier_buffer: vec![
+                0;
+                if self.config.tier.is_some() {
+                    READ_BUFFER_BYTES
+                } else {
+                    0
+                }
+            ]
+            .into_boxed_slice(),
             pool_shard: self.next_worker.fetch_add(1, Relaxed) % self.pools.len(),
         })
     }
@@ -590,6 +641,10 @@ impl PageStore {
     /// Frees the page `page_ref` names; the reference must not be used again.
     /// Returns the bytes of pool memory its blob took.
     pub fn free(&self, page_ref: PageRef) -> usize {
+        if let Some(tier_ref) = page_ref.tier_ref() {
+            self.free_in_tier(tier_ref);
+            return 0;
+        }
         self.gauge_of(page_ref).fetch_sub(1, Relaxed);
         if !page_ref.in_pool() {
             return 0;
@@ -635,9 +690,117 @@ impl PageStore {
             }
         }
         for r in refs.iter().filter(|r| !r.in_pool()) {
-            self.gauge_of(*r).fetch_sub(1, Relaxed);
+            match r.tier_ref() {
+                Some(tier_ref) => self.free_in_tier(tier_ref),
+                None => {
+                    self.gauge_of(*r).fetch_sub(1, Relaxed);
+                }
+            }
         }
         refs.clear();
+    }
+
+    fn free_in_tier(&self, tier_ref: TierRef) {
+        if let Some(tier) = &self.config.tier {
+            tier.free(tier_ref);
+            self.gauges.tiered_pages.fetch_sub(1, Relaxed);
+        }
+    }
+
+    /// The tier below RAM, when the store has one.
+    pub fn tier(&self) -> Option<&Arc<dyn Tier>> {
+        self.config.tier.as_ref()
+    }
+
+    /// Copies the blob `page_ref` names to the tier, bound to `page` (the
+    /// caller's identity of the page: the same value must be given to read
+    /// it back), and returns the reference of the copy; `None` for a page
+    /// that takes no pool memory. `page_ref` stays valid: the caller installs
+    /// the new reference and then frees the old one (or frees the new one if
+    /// the page changed meanwhile), as zswap's writeback does. On error
+    /// nothing was written and the page stays where it was.
+    pub fn move_to_tier(&self, page_ref: PageRef, page: u64) -> Result<Option<PageRef>> {
+        let Some(tier) = &self.config.tier else {
+            return Err(StoreError::InvalidConfig(
+                "writeback needs a tier below RAM: set PageStoreConfig::tier (or StoreConfig::backing)".into(),
+            ));
+        };
+        let Some(kind) = page_ref.pool_kind() else {
+            return Ok(None);
+        };
+        let mut blob = [0u8; PAGE_SIZE];
+        let len = self
+            .with_blob(page_ref, |bytes| {
+                blob[..bytes.len()].copy_from_slice(bytes);
+                bytes.len()
+            })?
+            .unwrap_or(0);
+        let tier_ref = tier.put(page, &blob[..len])?;
+        self.gauges.tiered_pages.fetch_add(1, Relaxed);
+        self.gauges.tiered_bytes.fetch_add(len as u64, Relaxed);
+        Ok(Some(PageRef::in_tier(kind, tier_ref)))
+    }
+
+    /// Copies the page `page_ref` names into `dst`, from the pool or, for a
+    /// blob moved there, from the tier (checked against `page`, the identity
+    /// it was moved with). Allocates nothing.
+    pub fn get_page(
+        &self,
+        worker: &mut Worker,
+        page_ref: PageRef,
+        page: u64,
+        dst: &mut Page,
+    ) -> std::result::Result<(), LoadError> {
+        match page_ref.tier_ref() {
+            Some(tier_ref) => self.read_tier(worker, page_ref, tier_ref, page, dst),
+            None => self.get(worker, page_ref, dst),
+        }
+    }
+
+    /// [`PageStore::get_page`] for a signal handler: spins instead of
+    /// parking, on the pool's lock and on the tier's (see
+    /// [`PageStore::get_in_handler`] for what the caller must guarantee). A
+    /// tier whose reads are not async-signal-safe is refused with
+    /// [`ReadFailure::Unavailable`].
+    pub fn get_page_in_handler(
+        &self,
+        worker: &mut Worker,
+        page_ref: PageRef,
+        page: u64,
+        dst: &mut Page,
+    ) -> std::result::Result<(), LoadError> {
+        match page_ref.tier_ref() {
+            Some(_) if !self.tier().is_some_and(|t| t.reads_are_async_signal_safe()) => {
+                Err(LoadError::Tier(ReadFailure::Unavailable))
+            }
+            Some(tier_ref) => self.read_tier(worker, page_ref, tier_ref, page, dst),
+            None => self.get_in_handler(worker, page_ref, dst),
+        }
+    }
+
+    fn read_tier(
+        &self,
+        worker: &mut Worker,
+        page_ref: PageRef,
+        tier_ref: TierRef,
+        page: u64,
+        dst: &mut Page,
+    ) -> std::result::Result<(), LoadError> {
+        if worker.store_id != self.id {
+            return Err(LoadError::ForeignWorker);
+        }
+        let (Some(tier), Some(kind)) = (&self.config.tier, page_ref.blob_kind()) else {
+            return Err(LoadError::Tier(ReadFailure::Unavailable));
+        };
+        let Worker {
+            tier_buffer,
+            decoders,
+            ..
+        } = worker;
+        let len = tier
+            .get(tier_ref, page, tier_buffer)
+            .map_err(LoadError::Tier)?;
+        self.decode_with(decoders, kind, &tier_buffer[..len], dst)
     }
 
     /// Copies the page `page_ref` names into `dst`. Takes a pool read lock
@@ -674,6 +837,10 @@ impl PageStore {
     ) -> std::result::Result<(), LoadError> {
         if worker.store_id != self.id {
             return Err(LoadError::ForeignWorker);
+        }
+        if page_ref.tier_ref().is_some() {
+            // In the tier: only `get_page` knows the identity it is bound to.
+            return Err(LoadError::StaleRef(page_ref.to_raw()));
         }
         let Some(kind) = page_ref.pool_kind() else {
             fill_page(dst, page_ref.word().unwrap_or(0));

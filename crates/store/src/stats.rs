@@ -129,7 +129,7 @@ pub fn age_bucket(age_ns: u64, unit_ns: u64) -> Option<usize> {
 /// What the store holds right now (gauges), with units in the names.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Contents {
-    /// Pages held in any form, in memory or in the backing file.
+    /// Pages held in any form, in memory or in the tier below RAM.
     pub stored_pages: u64,
     /// Pages held as a same-filled word (zram `same_pages`).
     pub same_filled_pages: u64,
@@ -137,9 +137,10 @@ pub struct Contents {
     pub compressed_pages: u64,
     /// Pages held raw (zram `huge_pages`, zswap `stored_incompressible_pages`).
     pub raw_pages: u64,
-    /// Pages held in the backing file.
+    /// Pages held in the tier below RAM (the backing file).
     pub written_back_pages: u64,
-    /// Bytes of the backing file in use (one 4 KiB slot per page).
+    /// Bytes of the tier's device holding data (sealed compressed blobs, live
+    /// and not yet collected).
     pub backing_used_bytes: u64,
     /// Uncompressed size of the pages held in memory (zram `orig_data_size`, Zircon `uncompressed_content_bytes`).
     pub uncompressed_bytes: u64,
@@ -166,6 +167,9 @@ pub struct StoreStats {
     pub events: EventCounts,
     /// Unit of `events.decompressed_within_log_time` (Zircon `pages_decompressed_unit_ns`).
     pub age_unit_ns: u64,
+    /// The tier below RAM, when there is one: its contents, its read
+    /// latency, and every failure by cause (pages reported lost).
+    pub tier: Option<zpage_tier::TierStats>,
 }
 
 /// Builds a snapshot from the object store's gauges and counters plus what
@@ -203,6 +207,7 @@ pub(crate) fn snapshot(
         },
         events: pages.counters.snapshot(),
         age_unit_ns,
+        tier: pages.tier().map(|t| t.stats()),
     }
 }
 

@@ -1,6 +1,6 @@
 //! The keyed store: a table of caller-chosen keys to page references, on top
 //! of the object store ([`crate::PageStore`]), with LRU order, writeback to a
-//! backing file and recompression of old pages.
+//! tier below RAM and recompression of old pages.
 //!
 //! Lock order, outermost first: a table shard, then the LRU, then a pool
 //! shard (inside the object store). No path takes them in another order; pool
@@ -17,7 +17,7 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
-use zpage_codec::{CodecSpec, Page, PAGE_SIZE};
+use zpage_codec::{CodecSpec, Page};
 use zpage_pool::CompactStats;
 
 pub use crate::object::RejectReason;
@@ -33,14 +33,8 @@ const WRITEBACK_BATCH: usize = 32;
 enum Location {
     /// In memory, named by its reference.
     Memory(PageRef),
-    /// In the backing file: slot, blob length, the kind of reference it had
-    /// (so reading it back restores the same form), and the blob's CRC-32.
-    WrittenBack {
-        slot: u32,
-        len: u16,
-        like: PageRef,
-        crc: u32,
-    },
+    /// In the tier below RAM, named by a tier reference (bound to the key).
+    WrittenBack(PageRef),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -119,7 +113,8 @@ pub struct Store {
     lru: Mutex<BTreeMap<u64, u64>>,
     next_lru_seq: AtomicU64,
     written_back_pages: AtomicU64,
-    backing: Option<crate::backing::BackingFile>,
+    /// Keys whose written-back page could not be read back, and why.
+    lost: Mutex<BTreeMap<u64, zpage_tier::ReadFailure>>,
     epoch: Instant,
 }
 
@@ -136,13 +131,12 @@ impl Store {
     /// A store with `config`; fails on a configuration that cannot work.
     pub fn new(config: StoreConfig) -> Result<Self> {
         config.validate()?;
-        let backing = config
-            .backing
-            .as_ref()
-            .map(crate::backing::BackingFile::create)
-            .transpose()?;
+        let mut pages = config.pages;
+        if let Some(backing) = &config.backing {
+            pages.tier = Some(backing.build()?);
+        }
         Ok(Self {
-            pages: PageStore::new(config.pages)?,
+            pages: PageStore::new(pages)?,
             track_lru: config.track_lru,
             age_unit_ns: config.age_unit_ns,
             table: (0..TABLE_SHARDS)
@@ -151,7 +145,7 @@ impl Store {
             lru: Mutex::new(BTreeMap::new()),
             next_lru_seq: AtomicU64::new(0),
             written_back_pages: AtomicU64::new(0),
-            backing,
+            lost: Mutex::new(BTreeMap::new()),
             epoch: Instant::now(),
         })
     }
@@ -256,21 +250,20 @@ impl Store {
         };
         if let Some(old) = previous {
             Counters::add(&self.counters().duplicate_entry_count, 1);
-            self.release(old.location);
+            self.release(key, old.location);
         }
     }
 
     /// Drops a location that is no longer in the table.
-    fn release(&self, location: Location) {
+    fn release(&self, key: u64, location: Location) {
         match location {
             Location::Memory(page_ref) => {
                 self.pages.free(page_ref);
             }
-            Location::WrittenBack { slot, .. } => {
+            Location::WrittenBack(page_ref) => {
                 self.written_back_pages.fetch_sub(1, Relaxed);
-                if let Some(backing) = &self.backing {
-                    backing.release(slot);
-                }
+                self.pages.free(page_ref);
+                self.lost.lock().remove(&key);
             }
         }
     }
@@ -301,35 +294,48 @@ impl Store {
 
     fn discard(&self, key: u64) {
         if let Some(entry) = self.unlink(key) {
-            self.release(entry.location);
+            self.release(key, entry.location);
         }
     }
 
     /// Decodes `location` into `dst`. Caller holds the table shard lock, so
-    /// the blob cannot be freed meanwhile.
-    fn read_location(&self, worker: &mut Worker, location: Location, dst: &mut Page) -> Result<()> {
+    /// the blob cannot be freed meanwhile. A written-back page that cannot
+    /// be read back is reported lost: counted, listed, and one line on
+    /// standard error naming the key, the tier and the cause.
+    fn read_location(
+        &self,
+        worker: &mut Worker,
+        key: u64,
+        location: Location,
+        dst: &mut Page,
+    ) -> Result<()> {
         match location {
             Location::Memory(page_ref) => Ok(self.pages.get(worker, page_ref, dst)?),
-            Location::WrittenBack {
-                slot,
-                len,
-                like,
-                crc,
-            } => {
-                let backing = self
-                    .backing
-                    .as_ref()
-                    .expect("written-back entries imply a backing file");
-                let fail = |error: StoreError| {
-                    Counters::add(&self.counters().decompress_fail_count, 1);
-                    error
-                };
-                let mut blob = [0u8; PAGE_SIZE];
-                let blob = &mut blob[..usize::from(len)];
-                backing.read(slot, crc, blob).map_err(fail)?;
-                Ok(self.pages.decode_blob_like(worker, like, blob, dst)?)
+            Location::WrittenBack(page_ref) => {
+                match self.pages.get_page(worker, page_ref, key, dst) {
+                    Ok(()) => Ok(()),
+                    Err(crate::LoadError::Tier(cause)) => {
+                        Counters::add(&self.counters().decompress_fail_count, 1);
+                        let tier = self
+                            .pages
+                            .tier()
+                            .map_or("the tier", |t| t.describe())
+                            .to_string();
+                        if self.lost.lock().insert(key, cause).is_none() {
+                            eprintln!("zpage: store page under key {key} is lost: {tier}: {cause}");
+                        }
+                        Err(StoreError::PageLost { key, tier, cause })
+                    }
+                    Err(other) => Err(other.into()),
+                }
             }
         }
+    }
+
+    /// Keys whose written-back page could not be read back, with the cause,
+    /// in key order (until the key is stored again or removed).
+    pub fn lost_pages(&self) -> Vec<(u64, zpage_tier::ReadFailure)> {
+        self.lost.lock().iter().map(|(&k, &c)| (k, c)).collect()
     }
 
     fn count_load(&self, entry: &Entry) {
@@ -348,7 +354,7 @@ impl Store {
             Counters::add(&self.counters().load_misses, 1);
             return Err(StoreError::NotFound(key));
         };
-        self.read_location(worker, entry.location, dst)?;
+        self.read_location(worker, key, entry.location, dst)?;
         drop(shard);
         self.count_load(&entry);
         Ok(())
@@ -364,13 +370,13 @@ impl Store {
                 Counters::add(&self.counters().load_misses, 1);
                 return Err(StoreError::NotFound(key));
             };
-            self.read_location(worker, entry.location, dst)?;
+            self.read_location(worker, key, entry.location, dst)?;
             shard.remove(&key);
             self.forget_lru(entry.lru_seq);
             entry
         };
         self.count_load(&entry);
-        self.release(entry.location);
+        self.release(key, entry.location);
         Ok(())
     }
 
@@ -379,7 +385,7 @@ impl Store {
         match self.unlink(key) {
             Some(entry) => {
                 Counters::add(&self.counters().invalidated_pages, 1);
-                self.release(entry.location);
+                self.release(key, entry.location);
                 true
             }
             None => false,
@@ -425,7 +431,7 @@ impl Store {
                     age_ns,
                 }
             }
-            Location::WrittenBack { like, .. } => EntryInfo {
+            Location::WrittenBack(like) => EntryInfo {
                 kind: EntryKind::WrittenBack,
                 stored_bytes: 0,
                 codec: match like.kind() {
@@ -445,19 +451,20 @@ impl Store {
     }
 
     /// Moves up to `max_pages` of the least recently stored in-memory pages
-    /// (compressed or raw) to the backing file, as zswap's shrinker does;
+    /// (compressed or raw) to the tier below RAM, as zswap's shrinker does;
     /// returns how many moved. Same-filled pages stay: they take no pool memory.
     ///
     /// A page replaced or dropped while its blob was being written is left
-    /// alone and its slot freed. On a write error the page stays in memory,
-    /// `writeback_fail_count` counts it, and the error is returned.
+    /// alone and its copy freed. On a write error (the tier full, failing or
+    /// down) the page stays in memory, `writeback_fail_count` counts it, and
+    /// the error is returned.
     pub fn write_back(&self, max_pages: usize) -> Result<usize> {
         self.require_lru("write_back")?;
-        let backing = self.backing.as_ref().ok_or_else(|| {
-            StoreError::InvalidConfig(
-                "write_back needs a backing file: set StoreConfig::backing".into(),
-            )
-        })?;
+        if self.pages.tier().is_none() {
+            return Err(StoreError::InvalidConfig(
+                "write_back needs a tier below RAM: set StoreConfig::backing".into(),
+            ));
+        }
         let candidates: Vec<(u64, u64)> = self
             .lru
             .lock()
@@ -465,42 +472,36 @@ impl Store {
             .map(|(&seq, &key)| (seq, key))
             .take(max_pages.saturating_mul(2))
             .collect();
-        let mut blob = Vec::with_capacity(PAGE_SIZE);
         let mut moved = 0;
         for (seq, key) in candidates {
             if moved == max_pages {
                 break;
             }
             let shard_index = Self::shard_of(key);
-            // Copy the blob under the table lock, as loads do: the entry cannot be freed meanwhile.
+            // Look under the table lock; the tier write copies the blob out
+            // under the pool's lock, and the result is installed only if
+            // the entry is still the one copied.
             let page_ref = {
                 let table = self.table[shard_index].read();
-                let page_ref = match table.get(&key) {
+                match table.get(&key) {
                     Some(Entry {
                         lru_seq,
                         location: Location::Memory(page_ref),
                         ..
                     }) if *lru_seq == seq && page_ref.in_pool() => *page_ref,
                     _ => continue,
-                };
-                blob.clear();
-                self.pages
-                    .with_blob(page_ref, |bytes| blob.extend_from_slice(bytes))?;
-                page_ref
+                }
             };
-            let (slot, crc) = match backing.write(&blob) {
-                Ok(written) => written,
+            let tier_ref = match self.pages.move_to_tier(page_ref, key) {
+                Ok(Some(tier_ref)) => tier_ref,
+                // Freed and its handle reused meanwhile: not this page any more.
+                Ok(None) | Err(StoreError::Load(_)) => continue,
                 Err(error) => {
                     Counters::add(&self.counters().writeback_fail_count, 1);
                     return Err(error);
                 }
             };
-            let written_back = Location::WrittenBack {
-                slot,
-                len: blob.len() as u16,
-                like: page_ref,
-                crc,
-            };
+            let written_back = Location::WrittenBack(tier_ref);
             let replaced = {
                 let mut table = self.table[shard_index].write();
                 match table.get_mut(&key) {
@@ -520,8 +521,12 @@ impl Store {
                 Counters::add(&self.counters().written_back_pages, 1);
                 moved += 1;
             } else {
-                backing.release(slot);
+                self.pages.free(tier_ref);
             }
+        }
+        if let Some(tier) = self.pages.tier() {
+            // Garbage collection ahead of need, while we are at it.
+            tier.maintain();
         }
         Ok(moved)
     }
@@ -618,7 +623,8 @@ impl Store {
 
     /// Writes back until the pool is under the accept threshold; false when it could not get there.
     fn shrink_to_accept_threshold(&self) -> bool {
-        let (Some((_, accept_pages)), Some(_)) = (self.pages.limit_pages(), &self.backing) else {
+        let (Some((_, accept_pages)), Some(_)) = (self.pages.limit_pages(), self.pages.tier())
+        else {
             return false;
         };
         let used = || self.gauges().pool_pages.load(Relaxed);
@@ -658,7 +664,7 @@ impl Store {
         crate::stats::snapshot(
             &self.pages,
             written_back,
-            self.backing.as_ref().map_or(0, |b| b.used_bytes()),
+            self.pages.tier().map_or(0, |t| t.stats().backing_bytes),
             entries * (table_entry_bytes + lru_entry_bytes),
             self.age_unit_ns,
         )

@@ -37,8 +37,12 @@ unsafe impl GlobalAlloc for CountingAllocator {
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
+/// The counter is global: the tests count one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn loads_neither_allocate_nor_free() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for pool in PoolKind::all() {
         for codec in ["lz4", "lz4-flex", "zstd:3"] {
             let (store, mut worker) = pages::filled_store(pool, codec, 100, 0);
@@ -92,4 +96,74 @@ fn loads_neither_allocate_nor_free() {
             }
         }
     }
+}
+
+/// A fault on a page in the tier below RAM is served in the signal handler
+/// too: reading it back from the packed file (or memory) tier, opening its
+/// seal and decoding it allocate nothing, and neither does a read that fails
+/// its authentication.
+#[test]
+fn tier_reads_neither_allocate_nor_free() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let path = std::env::temp_dir().join(format!("zpage-noalloc-tier-{}", std::process::id()));
+    let tiers: Vec<std::sync::Arc<dyn zpage_store::Tier>> = vec![
+        std::sync::Arc::new(
+            zpage_store::PackedTier::new(zpage_store::PackedConfig::new(&path, 8 << 20)).unwrap(),
+        ),
+        std::sync::Arc::new(zpage_store::MemoryTier::new(Default::default()).unwrap()),
+    ];
+    for tier in tiers {
+        let objects = PageStore::new(PageStoreConfig {
+            tier: Some(tier.clone()),
+            ..PageStoreConfig::default()
+        })
+        .unwrap();
+        let mut worker = objects.worker().unwrap();
+        let refs: Vec<_> = (0..100u64)
+            .filter_map(|key| {
+                match objects
+                    .put(
+                        &mut worker,
+                        &pages::page_for(key, 0),
+                        CompressionTrigger::Eager,
+                    )
+                    .unwrap()
+                {
+                    Put::Stored { page_ref, .. } => {
+                        let moved = objects.move_to_tier(page_ref, key).unwrap()?;
+                        objects.free(page_ref);
+                        Some((key, moved))
+                    }
+                    Put::Rejected(reason) => panic!("page {key} rejected: {reason:?}"),
+                }
+            })
+            .collect();
+        assert!(refs.len() > 50, "{}", tier.describe());
+        let mut out = Box::new([0u8; PAGE_SIZE]);
+        for &(key, r) in &refs {
+            objects.get_page(&mut worker, r, key, &mut out).unwrap();
+        }
+        COUNTING.store(true, Ordering::SeqCst);
+        for &(key, r) in &refs {
+            objects
+                .get_page_in_handler(&mut worker, r, key, &mut out)
+                .unwrap();
+            // Asked for as another page: refused, still without allocating.
+            assert!(objects
+                .get_page_in_handler(&mut worker, r, key + 1000, &mut out)
+                .is_err());
+        }
+        COUNTING.store(false, Ordering::SeqCst);
+        assert_eq!(
+            ALLOCATIONS.swap(0, Ordering::SeqCst),
+            0,
+            "{}",
+            tier.describe()
+        );
+        for &(key, r) in &refs {
+            objects.get_page(&mut worker, r, key, &mut out).unwrap();
+            assert_eq!(pages::identify(&out), Some((key, 0)));
+        }
+    }
+    let _ = std::fs::remove_file(path);
 }

@@ -1,5 +1,6 @@
-//! The backing-file tier: pages written back read back exactly; a tampered,
-//! full or failing file is reported and never turns into wrong bytes or lost pages.
+//! The backing tier (a packed, sealed file): pages written back read back
+//! exactly; a tampered, truncated, full, missing or failing file is reported
+//! (the pages it loses by key and cause) and never turns into wrong bytes.
 
 #[path = "pages_support/mod.rs"]
 mod pages;
@@ -8,7 +9,8 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use zpage_codec::PAGE_SIZE;
 use zpage_store::{
-    BackingConfig, EntryKind, PageStoreConfig, Store, StoreConfig, StoreError, StoreOutcome, Worker,
+    BackingConfig, EntryKind, PageStoreConfig, ReadFailure, Store, StoreConfig, StoreError,
+    StoreOutcome, TierError, Worker,
 };
 
 struct TempFile(PathBuf);
@@ -68,7 +70,15 @@ fn written_back_pages_read_back_exactly_and_free_their_memory() {
     assert!(same_filled_among_oldest > 0);
     assert_eq!(after.written_back_pages, 200);
     assert_eq!(after.stored_pages, 300);
-    assert_eq!(after.backing_used_bytes, 200 * PAGE_SIZE as u64);
+    // Packed: each page takes its compressed size and a 16-byte tag on disk.
+    let tier = store.stats().tier.unwrap();
+    assert_eq!(tier.pages, 200);
+    assert_eq!(after.backing_used_bytes, tier.stored_bytes + 200 * 16);
+    // ... exactly the blobs that left the pool.
+    assert_eq!(
+        tier.stored_bytes,
+        before.compressed_bytes - after.compressed_bytes
+    );
     assert!(after.pool_memory_used_bytes < before.pool_memory_used_bytes / 2);
     assert_eq!(store.stats().events.written_back_pages, 200);
 
@@ -83,10 +93,7 @@ fn written_back_pages_read_back_exactly_and_free_their_memory() {
         .collect();
     store.take(&mut worker, written[0], &mut out).unwrap();
     assert!(store.remove(written[1]));
-    assert_eq!(
-        store.stats().contents.backing_used_bytes,
-        198 * PAGE_SIZE as u64
-    );
+    assert_eq!(store.stats().tier.unwrap().pages, 198);
     // A replaced page lives in memory again.
     store
         .store(&mut worker, written[2], &pages::page_for(written[2], 2))
@@ -117,23 +124,46 @@ fn a_tampered_backing_file_is_an_error_not_wrong_bytes() {
     let mut out = Box::new([0u8; PAGE_SIZE]);
     let error = store.load(&mut worker, key, &mut out).unwrap_err();
     assert!(
-        matches!(error, StoreError::BackingCorrupt { slot: 0, .. }),
+        matches!(
+            error,
+            StoreError::PageLost {
+                key: k,
+                cause: ReadFailure::Authentication,
+                ..
+            } if k == key
+        ),
         "{error}"
     );
-    assert!(error.to_string().contains("checksum"));
-    assert_eq!(store.stats().events.decompress_fail_count, 1);
+    assert!(error.to_string().contains("lost"), "{error}");
+    assert_eq!(store.lost_pages(), vec![(key, ReadFailure::Authentication)]);
+    let stats = store.stats();
+    assert_eq!(stats.events.decompress_fail_count, 1);
+    assert_eq!(stats.tier.unwrap().get_fail_authentication, 1);
+    // Stored again, the key is whole again.
+    store
+        .store(&mut worker, key, &pages::page_for(key, 5))
+        .unwrap();
+    store.load(&mut worker, key, &mut out).unwrap();
+    assert_eq!(pages::identify(&out), Some((key, 5)));
+    assert!(store.lost_pages().is_empty());
 }
 
 #[test]
 fn a_full_or_failing_backing_file_keeps_pages_in_memory() {
     let file = TempFile::new("wb-full");
-    let store = store_with_backing(&file, 2 * PAGE_SIZE as u64);
+    // The smallest bound: two 64 KiB segments, one kept for collection.
+    let store = store_with_backing(&file, 128 << 10);
     let mut worker = store.worker().unwrap();
-    let keys = store_pages_in_pool(&store, &mut worker, 0..40);
-    let error = store.write_back(10).unwrap_err();
-    assert!(matches!(error, StoreError::BackingFull { .. }), "{error}");
-    assert_eq!(store.stats().contents.written_back_pages, 2);
+    let keys = store_pages_in_pool(&store, &mut worker, 0..400);
+    let error = store.write_back(400).unwrap_err();
+    assert!(
+        matches!(error, StoreError::Tier(TierError::Full { .. })),
+        "{error}"
+    );
+    let written = store.stats().contents.written_back_pages;
+    assert!(written > 10 && written < keys.len() as u64, "{written}");
     assert_eq!(store.stats().events.writeback_fail_count, 1);
+    assert_eq!(store.stats().tier.unwrap().put_fail_full, 1);
 
     // /dev/full accepts the open and fails every write with ENOSPC.
     let failing = Store::new(StoreConfig {
@@ -162,18 +192,108 @@ fn a_full_or_failing_backing_file_keeps_pages_in_memory() {
 }
 
 #[test]
-fn an_unusable_backing_path_is_an_error_naming_it() {
-    let error = Store::new(StoreConfig {
+fn a_missing_backing_file_keeps_the_store_running_in_memory() {
+    let store = Store::new(StoreConfig {
+        pages: PageStoreConfig {
+            max_pool_bytes: Some(64 * PAGE_SIZE as u64),
+            ..PageStoreConfig::default()
+        },
         backing: Some(BackingConfig {
             path: "/nonexistent-dir/zpage.swap".into(),
             max_bytes: 1 << 20,
         }),
         ..StoreConfig::default()
     })
-    .unwrap_err();
+    .unwrap();
+    let tier = store.stats().tier.unwrap();
+    assert!(!tier.available);
     assert!(
-        error.to_string().contains("/nonexistent-dir/zpage.swap"),
-        "{error}"
+        tier.down_cause
+            .unwrap()
+            .contains("/nonexistent-dir/zpage.swap"),
+        "the cause names the file"
+    );
+    let mut worker = store.worker().unwrap();
+    let mut kept = Vec::new();
+    for key in 0..500 {
+        // At the pool limit with no tier, stores are refused (the page stays
+        // with the caller), never lost.
+        if let StoreOutcome::Compressed { .. } | StoreOutcome::Raw | StoreOutcome::SameFilled =
+            store
+                .store(&mut worker, key, &pages::page_for(key, 0))
+                .unwrap()
+        {
+            kept.push(key);
+        }
+    }
+    assert!(kept.len() > 64);
+    let error = store.write_back(5).unwrap_err();
+    assert!(error.to_string().contains("/nonexistent-dir"), "{error}");
+    let mut out = Box::new([0u8; PAGE_SIZE]);
+    for &key in &kept {
+        store.load(&mut worker, key, &mut out).unwrap();
+        assert_eq!(pages::identify(&out), Some((key, 0)));
+    }
+}
+
+#[test]
+fn a_deleted_or_truncated_backing_file_reports_exactly_the_pages_it_lost() {
+    let file = TempFile::new("wb-cut");
+    let store = store_with_backing(&file, 16 << 20);
+    let mut worker = store.worker().unwrap();
+    let keys = store_pages_in_pool(&store, &mut worker, 0..300);
+    assert_eq!(store.write_back(300).unwrap(), keys.len());
+    // Deleted: the open file still holds every page.
+    std::fs::remove_file(&file.0).unwrap();
+    store.page_store().tier().unwrap().maintain();
+    let mut out = Box::new([0u8; PAGE_SIZE]);
+    for &key in &keys {
+        store.load(&mut worker, key, &mut out).unwrap();
+        assert_eq!(pages::identify(&out), Some((key, 0)));
+    }
+    // Truncated to half (through /proc: the name is gone): the pages past the
+    // cut are reported lost by key, the others read back exactly.
+    let size = std::fs::metadata(&file.0).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(size, 0, "the file is deleted");
+    let used = store.stats().contents.backing_used_bytes;
+    let fd_path = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| {
+            std::fs::read_link(e.path())
+                .map(|t| t.to_string_lossy().contains("wb-cut"))
+                .unwrap_or(false)
+        })
+        .unwrap()
+        .path();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fd_path)
+        .unwrap()
+        .set_len(used / 2)
+        .unwrap();
+    let (mut exact, mut lost) = (0, Vec::new());
+    for &key in &keys {
+        match store.load(&mut worker, key, &mut out) {
+            Ok(()) => {
+                assert_eq!(pages::identify(&out), Some((key, 0)), "no wrong bytes");
+                exact += 1;
+            }
+            Err(StoreError::PageLost { key: k, cause, .. }) => {
+                assert_eq!(k, key);
+                assert_eq!(cause, ReadFailure::Truncated);
+                lost.push(key);
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(exact > 0 && !lost.is_empty(), "{exact} exact, {lost:?}");
+    let listed: Vec<u64> = store.lost_pages().into_iter().map(|(k, _)| k).collect();
+    lost.sort_unstable();
+    assert_eq!(listed, lost);
+    assert_eq!(
+        store.stats().tier.unwrap().get_fail_truncated,
+        lost.len() as u64
     );
 }
 

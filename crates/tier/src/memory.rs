@@ -1,0 +1,200 @@
+//! The memory tier: sealed blobs in this process's heap. For tests, and the
+//! tier a caller gets when none is configured. Blobs are sealed like every
+//! tier's, so the same tamper tests apply and the code paths are the same.
+
+use crate::seal::{KeySource, Sealer};
+use crate::stats::{Counters, TierStats};
+use crate::{spin_read, ReadFailure, Tier, TierError, TierRef, MAX_BLOB_BYTES};
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// How a [`MemoryTier`] is bounded and keyed.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryTierConfig {
+    /// Bound on the sealed bytes it holds (`None`: unbounded).
+    pub max_bytes: Option<u64>,
+    /// The key.
+    pub key: KeySource,
+}
+
+#[derive(Debug)]
+struct Blob {
+    page: u64,
+    version: u64,
+    generation: u32,
+    sealed: Option<Box<[u8]>>,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    blobs: Vec<Blob>,
+    free: Vec<u32>,
+}
+
+/// Sealed blobs in memory.
+#[derive(Debug)]
+pub struct MemoryTier {
+    config: MemoryTierConfig,
+    sealer: Sealer,
+    slots: RwLock<Slots>,
+    used_bytes: AtomicU64,
+    stored_bytes: AtomicU64,
+    pages: AtomicU64,
+    counters: Counters,
+}
+
+/// A reference: slot + 1 in the low 32 bits, the slot's generation above.
+fn encode(slot: u32, generation: u32) -> TierRef {
+    let raw = (u64::from(generation & 0xff_ffff) << 32) | (u64::from(slot) + 1);
+    TierRef::from_raw(raw).expect("below 2^56 and never 0")
+}
+
+fn decode(tier_ref: TierRef) -> (usize, u32) {
+    let raw = tier_ref.to_raw();
+    (((raw & 0xffff_ffff) - 1) as usize, (raw >> 32) as u32)
+}
+
+impl MemoryTier {
+    /// A memory tier; fails only when the key file cannot be used.
+    pub fn new(config: MemoryTierConfig) -> Result<MemoryTier, TierError> {
+        Ok(MemoryTier {
+            sealer: Sealer::new(&config.key)?,
+            config,
+            slots: RwLock::new(Slots::default()),
+            used_bytes: AtomicU64::new(0),
+            stored_bytes: AtomicU64::new(0),
+            pages: AtomicU64::new(0),
+            counters: Counters::default(),
+        })
+    }
+
+    /// Overwrites the sealed bytes `tier_ref` names with `f`'s result: for
+    /// tamper tests only.
+    #[doc(hidden)]
+    pub fn tamper_for_test(&self, tier_ref: TierRef, f: impl FnOnce(&mut Vec<u8>)) {
+        let (slot, _) = decode(tier_ref);
+        let mut slots = self.slots.write();
+        if let Some(sealed) = slots.blobs[slot].sealed.as_mut() {
+            let mut bytes = sealed.to_vec();
+            f(&mut bytes);
+            *sealed = bytes.into_boxed_slice();
+        }
+    }
+}
+
+impl Tier for MemoryTier {
+    fn describe(&self) -> &str {
+        "memory"
+    }
+
+    fn put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
+        if blob.len() > MAX_BLOB_BYTES {
+            return Err(TierError::InvalidBlob {
+                len: blob.len(),
+                why: "larger than a page",
+            });
+        }
+        let mut sealed = Vec::with_capacity(blob.len() + crate::TAG_BYTES);
+        let version = self.sealer.seal(page, blob, &mut sealed)?;
+        let len = sealed.len() as u64;
+        if let Some(max) = self.config.max_bytes {
+            if self.used_bytes.fetch_add(len, Relaxed) + len > max {
+                self.used_bytes.fetch_sub(len, Relaxed);
+                let error = TierError::Full {
+                    tier: "memory".into(),
+                    capacity_bytes: max,
+                };
+                self.counters.count_put_failure(&error);
+                return Err(error);
+            }
+        } else {
+            self.used_bytes.fetch_add(len, Relaxed);
+        }
+        let mut slots = self.slots.write();
+        let slot = match slots.free.pop() {
+            Some(slot) => slot,
+            None => {
+                slots.blobs.push(Blob {
+                    page: 0,
+                    version: 0,
+                    generation: 0,
+                    sealed: None,
+                });
+                (slots.blobs.len() - 1) as u32
+            }
+        };
+        let entry = &mut slots.blobs[slot as usize];
+        entry.page = page;
+        entry.version = version;
+        entry.sealed = Some(sealed.into_boxed_slice());
+        let tier_ref = encode(slot, entry.generation);
+        drop(slots);
+        self.pages.fetch_add(1, Relaxed);
+        self.stored_bytes.fetch_add(blob.len() as u64, Relaxed);
+        Counters::add(&self.counters.puts, 1);
+        Counters::add(&self.counters.put_bytes, blob.len() as u64);
+        Ok(tier_ref)
+    }
+
+    fn get(&self, tier_ref: TierRef, page: u64, buf: &mut [u8]) -> Result<usize, ReadFailure> {
+        let started = Instant::now();
+        let (slot, generation) = decode(tier_ref);
+        let result = (|| {
+            let slots = spin_read(&self.slots);
+            let blob = slots.blobs.get(slot).ok_or(ReadFailure::Stale)?;
+            let sealed = blob.sealed.as_deref().ok_or(ReadFailure::Stale)?;
+            if blob.generation & 0xff_ffff != generation || blob.page != page {
+                return Err(ReadFailure::Stale);
+            }
+            let dst = buf
+                .get_mut(..sealed.len())
+                .ok_or(ReadFailure::BufferTooSmall)?;
+            dst.copy_from_slice(sealed);
+            let version = blob.version;
+            drop(slots);
+            self.sealer.open(page, version, dst)
+        })();
+        match result {
+            Ok(_) => self.counters.count_get(started.elapsed().as_nanos() as u64),
+            Err(failure) => self.counters.count_read_failure(failure),
+        }
+        result
+    }
+
+    fn free(&self, tier_ref: TierRef) {
+        let (slot, generation) = decode(tier_ref);
+        let mut slots = self.slots.write();
+        let Some(blob) = slots.blobs.get_mut(slot) else {
+            return;
+        };
+        if blob.generation & 0xff_ffff != generation {
+            return;
+        }
+        let Some(sealed) = blob.sealed.take() else {
+            return;
+        };
+        blob.generation = blob.generation.wrapping_add(1);
+        slots.free.push(slot as u32);
+        drop(slots);
+        self.used_bytes.fetch_sub(sealed.len() as u64, Relaxed);
+        self.stored_bytes
+            .fetch_sub((sealed.len() - crate::TAG_BYTES) as u64, Relaxed);
+        self.pages.fetch_sub(1, Relaxed);
+        Counters::add(&self.counters.frees, 1);
+    }
+
+    fn stats(&self) -> TierStats {
+        TierStats {
+            pages: self.pages.load(Relaxed),
+            stored_bytes: self.stored_bytes.load(Relaxed),
+            backing_bytes: self.used_bytes.load(Relaxed),
+            capacity_bytes: self.config.max_bytes.unwrap_or(0),
+            ..TierStats::from_counters(&self.counters)
+        }
+    }
+
+    fn reads_are_async_signal_safe(&self) -> bool {
+        true
+    }
+}

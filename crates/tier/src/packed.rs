@@ -1,0 +1,649 @@
+//! The packed tier: a file or block device written log-structured.
+//!
+//! The device is divided into segments of `segment_bytes` (the bound on
+//! space, `max_bytes`, is a whole number of them). Sealed blobs (the
+//! compressed page and its 16-byte tag, nothing else) are appended to the
+//! open segment, so a page takes its compressed size on disk, not 4 KiB. An
+//! index in memory maps a reference to the blob's segment, offset and length,
+//! and to the page and version its seal is bound to.
+//!
+//! Freeing a blob only marks it dead. When the open segment is full and no
+//! free segment is left, garbage collection takes the segment with the
+//! fewest live bytes, copies its live blobs forward into the reserved
+//! segment (one is always kept empty for this, so a collection never needs
+//! room it does not have), and the emptied segment becomes the new reserve.
+//! Blobs are copied sealed, without opening them: their seal binds page and
+//! version, not place.
+//!
+//! Readers copy an index entry under a read lock and read the blob with no
+//! lock on the index. A collection may move the blob and reuse its old place
+//! meanwhile; the reader then fails the seal check, sees the entry has moved,
+//! and reads again from the new place. Authentication is what makes this
+//! optimistic read safe: bytes that are not the blob never pass as it.
+//!
+//! Lock order: the layout (allocation, collection) before the index; the
+//! device lock is taken for reading around each system call, and for
+//! writing only to open the device.
+
+use crate::health::Health;
+use crate::seal::{KeySource, Sealer};
+use crate::stats::{Counters, TierStats};
+use crate::{spin_read, ReadFailure, Tier, TierError, TierRef, MAX_BLOB_BYTES, TAG_BYTES};
+use parking_lot::{Mutex, RwLock};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// Where and how a [`PackedTier`] writes.
+#[derive(Clone, Debug)]
+pub struct PackedConfig {
+    /// A regular file (created, or truncated when it exists) or a block or
+    /// character device (used as it is, from offset 0).
+    pub path: PathBuf,
+    /// The bound on the space used, in bytes (rounded down to whole segments).
+    pub max_bytes: u64,
+    /// Bytes per segment (the unit of garbage collection).
+    pub segment_bytes: u64,
+    /// The key.
+    pub key: KeySource,
+    /// How long a tier that failed waits before it tries the device again.
+    pub retry_interval: Duration,
+}
+
+impl PackedConfig {
+    /// A packed tier at `path` bounded to `max_bytes`, with 1 MiB segments,
+    /// a per-process key and a one-second retry.
+    pub fn new(path: impl Into<PathBuf>, max_bytes: u64) -> PackedConfig {
+        PackedConfig {
+            path: path.into(),
+            max_bytes,
+            segment_bytes: 1 << 20,
+            key: KeySource::Ephemeral,
+            retry_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry {
+    segment: u32,
+    offset: u32,
+    /// Sealed length (blob and tag).
+    sealed_len: u32,
+    generation: u32,
+    page: u64,
+    version: u64,
+    live: bool,
+}
+
+#[derive(Debug, Default)]
+struct Index {
+    entries: Vec<Entry>,
+    free: Vec<u32>,
+}
+
+#[derive(Debug, Default)]
+struct Segment {
+    /// Bytes appended (live and dead).
+    fill: u64,
+    /// Bytes of live blobs in it.
+    live: u64,
+    /// Index slots of the blobs appended to it (some may be dead or moved).
+    blobs: Vec<u32>,
+}
+
+#[derive(Debug)]
+struct Layout {
+    segments: Vec<Segment>,
+    free: Vec<u32>,
+    open: Option<u32>,
+    reserve: u32,
+    /// Scratch for collection's copies.
+    scratch: Vec<u8>,
+}
+
+/// A log-structured, sealed tier on a file or device.
+#[derive(Debug)]
+pub struct PackedTier {
+    config: PackedConfig,
+    describe: String,
+    sealer: Sealer,
+    index: RwLock<Index>,
+    layout: Mutex<Layout>,
+    device: RwLock<Option<File>>,
+    /// A regular file we created and may truncate when reopening.
+    regular: bool,
+    health: Health,
+    deleted_reported: AtomicBool,
+    pages: AtomicU64,
+    stored_bytes: AtomicU64,
+    counters: Counters,
+}
+
+fn encode(slot: u32, generation: u32) -> TierRef {
+    let raw = (u64::from(generation & 0xff_ffff) << 32) | (u64::from(slot) + 1);
+    TierRef::from_raw(raw).expect("below 2^56 and never 0")
+}
+
+fn decode(tier_ref: TierRef) -> (usize, u32) {
+    let raw = tier_ref.to_raw();
+    (((raw & 0xffff_ffff) - 1) as usize, (raw >> 32) as u32)
+}
+
+/// Reads exactly `buf.len()` bytes at `offset` with `pread` (async-signal-safe;
+/// allocates nothing).
+fn read_exact_at(file: &File, buf: &mut [u8], mut offset: u64) -> Result<(), ReadFailure> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset) {
+            Ok(0) => return Err(ReadFailure::Truncated),
+            Ok(n) => {
+                done += n;
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(ReadFailure::Io {
+                    // 0: the error carried no errno.
+                    errno: e.raw_os_error().unwrap_or(0),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+impl PackedTier {
+    /// A packed tier. A bad configuration is an error; a device that cannot
+    /// be opened is not: the tier starts down, says why on standard error,
+    /// and is retried on later writes (pages stay in memory meanwhile).
+    pub fn new(config: PackedConfig) -> Result<PackedTier, TierError> {
+        if config.segment_bytes < 64 * 1024 || config.segment_bytes > u64::from(u32::MAX) {
+            return Err(TierError::InvalidConfig(format!(
+                "segment_bytes is {}: give 64 KiB to 4 GiB",
+                config.segment_bytes
+            )));
+        }
+        let segments = config.max_bytes / config.segment_bytes;
+        if segments < 2 || segments > u64::from(u32::MAX) {
+            return Err(TierError::InvalidConfig(format!(
+                "max_bytes {} holds {segments} segments of {} bytes: give room for at least 2 (one is kept free for garbage collection)",
+                config.max_bytes, config.segment_bytes
+            )));
+        }
+        let describe = format!("packed file {}", config.path.display());
+        let regular = match std::fs::metadata(&config.path) {
+            Ok(meta) => {
+                let kind = meta.file_type();
+                !(kind.is_block_device() || kind.is_char_device())
+            }
+            Err(_) => true,
+        };
+        let tier = PackedTier {
+            sealer: Sealer::new(&config.key)?,
+            health: Health::new(&describe, config.retry_interval),
+            describe,
+            index: RwLock::new(Index::default()),
+            layout: Mutex::new(Layout {
+                segments: (0..segments).map(|_| Segment::default()).collect(),
+                // Handed out from the front (segment 0 first), so a file
+                // grows only as far as it is used; the last is the reserve.
+                free: (0..segments as u32 - 1).rev().collect(),
+                open: None,
+                reserve: segments as u32 - 1,
+                scratch: Vec::new(),
+            }),
+            device: RwLock::new(None),
+            regular,
+            deleted_reported: AtomicBool::new(false),
+            pages: AtomicU64::new(0),
+            stored_bytes: AtomicU64::new(0),
+            counters: Counters::default(),
+            config,
+        };
+        if let Err(error) = tier.open_device() {
+            tier.health.failed(&error);
+        }
+        Ok(tier)
+    }
+
+    fn open_device(&self) -> Result<(), TierError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(self.regular)
+            .truncate(self.regular)
+            .open(&self.config.path)
+            .map_err(|source| self.io_error("open", source))?;
+        *self.device.write() = Some(file);
+        Ok(())
+    }
+
+    fn io_error(&self, action: &'static str, source: std::io::Error) -> TierError {
+        TierError::Io {
+            tier: self.describe.clone(),
+            action,
+            source,
+        }
+    }
+
+    fn segment_offset(&self, segment: u32, offset: u64) -> u64 {
+        u64::from(segment) * self.config.segment_bytes + offset
+    }
+
+    fn write_at(&self, bytes: &[u8], at: u64) -> Result<(), TierError> {
+        let device = self.device.read();
+        let file = device.as_ref().ok_or_else(|| TierError::Unavailable {
+            tier: self.describe.clone(),
+            cause: "the device is not open".into(),
+            retry_ms: self.config.retry_interval.as_millis() as u64,
+        })?;
+        file.write_all_at(bytes, at)
+            .map_err(|source| self.io_error("write", source))
+    }
+
+    fn read_at(&self, bytes: &mut [u8], at: u64) -> Result<(), ReadFailure> {
+        let device = spin_read(&self.device);
+        let file = device.as_ref().ok_or(ReadFailure::Unavailable)?;
+        read_exact_at(file, bytes, at)
+    }
+
+    /// Finds room for `len` bytes: the open segment, a free one, or one
+    /// emptied by collection. Returns (segment, offset).
+    fn place(&self, layout: &mut Layout, len: u64) -> Result<(u32, u64), TierError> {
+        if let Some(open) = layout.open {
+            let fill = layout.segments[open as usize].fill;
+            if fill + len <= self.config.segment_bytes {
+                return Ok((open, fill));
+            }
+        }
+        if let Some(free) = layout.free.pop() {
+            layout.open = Some(free);
+            return Ok((free, 0));
+        }
+        self.collect(layout, len)?;
+        let open = layout.open.expect("collection leaves an open segment");
+        Ok((open, layout.segments[open as usize].fill))
+    }
+
+    /// Garbage collection: copies the live blobs of the segment with the
+    /// fewest live bytes into the reserve, which becomes the open segment;
+    /// the emptied segment becomes the reserve. Fails when even that would
+    /// not leave room for `len` more bytes.
+    fn collect(&self, layout: &mut Layout, len: u64) -> Result<(), TierError> {
+        let reserve = layout.reserve;
+        let victim = layout
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| i as u32 != reserve && s.fill > 0)
+            .min_by_key(|(_, s)| s.live)
+            .map(|(i, _)| i as u32);
+        let full = || TierError::Full {
+            tier: self.describe.clone(),
+            capacity_bytes: self.capacity_bytes(),
+        };
+        let Some(victim) = victim else {
+            return Err(full());
+        };
+        if layout.segments[victim as usize].live + len > self.config.segment_bytes {
+            return Err(full());
+        }
+        layout.segments[reserve as usize] = Segment::default();
+        self.copy_live(layout, victim, reserve)?;
+        layout.open = Some(reserve);
+        layout.reserve = victim;
+        Ok(())
+    }
+
+    /// Copies the live blobs of `victim` to the end of `dest` (sealed, as
+    /// they are), repoints the index, and empties `victim`. On error nothing
+    /// is repointed and `dest`'s fill is unchanged (the partial copies are
+    /// garbage the next append overwrites).
+    fn copy_live(&self, layout: &mut Layout, victim: u32, dest: u32) -> Result<(), TierError> {
+        let mut blobs = std::mem::take(&mut layout.segments[victim as usize].blobs);
+        // A slot freed and reused within one segment is listed twice.
+        blobs.sort_unstable();
+        blobs.dedup();
+        let mut scratch = std::mem::take(&mut layout.scratch);
+        let mut fill = layout.segments[dest as usize].fill;
+        let mut moved = Vec::new();
+        let mut result = Ok(());
+        for &slot in &blobs {
+            let entry = self.index.read().entries[slot as usize];
+            if !entry.live || entry.segment != victim {
+                continue;
+            }
+            if fill + u64::from(entry.sealed_len) > self.config.segment_bytes {
+                result = Err(TierError::Full {
+                    tier: self.describe.clone(),
+                    capacity_bytes: self.capacity_bytes(),
+                });
+                break;
+            }
+            scratch.resize(entry.sealed_len as usize, 0);
+            let from = self.segment_offset(victim, u64::from(entry.offset));
+            if let Err(failure) = self.read_at(&mut scratch, from) {
+                result = Err(self.io_error(
+                    "read (garbage collection)",
+                    std::io::Error::other(failure.cause()),
+                ));
+                break;
+            }
+            if let Err(error) = self.write_at(&scratch, self.segment_offset(dest, fill)) {
+                result = Err(error);
+                break;
+            }
+            moved.push((slot, entry, fill));
+            fill += u64::from(entry.sealed_len);
+        }
+        layout.scratch = scratch;
+        if let Err(error) = result {
+            layout.segments[victim as usize].blobs = blobs;
+            return Err(error);
+        }
+        let mut live = 0;
+        let mut kept = Vec::with_capacity(moved.len());
+        {
+            let mut index = self.index.write();
+            for (slot, seen, offset) in moved {
+                let entry = &mut index.entries[slot as usize];
+                // Freed while it was copied: leave the copy as dead bytes.
+                if entry.live && entry.generation == seen.generation && entry.segment == victim {
+                    entry.segment = dest;
+                    entry.offset = offset as u32;
+                    live += u64::from(entry.sealed_len);
+                    kept.push(slot);
+                    Counters::add(&self.counters.gc_moved_blobs, 1);
+                    Counters::add(&self.counters.gc_moved_bytes, u64::from(entry.sealed_len));
+                }
+            }
+        }
+        let dest_segment = &mut layout.segments[dest as usize];
+        dest_segment.fill = fill;
+        dest_segment.live += live;
+        dest_segment.blobs.extend(kept);
+        layout.segments[victim as usize] = Segment::default();
+        Counters::add(&self.counters.gc_runs, 1);
+        Ok(())
+    }
+
+    /// Collection ahead of need: copies the emptiest closed segment that is
+    /// at most half live into the open segment (a free one is opened when
+    /// the open one lacks room) and frees it. False when there was nothing
+    /// worth doing or no room to do it.
+    fn compact_one(&self, layout: &mut Layout) -> bool {
+        let open = layout.open;
+        let reserve = layout.reserve;
+        let Some(victim) = layout
+            .segments
+            .iter()
+            .enumerate()
+            .filter(|&(i, s)| {
+                let i = i as u32;
+                Some(i) != open && i != reserve && s.fill > 0 && s.live * 2 <= s.fill
+            })
+            .min_by_key(|(_, s)| s.live)
+            .map(|(i, _)| i as u32)
+        else {
+            return false;
+        };
+        let need = layout.segments[victim as usize].live;
+        let dest = match open {
+            Some(o) if layout.segments[o as usize].fill + need <= self.config.segment_bytes => o,
+            _ => match layout.free.pop() {
+                Some(free) => {
+                    layout.open = Some(free);
+                    free
+                }
+                None => return false,
+            },
+        };
+        if self.copy_live(layout, victim, dest).is_err() {
+            return false;
+        }
+        layout.free.push(victim);
+        true
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        (self.config.max_bytes / self.config.segment_bytes) * self.config.segment_bytes
+    }
+
+    /// Where the blob `tier_ref` names lies on the device (offset, sealed
+    /// length): for tamper tests.
+    #[doc(hidden)]
+    pub fn location_for_test(&self, tier_ref: TierRef) -> Option<(u64, usize)> {
+        let (slot, _) = decode(tier_ref);
+        let entry = *self.index.read().entries.get(slot)?;
+        entry.live.then(|| {
+            (
+                self.segment_offset(entry.segment, u64::from(entry.offset)),
+                entry.sealed_len as usize,
+            )
+        })
+    }
+
+    /// Replaces the open device with `file`: for failure tests (a file opened
+    /// read-only makes every write fail, `/dev/full` makes them fail with
+    /// `ENOSPC`, a write-only file makes reads fail).
+    #[doc(hidden)]
+    pub fn replace_device_for_test(&self, file: File) {
+        *self.device.write() = Some(file);
+    }
+
+    fn try_put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
+        self.health.may_try()?;
+        if self.device.read().is_none() {
+            self.open_device()?;
+        }
+        let mut sealed = Vec::with_capacity(blob.len() + TAG_BYTES);
+        let version = self.sealer.seal(page, blob, &mut sealed)?;
+        let len = sealed.len() as u64;
+        let mut layout = self.layout.lock();
+        let (segment, offset) = self.place(&mut layout, len)?;
+        // The space is taken whether or not the write succeeds: a failed
+        // write leaves dead bytes, never a blob the index points at.
+        layout.segments[segment as usize].fill = offset + len;
+        self.write_at(&sealed, self.segment_offset(segment, offset))?;
+        let slot = {
+            let mut index = self.index.write();
+            let slot = match index.free.pop() {
+                Some(slot) => slot,
+                None => {
+                    index.entries.push(Entry::default());
+                    (index.entries.len() - 1) as u32
+                }
+            };
+            let entry = &mut index.entries[slot as usize];
+            *entry = Entry {
+                segment,
+                offset: offset as u32,
+                sealed_len: len as u32,
+                generation: entry.generation,
+                page,
+                version,
+                live: true,
+            };
+            (slot, entry.generation)
+        };
+        let seg = &mut layout.segments[segment as usize];
+        seg.live += len;
+        seg.blobs.push(slot.0);
+        Ok(encode(slot.0, slot.1))
+    }
+
+    /// Notices a regular file that was deleted under us: its pages stay
+    /// readable (the descriptor keeps the file), but its space is no longer
+    /// visible to anyone, so it is said once.
+    fn check_deleted(&self) {
+        let device = self.device.read();
+        let Some(file) = device.as_ref() else { return };
+        if let Ok(meta) = file.metadata() {
+            if meta.nlink() == 0 && !self.deleted_reported.swap(true, Relaxed) {
+                eprintln!(
+                    "zpage: tier {} was deleted; its pages stay readable through the open descriptor and its space is freed when the process ends",
+                    self.describe
+                );
+            }
+        }
+    }
+}
+
+impl Tier for PackedTier {
+    fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    fn put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
+        if blob.len() > MAX_BLOB_BYTES {
+            return Err(TierError::InvalidBlob {
+                len: blob.len(),
+                why: "larger than a page",
+            });
+        }
+        match self.try_put(page, blob) {
+            Ok(tier_ref) => {
+                self.health.succeeded();
+                self.pages.fetch_add(1, Relaxed);
+                self.stored_bytes.fetch_add(blob.len() as u64, Relaxed);
+                Counters::add(&self.counters.puts, 1);
+                Counters::add(&self.counters.put_bytes, blob.len() as u64);
+                Ok(tier_ref)
+            }
+            Err(error) => {
+                self.counters.count_put_failure(&error);
+                match &error {
+                    // A full tier is not down: frees make room again.
+                    TierError::Full { .. } | TierError::Unavailable { .. } => {}
+                    _ => self.health.failed(&error),
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn get(&self, tier_ref: TierRef, page: u64, buf: &mut [u8]) -> Result<usize, ReadFailure> {
+        let started = Instant::now();
+        let (slot, generation) = decode(tier_ref);
+        let mut result = Err(ReadFailure::Stale);
+        // A collection may move the blob between our look at the index and
+        // our read; a few tries always see it settle.
+        for _ in 0..4 {
+            let entry = {
+                let index = spin_read(&self.index);
+                match index.entries.get(slot) {
+                    Some(e) if e.live && e.generation & 0xff_ffff == generation => *e,
+                    _ => {
+                        result = Err(ReadFailure::Stale);
+                        break;
+                    }
+                }
+            };
+            if entry.page != page {
+                result = Err(ReadFailure::Stale);
+                break;
+            }
+            let Some(dst) = buf.get_mut(..entry.sealed_len as usize) else {
+                result = Err(ReadFailure::BufferTooSmall);
+                break;
+            };
+            let at = self.segment_offset(entry.segment, u64::from(entry.offset));
+            result = self
+                .read_at(dst, at)
+                .and_then(|()| self.sealer.open(page, entry.version, dst));
+            if result.is_ok() {
+                break;
+            }
+            let moved = {
+                let index = spin_read(&self.index);
+                index.entries.get(slot).is_some_and(|e| {
+                    e.live
+                        && e.generation == entry.generation
+                        && (e.segment, e.offset) != (entry.segment, entry.offset)
+                })
+            };
+            if !moved {
+                break;
+            }
+        }
+        match result {
+            Ok(_) => self.counters.count_get(started.elapsed().as_nanos() as u64),
+            Err(failure) => self.counters.count_read_failure(failure),
+        }
+        result
+    }
+
+    fn free(&self, tier_ref: TierRef) {
+        let (slot, generation) = decode(tier_ref);
+        let mut layout = self.layout.lock();
+        let freed = {
+            let mut index = self.index.write();
+            let Some(entry) = index.entries.get_mut(slot) else {
+                return;
+            };
+            if !entry.live || entry.generation & 0xff_ffff != generation {
+                return;
+            }
+            entry.live = false;
+            entry.generation = entry.generation.wrapping_add(1);
+            let freed = *entry;
+            index.free.push(slot as u32);
+            freed
+        };
+        let open = layout.open;
+        let seg = &mut layout.segments[freed.segment as usize];
+        seg.live -= u64::from(freed.sealed_len);
+        // An emptied closed segment is free again at once (no copy needed).
+        if seg.live == 0 && open != Some(freed.segment) {
+            *seg = Segment::default();
+            layout.free.push(freed.segment);
+        }
+        drop(layout);
+        self.pages.fetch_sub(1, Relaxed);
+        self.stored_bytes
+            .fetch_sub(u64::from(freed.sealed_len) - TAG_BYTES as u64, Relaxed);
+        Counters::add(&self.counters.frees, 1);
+    }
+
+    fn stats(&self) -> TierStats {
+        let backing_bytes = {
+            let layout = self.layout.lock();
+            layout.segments.iter().map(|s| s.fill).sum()
+        };
+        let down_cause = self.health.down_cause();
+        TierStats {
+            pages: self.pages.load(Relaxed),
+            stored_bytes: self.stored_bytes.load(Relaxed),
+            backing_bytes,
+            capacity_bytes: self.capacity_bytes(),
+            available: down_cause.is_none(),
+            down_cause,
+            ..TierStats::from_counters(&self.counters)
+        }
+    }
+
+    fn reads_are_async_signal_safe(&self) -> bool {
+        true
+    }
+
+    /// Notices a deleted file, and collects garbage ahead of need: while
+    /// dead blobs are more than a tenth of the bytes on the device, the
+    /// emptiest closed segment that is at most half live is copied into the
+    /// open one and freed (a few segments a call, so one call stays short).
+    fn maintain(&self) {
+        self.check_deleted();
+        for _ in 0..4 {
+            let mut layout = self.layout.lock();
+            let (fill, live) = layout
+                .segments
+                .iter()
+                .fold((0, 0), |(f, l), s| (f + s.fill, l + s.live));
+            if (fill - live) * 10 <= fill || !self.compact_one(&mut layout) {
+                return;
+            }
+        }
+    }
+}
