@@ -8,7 +8,7 @@ pub mod bench_progress;
 use anyhow::{bail, Context, Result};
 use bench_progress::BarObserver;
 use std::path::{Path, PathBuf};
-use zpage_bench::kernel::{self, KernelTier, MachineGuard};
+use zpage_bench::kernel::{self, SwapBackend};
 use zpage_bench::report::{self, BenchResult};
 use zpage_bench::units::mib;
 use zpage_bench::{AgingPolicy, DataSource, FaultMode, WorkloadKind, WorkloadSpec, ZpageOptions};
@@ -273,20 +273,20 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         ..zpage.clone()
     };
 
-    // Take the machine first, so a busy zram0 or a missing privilege fails before a long run.
+    // Take the machine first, so a busy machine or a missing privilege fails before a long run.
     let mut machine = if args.vs_kernel {
-        Some(MachineGuard::take(&args.scratch_dir)?)
+        Some(kernel::take_machine(&args.scratch_dir)?)
     } else {
         None
     };
-    let tiers: Vec<KernelTier> = if !args.vs_kernel {
+    let tiers: Vec<SwapBackend> = if !args.vs_kernel {
         vec![]
     } else if args.kernel_tiers.is_empty() {
-        KernelTier::all_available()?
+        SwapBackend::all_available()?
     } else {
         args.kernel_tiers
             .iter()
-            .map(|t| KernelTier::parse(t))
+            .map(|t| SwapBackend::parse(t))
             .collect::<Result<_, _>>()?
     };
 
@@ -308,7 +308,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
             args.json,
             &format!(
                 "kernel tiers: {} in a memory cgroup limited to {} (memory.swappiness {}, memsw unlimited), vm.page-cluster 0 (was {}); swap state restored afterwards",
-                tiers.iter().map(KernelTier::name).collect::<Vec<_>>().join(", "),
+                tiers.iter().map(SwapBackend::name).collect::<Vec<_>>().join(", "),
                 mib(budget),
                 kernel::CGROUP_SWAPPINESS,
                 machine.saved().page_cluster()
@@ -367,7 +367,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         machine.restore()?;
         say(
             args.json,
-            "machine swap state restored and checked (swaps, zram0, zswap, page-cluster, cgroups)",
+            "machine swap state restored and checked (swaps, zram, zswap, page-cluster, cgroups)",
         );
     }
 
