@@ -4,6 +4,8 @@
 
 #[path = "bench_progress.rs"]
 pub mod bench_progress;
+#[path = "cmd_bench_redis.rs"]
+pub mod cmd_bench_redis;
 
 use anyhow::{bail, Context, Result};
 use bench_progress::BarObserver;
@@ -15,7 +17,11 @@ use zpage_bench::{AgingPolicy, DataSource, FaultMode, WorkloadKind, WorkloadSpec
 
 /// Arguments of `zpage bench`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    /// A real program to benchmark instead of the built-in workloads.
+    #[command(subcommand)]
+    pub program: Option<BenchProgram>,
     /// Workloads to run (repeatable or comma-separated): replay (fill, then
     /// sequential, uniform and hot/cold touches), bench-c (sequential and random
     /// access over high- and low-entropy data), swapdemo (a memory-mapped file
@@ -90,6 +96,14 @@ pub struct Args {
     pub no_charts: bool,
 }
 
+/// Real programs `zpage bench` drives.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchProgram {
+    /// redis-server loaded with real text: every value checked, DEBUG DIGEST
+    /// compared through a BGSAVE, GET throughput and p50/p99 at random keys.
+    Redis(cmd_bench_redis::Args),
+}
+
 /// `--workload` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum WorkloadArg {
@@ -150,7 +164,10 @@ fn say(json: bool, text: &str) {
     }
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(mut args: Args) -> Result<()> {
+    if let Some(BenchProgram::Redis(redis)) = args.program.take() {
+        return cmd_bench_redis::run(redis);
+    }
     // A kernel tier's child is this same program, started with a request in its environment.
     if kernel::run_child_if_requested() {
         return Ok(());

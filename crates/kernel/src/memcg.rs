@@ -211,7 +211,8 @@ fn read_keyed(path: &Path) -> BTreeMap<String, u64> {
     crate::procfs::parse_vmstat(&std::fs::read_to_string(path).unwrap_or_default())
 }
 
-fn read_counters(dir: &Path, version: CgroupVersion) -> Result<CgroupCounters> {
+/// Reads the counters of the cgroup at `dir` (for a reader that does not own it).
+pub fn read_counters(dir: &Path, version: CgroupVersion) -> Result<CgroupCounters> {
     let stat = read_keyed(&dir.join("memory.stat"));
     Ok(match version {
         CgroupVersion::V1 => {

@@ -21,13 +21,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::machine::{MachineGuard, OtherSwap, SwapBackend, CGROUP_PREFIX, CGROUP_SWAPPINESS};
-use crate::memcg::{self, CgroupVersion, MemoryCgroup};
+use crate::memcg::{self, CgroupCounters, CgroupVersion, MemoryCgroup};
 use crate::sys::{ChildEnd, SignalForwarding};
 use crate::zram::{MmStat, ZramDevice};
 use crate::{procfs, zswap, KernelError, Result};
@@ -274,10 +275,140 @@ struct Tracker {
     saved_at_footprint_peak: u64,
     at_peak: CompressedSample,
     at_end: CompressedSample,
-    /// The latest sample's swap use and store, counted as "at end" only once
-    /// a wait after it found the program still running (a sample taken
-    /// while it exits sees its memory already freed).
-    pending_end: Option<(u64, CompressedSample)>,
+}
+
+impl Tracker {
+    /// Adds one sample; `still_running` says the program was seen alive
+    /// after it was taken (a sample taken while it exits sees its memory
+    /// already freed, so it is not the "end").
+    fn add(
+        &mut self,
+        counters: &CgroupCounters,
+        compressed: CompressedSample,
+        still_running: bool,
+    ) {
+        self.samples += 1;
+        let swap = counters.swap_bytes.unwrap_or(0);
+        self.usage_peak = self.usage_peak.max(counters.usage_bytes);
+        self.swap_peak = self.swap_peak.max(swap);
+        let footprint = counters.usage_bytes + swap;
+        if footprint > self.footprint_peak {
+            self.footprint_peak = footprint;
+            let ram = counters.usage_bytes + compressed.memory_used_bytes;
+            self.saved_at_footprint_peak = footprint.saturating_sub(ram);
+        }
+        if compressed.original_bytes >= self.at_peak.original_bytes {
+            self.at_peak = compressed.clone();
+        }
+        if still_running {
+            self.swap_last = swap;
+            self.at_end = compressed;
+        }
+    }
+}
+
+/// The compressed store now: the run's zram device, or zswap (machine-wide).
+fn compressed_now(zram: Option<&ZramDevice>) -> CompressedSample {
+    match zram {
+        Some(device) => device
+            .mm_stat()
+            .map(|m: MmStat| CompressedSample {
+                original_bytes: m.orig_data_size,
+                compressed_bytes: m.compr_data_size,
+                memory_used_bytes: m.mem_used_total,
+            })
+            .unwrap_or_default(),
+        None => {
+            let meminfo = procfs::meminfo().unwrap_or_default();
+            let compressed = meminfo.get("Zswap").copied().unwrap_or(0);
+            CompressedSample {
+                original_bytes: meminfo.get("Zswapped").copied().unwrap_or(0),
+                compressed_bytes: compressed,
+                memory_used_bytes: compressed,
+            }
+        }
+    }
+}
+
+/// True while `pid` exists and has not exited (a zombie has).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            let after = &stat[stat.rfind(')')? + 1..];
+            after
+                .split_whitespace()
+                .next()
+                .map(|state| state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+/// Samples the cgroup and the compressed store on a thread of its own, so
+/// the figures cover the whole run whatever the caller does meanwhile.
+#[derive(Debug)]
+struct Sampler {
+    stop: Arc<AtomicBool>,
+    tracker: Arc<Mutex<Tracker>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    fn start(
+        cgroup: &MemoryCgroup,
+        zram: Option<ZramDevice>,
+        pid: i32,
+        every: Duration,
+    ) -> Result<Sampler> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tracker = Arc::new(Mutex::new(Tracker::default()));
+        let dir = cgroup.dir().to_path_buf();
+        let version = cgroup.version();
+        let thread = std::thread::Builder::new()
+            .name("zpage-run-sampler".into())
+            .spawn({
+                let stop = Arc::clone(&stop);
+                let tracker = Arc::clone(&tracker);
+                move || {
+                    crate::sys::block_forwarded_signals_in_this_thread();
+                    while !stop.load(Ordering::Relaxed) {
+                        if let Ok(counters) = memcg::read_counters(&dir, version) {
+                            let compressed = compressed_now(zram.as_ref());
+                            let still_running = running(pid);
+                            if let Ok(mut tracker) = tracker.lock() {
+                                tracker.add(&counters, compressed, still_running);
+                            }
+                        }
+                        std::thread::sleep(every);
+                    }
+                }
+            })
+            .map_err(|e| KernelError::io("thread", "start the sampler", e))?;
+        Ok(Sampler {
+            stop,
+            tracker,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops sampling and returns the figures.
+    fn stop(&mut self) -> Tracker {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.tracker
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop();
+    }
 }
 
 static RUN_SERIAL: AtomicU32 = AtomicU32::new(0);
@@ -296,7 +427,7 @@ pub struct KernelRun {
     reaped: Option<ChildEnd>,
     started: Instant,
     vmstat_before: BTreeMap<String, u64>,
-    tracker: Tracker,
+    sampler: Sampler,
     options: RunOptions,
     swap_area_bytes: u64,
     zram: Option<ZramDevice>,
@@ -338,6 +469,7 @@ impl KernelRun {
         let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
         let forwarding = SignalForwarding::install(pid)
             .map_err(|e| KernelError::io("sigaction", "install signal forwarding", e))?;
+        let sampler = Sampler::start(&cgroup, zram.clone(), pid, options.sample_every)?;
         Ok(KernelRun {
             forwarding: Some(forwarding),
             child,
@@ -347,7 +479,7 @@ impl KernelRun {
             reaped: None,
             started,
             vmstat_before,
-            tracker: Tracker::default(),
+            sampler,
             options: options.clone(),
             swap_area_bytes,
             zram,
@@ -370,70 +502,17 @@ impl KernelRun {
         self.cgroup.as_ref().map(|c| c.dir())
     }
 
-    /// Takes one sample of the cgroup and compressed-store figures now.
-    fn sample(&mut self) {
-        let Some(cgroup) = &self.cgroup else { return };
-        let Ok(counters) = cgroup.counters() else {
-            return;
-        };
-        let compressed = self.compressed_now();
-        let tracker = &mut self.tracker;
-        tracker.samples += 1;
-        let swap = counters.swap_bytes.unwrap_or(0);
-        tracker.usage_peak = tracker.usage_peak.max(counters.usage_bytes);
-        tracker.swap_peak = tracker.swap_peak.max(swap);
-        let footprint = counters.usage_bytes + swap;
-        if footprint > tracker.footprint_peak {
-            tracker.footprint_peak = footprint;
-            let ram = counters.usage_bytes + compressed.memory_used_bytes;
-            tracker.saved_at_footprint_peak = footprint.saturating_sub(ram);
-        }
-        if compressed.original_bytes >= tracker.at_peak.original_bytes {
-            tracker.at_peak = compressed.clone();
-        }
-        tracker.pending_end = Some((swap, compressed));
-    }
-
-    fn compressed_now(&self) -> CompressedSample {
-        match &self.zram {
-            Some(device) => device
-                .mm_stat()
-                .map(|m: MmStat| CompressedSample {
-                    original_bytes: m.orig_data_size,
-                    compressed_bytes: m.compr_data_size,
-                    memory_used_bytes: m.mem_used_total,
-                })
-                .unwrap_or_default(),
-            None => {
-                let meminfo = procfs::meminfo().unwrap_or_default();
-                let compressed = meminfo.get("Zswap").copied().unwrap_or(0);
-                CompressedSample {
-                    original_bytes: meminfo.get("Zswapped").copied().unwrap_or(0),
-                    compressed_bytes: compressed,
-                    memory_used_bytes: compressed,
-                }
-            }
-        }
-    }
-
-    /// Samples, and reaps the program if it has ended: `true` once it has.
+    /// Reaps the program if it has ended: `true` once it has.
     pub fn poll(&mut self) -> Result<bool> {
         if self.reaped.is_some() {
             return Ok(true);
         }
-        self.sample();
         match crate::sys::try_reap(self.pid) {
             Ok(Some(end)) => {
                 self.reaped = Some(end);
                 Ok(true)
             }
-            Ok(None) => {
-                if let Some((swap, compressed)) = self.tracker.pending_end.take() {
-                    self.tracker.swap_last = swap;
-                    self.tracker.at_end = compressed;
-                }
-                Ok(false)
-            }
+            Ok(None) => Ok(false),
             Err(e) => Err(KernelError::io(format!("pid {}", self.pid), "wait for", e)),
         }
     }
@@ -451,6 +530,7 @@ impl KernelRun {
             unreachable!("poll returns true only once the program is reaped")
         };
         self.forwarding = None;
+        let tracker = self.sampler.stop();
         let final_counters = self
             .cgroup
             .as_ref()
@@ -475,7 +555,6 @@ impl KernelRun {
                 (Some(ins), Some(outs)) => (ins, outs, "cgroup"),
                 _ => (delta("pswpin"), delta("pswpout"), "machine"),
             };
-        let tracker = &self.tracker;
         let exit = match (end.code, end.signal) {
             (_, Some(signal)) => ChildExit::Signal(signal),
             (Some(code), None) => ChildExit::Code(code),

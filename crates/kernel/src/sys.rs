@@ -347,3 +347,20 @@ impl Drop for SignalForwarding {
         FORWARD_TO.store(0, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// Blocks the signals a supervisor forwards ([`FORWARDED_SIGNALS`]) in the
+/// calling thread, so they are handled on the main thread and never
+/// interrupt a helper thread of ours.
+pub fn block_forwarded_signals_in_this_thread() {
+    // SAFETY: a zeroed sigset_t is valid input to sigemptyset, which initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live local; sigemptyset/sigaddset only write to it,
+    // and pthread_sigmask reads it and changes only this thread's mask.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for signal in FORWARDED_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
