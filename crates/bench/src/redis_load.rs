@@ -24,6 +24,8 @@ use crate::BenchError;
 
 /// Keys per pipelined batch when loading and reading back.
 const BATCH: u64 = 500;
+/// Tells the scratch directories of runs in one process apart.
+static RUN_SERIAL: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 /// Largest text file read into the corpus.
 const MAX_TEXT_FILE: u64 = 8 << 20;
 
@@ -472,11 +474,11 @@ pub fn run_redis_bench(
         options.mean_value_bytes,
         options.seed,
     )?;
-    let work = WorkDir(
-        options
-            .scratch_dir
-            .join(format!("zpage-redis-{}", std::process::id())),
-    );
+    let work = WorkDir(options.scratch_dir.join(format!(
+        "zpage-redis-{}-{}",
+        std::process::id(),
+        RUN_SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )));
     std::fs::create_dir_all(&work.0).map_err(|e| BenchError::io(&work.0, "create", e))?;
     let socket = work.0.join("redis.sock");
     let log = work.0.join("server.log");

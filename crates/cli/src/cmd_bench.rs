@@ -101,7 +101,7 @@ pub struct Args {
 pub enum BenchProgram {
     /// redis-server loaded with real text: every value checked, DEBUG DIGEST
     /// compared through a BGSAVE, GET throughput and p50/p99 at random keys.
-    Redis(cmd_bench_redis::Args),
+    Redis(Box<cmd_bench_redis::Args>),
 }
 
 /// `--workload` values.
@@ -166,7 +166,7 @@ fn say(json: bool, text: &str) {
 
 pub fn run(mut args: Args) -> Result<()> {
     if let Some(BenchProgram::Redis(redis)) = args.program.take() {
-        return cmd_bench_redis::run(redis);
+        return cmd_bench_redis::run(*redis);
     }
     // A kernel tier's child is this same program, started with a request in its environment.
     if kernel::run_child_if_requested() {
