@@ -271,3 +271,42 @@ fn dropping_a_run_kills_the_program_and_restores_the_machine() {
     assert!(!alive, "the program outlived its run");
     assert_eq!(state_now(), before);
 }
+
+/// Read-only: whether kernel mode can run here, and why not, named.
+#[test]
+fn availability_names_what_is_missing() {
+    let mut options = RunOptions::new(BUDGET);
+    options.backend = SwapBackend::Zram("no-such-algorithm".into());
+    let error = run::check_available(&options).unwrap_err().to_string();
+    if zpage_kernel::is_root() {
+        assert!(error.contains("no-such-algorithm"), "{error}");
+    } else {
+        assert!(error.contains("needs root"), "{error}");
+    }
+    options.backend = SwapBackend::Zswap("no-such-compressor".into());
+    options.budget_bytes = 1 << 20;
+    let error = run::check_available(&options).unwrap_err().to_string();
+    assert!(error.contains("give a larger budget"), "{error}");
+    if zpage_kernel::zswap::parameters().is_ok() {
+        assert!(error.contains("no-such-compressor"), "{error}");
+    }
+    // As root with the memory controller and a zram device, the default (zram-lz4) is judged by lz4 alone.
+    let has_zram_device = zpage_kernel::zram::ZramDevice::list().is_ok_and(|d| !d.is_empty());
+    if zpage_kernel::is_root()
+        && zpage_kernel::memcg::memory_controller().is_ok()
+        && has_zram_device
+    {
+        // Read-only: the algorithms of an existing device (no hot_add here).
+        let offered = zpage_kernel::zram::ZramDevice::list()
+            .ok()
+            .and_then(|devices| devices.first().map(|d| d.algorithms()))
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let verdict = run::check_available(&RunOptions::new(BUDGET));
+        assert_eq!(
+            verdict.is_ok(),
+            offered.iter().any(|a| a == "lz4"),
+            "{verdict:?}"
+        );
+    }
+}
