@@ -49,7 +49,7 @@ pub struct RunOptions {
     pub backend: SwapBackend,
     /// Size of the swap area; `None` for [`default_swap_bytes`].
     pub swap_bytes: Option<u64>,
-    /// Directory for the swap file of a zswap backend.
+    /// Directory for the swap file of a zswap backend (default /var/tmp).
     pub scratch_dir: PathBuf,
     /// How often the cgroup, zram and zswap figures are sampled while the program runs.
     pub sample_every: Duration,
@@ -64,7 +64,8 @@ impl RunOptions {
             budget_bytes,
             backend: SwapBackend::Zram(DEFAULT_ZRAM_ALGORITHM.into()),
             swap_bytes: None,
-            scratch_dir: std::env::temp_dir(),
+            // Not /tmp: often a tmpfs, which cannot hold a swap file.
+            scratch_dir: PathBuf::from("/var/tmp"),
             sample_every: Duration::from_millis(50),
             other_swap: OtherSwap::KeepOn,
         }
