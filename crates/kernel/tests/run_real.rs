@@ -202,6 +202,8 @@ fn wait_for_swap(run: &mut KernelRun, bytes: u64) {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .unwrap_or(0);
         if swapped >= bytes {
+            // Let the run's own sampler (every 50 ms) see it too.
+            std::thread::sleep(Duration::from_millis(300));
             return;
         }
         assert!(Instant::now() < deadline, "no swap-out within 2 minutes");
