@@ -1,0 +1,103 @@
+"""zpage: compressed memory for Python and NumPy.
+
+Memory whose cold pages are compressed in user space, with a resident
+budget: pages beyond it are compressed (LZ4 by default) and come back
+transparently on the next access.
+
+- :class:`Region` -- a block of compressed memory exported through the
+  buffer protocol: ``memoryview(region)`` and ``numpy.frombuffer(region,
+  dtype)`` are zero-copy, writable views.
+- :class:`Budget` -- one resident limit shared by several regions.
+- :func:`budget` -- ``with zpage.budget("1G"): a = numpy.zeros(...)``:
+  NumPy arrays created in the block live in compressed memory under one
+  budget, and remain ordinary ndarrays.
+- :func:`analyze` and :func:`kernel_status` -- the documents ``zpage analyze
+  --json`` and ``zpage kernel status --json`` print, as Python objects.
+
+Errors are :class:`ZpageError` subclasses carrying the library's message.
+
+System calls and evicted pages: in the default "sigbus" fault mode the
+kernel cannot fault compressed pages back in, so a system call reading or
+writing one fails with EFAULT (``numpy.save`` and ``tofile`` raise
+``OSError``; nothing wrong is written). Pin the memory first
+(:meth:`Region.pin`, :func:`resident`), write through user-space copies
+(:func:`save`, :func:`load`, :func:`sendall`, :func:`chunks`), or use
+``fault_mode="handler_thread"`` (root, ``vm.unprivileged_userfaultfd=1`` or
+access to ``/dev/userfaultfd``), where system calls on evicted pages work.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Sequence, Union
+
+from ._errors import (
+    AnalyzeError,
+    BusyError,
+    ClosedError,
+    ConfigError,
+    NumpyHookError,
+    PinError,
+    SystemCallError,
+    UnavailableError,
+    ZpageError,
+)
+from ._arrays import ArrayBudget, budget, resident
+from ._syscalls import chunks, load, save, sendall
+from ._zpage import PAGE_SIZE, Budget, Region
+from ._zpage import analyze as _analyze
+from ._zpage import kernel_status as _kernel_status
+
+__all__ = [
+    "PAGE_SIZE",
+    "Budget",
+    "Region",
+    "ArrayBudget",
+    "budget",
+    "resident",
+    "save",
+    "load",
+    "sendall",
+    "chunks",
+    "analyze",
+    "kernel_status",
+    "ZpageError",
+    "ConfigError",
+    "UnavailableError",
+    "ClosedError",
+    "BusyError",
+    "PinError",
+    "SystemCallError",
+    "AnalyzeError",
+    "NumpyHookError",
+]
+
+
+def analyze(
+    path_or_pid: Union[int, str, "os.PathLike[str]"],
+    codecs: Optional[Sequence[str]] = None,
+    pools: Optional[Sequence[str]] = None,
+    *,
+    rounds: int = 3,
+    max_pages: Optional[int] = None,
+) -> Dict[str, Any]:
+    """How well memory compresses, with which codec and pool.
+
+    ``path_or_pid`` is a memory image (a raw dump of 4 KiB pages; str or
+    os.PathLike) or a process ID (its resident private anonymous pages).
+    ``codecs`` and ``pools`` are lists of names as the CLI spells them
+    (``["lz4", "zstd:3"]``, ``["zsmalloc", "zbud"]``); by default all.
+    ``rounds`` is how many times each page is decompressed for latency (0
+    skips it); ``max_pages`` caps what is read of a process.
+
+    Returns the document ``zpage analyze --json`` prints
+    (docs/analyze-json.md) as dicts and lists. Raises :class:`AnalyzeError`
+    when the memory cannot be read, :class:`ConfigError` for an unknown name.
+    """
+    return _analyze(path_or_pid, codecs, pools, rounds=rounds, max_pages=max_pages)
+
+
+def kernel_status() -> Dict[str, Any]:
+    """The kernel's compressed-memory state (zram devices, zswap, swap areas)
+    as ``zpage kernel status --json`` prints it, as dicts and lists."""
+    return _kernel_status()

@@ -1,0 +1,143 @@
+"""NumPy arrays in compressed memory: ``with zpage.budget("1G"): ...``."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Iterator, Optional, Union
+
+from ._errors import ConfigError, NumpyHookError
+from ._zpage import Budget, make_numpy_handler, pin_memory, set_numpy_handler, unpin_memory
+
+__all__ = ["ArrayBudget", "budget", "resident"]
+
+#: Arrays smaller than this go to NumPy's own allocator.
+DEFAULT_MIN_BYTES = 256 * 1024
+#: Address space of one arena region carved into arrays.
+DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
+
+
+def _numpy_api() -> Any:
+    """NumPy's C-API capsule (numpy 2 moved it to numpy._core)."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError as e:
+        raise NumpyHookError(
+            "zpage.budget() puts NumPy arrays in compressed memory: install numpy (>= 1.22)"
+        ) from e
+    try:
+        from numpy._core import _multiarray_umath as multiarray  # type: ignore[attr-defined]
+    except ImportError:
+        from numpy.core import _multiarray_umath as multiarray  # type: ignore[no-redef]
+    return multiarray._ARRAY_API
+
+
+class ArrayBudget:
+    """The budget of a ``with zpage.budget(...)`` block: its
+    :class:`Budget`, and the allocator that carves arrays from its regions.
+    It stays alive while arrays made in the block do."""
+
+    def __init__(self, shared: Budget, allocator: Any, handler: Any) -> None:
+        self.budget = shared
+        self._allocator = allocator
+        self._handler = handler
+
+    def stats(self) -> Dict[str, Any]:
+        """Figures: ``arena_count``, ``arena_bytes`` (address space),
+        ``carved_bytes`` (live arrays, whole pages), ``live_arrays``,
+        ``carved_count``, ``fallback_count`` (small allocations passed to
+        NumPy's allocator), ``failed_count`` and ``last_error``,
+        ``budget_bytes``, ``resident_bytes``."""
+        stats: Dict[str, Any] = self._allocator.stats()
+        return stats
+
+    def owns(self, array: Any) -> bool:
+        """Whether ``array``'s memory was carved from this budget."""
+        address, length = _extent(array)
+        return bool(self._allocator.owns(address, length))
+
+    def advise_cold(self, array: Any) -> None:
+        """Compresses ``array``'s pages now (it will not be needed soon)."""
+        address, length = _extent(array)
+        self._allocator.advise_cold(address, length)
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (
+            f"zpage.ArrayBudget({s['budget_bytes']} bytes, {s['live_arrays']} arrays, "
+            f"{s['resident_bytes']} resident)"
+        )
+
+
+def _extent(array: Any) -> "tuple[int, int]":
+    """Address and length of the memory under an ndarray (or buffer)."""
+    try:
+        interface = array.__array_interface__
+        address = interface["data"][0]
+        length = array.nbytes
+    except AttributeError:
+        view = memoryview(array)
+        import ctypes
+
+        length = view.nbytes
+        if view.readonly:
+            raise ConfigError("zpage.resident() needs writable memory (a NumPy array or a region)")
+        address = ctypes.addressof(ctypes.c_char.from_buffer(view))
+    return address, length
+
+
+@contextlib.contextmanager
+def budget(
+    size: Union[int, str],
+    codec: Optional[str] = None,
+    *,
+    min_bytes: int = DEFAULT_MIN_BYTES,
+    arena_bytes: int = DEFAULT_ARENA_BYTES,
+    **options: Any,
+) -> Iterator[ArrayBudget]:
+    """Puts NumPy arrays created in the block in compressed memory.
+
+    ``with zpage.budget("1G"): a = numpy.zeros(...)``: every array of at
+    least ``min_bytes`` created in the block (by this thread's context) is
+    carved from regions drawing on one budget of ``size`` bytes; pages beyond
+    it are compressed (``codec``, LZ4 by default). Outside code sees plain
+    ndarrays. Smaller arrays use NumPy's allocator. Arrays outlive the block
+    and stay valid; freeing them returns their memory. ``options`` are those
+    of :class:`Budget` (``pool``, ``fault_mode``, ``keep_clean_copies``,
+    ``aging``).
+
+    Uses NumPy's allocator hook (NEP 49, NumPy >= 1.22), which is per
+    context: threads started in the block use NumPy's allocator unless they
+    enter a block of their own. Covered: NumPy arrays (and pandas columns
+    backed by them). Not covered: ``bytes``, ``bytearray`` and other Python
+    objects (they use Python's allocator).
+
+    In the default "sigbus" fault mode, system calls cannot read compressed
+    pages: ``numpy.save``/``tofile``/``socket.send`` of such an array raise
+    ``OSError`` (EFAULT) rather than write wrong bytes. Wrap them in
+    ``with zpage.resident(array):`` or use ``fault_mode="handler_thread"``.
+    """
+    api = _numpy_api()
+    shared = Budget(size, codec, **options)
+    handler, allocator = make_numpy_handler(api, shared, min_bytes, arena_bytes)
+    state = ArrayBudget(shared, allocator, handler)
+    previous = set_numpy_handler(api, handler)
+    try:
+        yield state
+    finally:
+        set_numpy_handler(api, previous)
+
+
+@contextlib.contextmanager
+def resident(array: Any) -> Iterator[Any]:
+    """Keeps ``array``'s pages uncompressed for the block, so system calls
+    (``numpy.save``, ``tofile``, ``socket.sendall``) can read and write it in
+    the default "sigbus" fault mode. The array must come from a
+    :func:`budget` block; at most half the budget may be pinned at once (a
+    larger array raises :class:`PinError`: save it in slices).
+    For arrays viewing a :class:`Region`, use ``Region.pin``/``unpin``."""
+    address, length = _extent(array)
+    pin_memory(address, length)
+    try:
+        yield array
+    finally:
+        unpin_memory(address, length)

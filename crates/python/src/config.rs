@@ -1,0 +1,109 @@
+//! Python arguments to the library's configuration: sizes ("1G" or bytes),
+//! codec and pool names (the CLI's spellings), fault mode and aging policy.
+
+use crate::errors::{error, ErrorKind};
+use pyo3::prelude::*;
+use zpage_region::{AgingPolicy, BudgetConfig, CodecSpec, FaultMode, PoolKind};
+
+/// A size in bytes from an int or a string such as "512M", "1G", "64MiB".
+pub(crate) fn size_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let bytes: u64 = if let Ok(text) = value.extract::<String>() {
+        zpage_bench::parse_size(&text)
+            .map_err(|e| error(ErrorKind::Config, format!("{what}: {e}")))?
+    } else if let Ok(number) = value.extract::<i128>() {
+        u64::try_from(number).map_err(|_| {
+            error(
+                ErrorKind::Config,
+                format!(
+                    "{what} is {number}: give a positive number of bytes or a size such as \"1G\""
+                ),
+            )
+        })?
+    } else {
+        return Err(error(
+            ErrorKind::Config,
+            format!(
+                "{what} must be a number of bytes or a size string such as \"512M\" or \"1G\", not {}",
+                value.get_type().name()?
+            ),
+        ));
+    };
+    usize::try_from(bytes).map_err(|_| {
+        error(
+            ErrorKind::Config,
+            format!("{what} {bytes} does not fit in memory"),
+        )
+    })
+}
+
+/// The fault mode's Python name.
+pub(crate) fn fault_mode_name(mode: FaultMode) -> &'static str {
+    match mode {
+        FaultMode::Sigbus => "sigbus",
+        FaultMode::HandlerThread => "handler_thread",
+    }
+}
+
+/// Budget options as Python passes them (None: the library's default).
+#[derive(Debug, Default)]
+pub(crate) struct BudgetOptions {
+    pub codec: Option<String>,
+    pub pool: Option<String>,
+    pub fault_mode: Option<String>,
+    pub keep_clean_copies: Option<bool>,
+    pub aging: Option<String>,
+}
+
+impl BudgetOptions {
+    /// Whether any option was given (they cannot be with an existing budget).
+    pub fn any(&self) -> bool {
+        self.codec.is_some()
+            || self.pool.is_some()
+            || self.fault_mode.is_some()
+            || self.keep_clean_copies.is_some()
+            || self.aging.is_some()
+    }
+
+    /// The library's configuration of a budget of `budget_bytes` with these options.
+    pub fn config(&self, budget_bytes: usize) -> PyResult<BudgetConfig> {
+        let mut config = BudgetConfig::new(budget_bytes);
+        if let Some(codec) = &self.codec {
+            config.codec = codec
+                .parse::<CodecSpec>()
+                .map_err(|e| error(ErrorKind::Config, e.to_string()))?;
+        }
+        if let Some(pool) = &self.pool {
+            config.pool = pool
+                .parse::<PoolKind>()
+                .map_err(|e| error(ErrorKind::Config, e.to_string()))?;
+        }
+        if let Some(mode) = &self.fault_mode {
+            config.mode = match mode.as_str() {
+                "sigbus" => FaultMode::Sigbus,
+                "handler_thread" => FaultMode::HandlerThread,
+                other => {
+                    return Err(error(
+                        ErrorKind::Config,
+                        format!("fault_mode {other:?}: use \"sigbus\" (the default, no privilege) or \"handler_thread\" (system calls on evicted pages work; needs root, vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd)"),
+                    ))
+                }
+            };
+        }
+        if let Some(keep) = self.keep_clean_copies {
+            config.keep_clean_copies = keep;
+        }
+        if let Some(aging) = &self.aging {
+            config.aging = match aging.as_str() {
+                "refault" => AgingPolicy::Refault,
+                "fifo" => AgingPolicy::Fifo,
+                other => {
+                    return Err(error(
+                        ErrorKind::Config,
+                        format!("aging {other:?}: use \"refault\" (the default) or \"fifo\""),
+                    ))
+                }
+            };
+        }
+        Ok(config)
+    }
+}

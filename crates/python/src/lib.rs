@@ -1,0 +1,35 @@
+//! The native part of the `zpage` Python package (`zpage._zpage`).
+//!
+//! The package (`python/zpage`) is what users import; this module gives it
+//! the regions and budgets of `zpage-region`, the NumPy allocator hook, and
+//! the analyzer. Errors become `zpage.ZpageError` subclasses carrying the
+//! library's message (module `errors`); no call panics into the interpreter.
+
+mod analyze;
+mod buffer;
+mod config;
+mod errors;
+mod extents;
+mod json;
+mod numpy_hook;
+mod region;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+#[pyo3(name = "_zpage")]
+fn zpage_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = module.py();
+    module.add_class::<region::Budget>()?;
+    module.add_class::<region::RegionBase>()?;
+    module.add("Region", buffer::region_type(py)?)?;
+    module.add_class::<numpy_hook::ArrayAllocator>()?;
+    module.add_function(wrap_pyfunction!(numpy_hook::make_numpy_handler, module)?)?;
+    module.add_function(wrap_pyfunction!(numpy_hook::set_numpy_handler, module)?)?;
+    module.add_function(wrap_pyfunction!(numpy_hook::pin_memory, module)?)?;
+    module.add_function(wrap_pyfunction!(numpy_hook::unpin_memory, module)?)?;
+    module.add_function(wrap_pyfunction!(analyze::analyze, module)?)?;
+    module.add_function(wrap_pyfunction!(analyze::kernel_status, module)?)?;
+    module.add("PAGE_SIZE", zpage_region::PAGE_SIZE)?;
+    Ok(())
+}
