@@ -15,6 +15,7 @@ pub mod dataset;
 pub mod histogram;
 pub mod kernel;
 pub mod pattern;
+pub mod redis_load;
 pub mod report;
 pub mod rng;
 pub mod units;

@@ -3,7 +3,7 @@
 //! equals the state before.
 
 use std::process::Command;
-use zpage_bench::kernel::{self, KernelTier, MachineGuard, MachineState};
+use zpage_bench::kernel::{self, MachineState, SwapBackend};
 use zpage_bench::workload::QuietObserver;
 use zpage_bench::{DataSource, WorkloadKind, WorkloadSpec};
 
@@ -32,8 +32,10 @@ fn small_vs_kernel_run_measures_and_restores_the_machine() {
     ) {
         return;
     }
-    if !std::path::Path::new("/sys/block/zram0").exists() {
-        println!("SKIP small_vs_kernel_run_measures_and_restores_the_machine: needs zram0 and a v1 memory cgroup");
+    if zpage_kernel::zram::ZramDevice::list().map_or(true, |d| d.is_empty())
+        && !std::path::Path::new("/sys/class/zram-control").exists()
+    {
+        println!("SKIP small_vs_kernel_run_measures_and_restores_the_machine: needs zram and a memory cgroup");
         return;
     }
     let budget = 16 << 20;
@@ -51,11 +53,11 @@ fn small_vs_kernel_run_measures_and_restores_the_machine() {
         threads: 1,
     };
     let swapfile_dir = std::env::temp_dir();
-    let mut guard = MachineGuard::take(&swapfile_dir).expect("take the machine");
+    let mut guard = kernel::take_machine(&swapfile_dir).expect("take the machine");
     let before = guard.saved().clone();
     for tier in [
-        KernelTier::Zram("lz4".into()),
-        KernelTier::Zswap("lzo".into()),
+        SwapBackend::Zram("lz4".into()),
+        SwapBackend::Zswap("lzo".into()),
     ] {
         let results = kernel::run_kernel_tier(
             &mut guard,

@@ -4,18 +4,24 @@
 
 #[path = "bench_progress.rs"]
 pub mod bench_progress;
+#[path = "cmd_bench_redis.rs"]
+pub mod cmd_bench_redis;
 
 use anyhow::{bail, Context, Result};
 use bench_progress::BarObserver;
 use std::path::{Path, PathBuf};
-use zpage_bench::kernel::{self, KernelTier, MachineGuard};
+use zpage_bench::kernel::{self, SwapBackend};
 use zpage_bench::report::{self, BenchResult};
 use zpage_bench::units::mib;
 use zpage_bench::{AgingPolicy, DataSource, FaultMode, WorkloadKind, WorkloadSpec, ZpageOptions};
 
 /// Arguments of `zpage bench`.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct Args {
+    /// A real program to benchmark instead of the built-in workloads.
+    #[command(subcommand)]
+    pub program: Option<BenchProgram>,
     /// Workloads to run (repeatable or comma-separated): replay (fill, then
     /// sequential, uniform and hot/cold touches), bench-c (sequential and random
     /// access over high- and low-entropy data), swapdemo (a memory-mapped file
@@ -100,6 +106,14 @@ pub struct Args {
     pub no_charts: bool,
 }
 
+/// Real programs `zpage bench` drives.
+#[derive(Debug, clap::Subcommand)]
+pub enum BenchProgram {
+    /// redis-server loaded with real text: every value checked, DEBUG DIGEST
+    /// compared through a BGSAVE, GET throughput and p50/p99 at random keys.
+    Redis(Box<cmd_bench_redis::Args>),
+}
+
 /// `--workload` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum WorkloadArg {
@@ -160,7 +174,10 @@ fn say(json: bool, text: &str) {
     }
 }
 
-pub fn run(args: Args) -> Result<()> {
+pub fn run(mut args: Args) -> Result<()> {
+    if let Some(BenchProgram::Redis(redis)) = args.program.take() {
+        return cmd_bench_redis::run(*redis);
+    }
     // A kernel tier's child is this same program, started with a request in its environment.
     if kernel::run_child_if_requested() {
         return Ok(());
@@ -285,20 +302,20 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         ..zpage.clone()
     };
 
-    // Take the machine first, so a busy zram0 or a missing privilege fails before a long run.
+    // Take the machine first, so a busy machine or a missing privilege fails before a long run.
     let mut machine = if args.vs_kernel {
-        Some(MachineGuard::take(&args.scratch_dir)?)
+        Some(kernel::take_machine(&args.scratch_dir)?)
     } else {
         None
     };
-    let tiers: Vec<KernelTier> = if !args.vs_kernel {
+    let tiers: Vec<SwapBackend> = if !args.vs_kernel {
         vec![]
     } else if args.kernel_tiers.is_empty() {
-        KernelTier::all_available()?
+        SwapBackend::all_available()?
     } else {
         args.kernel_tiers
             .iter()
-            .map(|t| KernelTier::parse(t))
+            .map(|t| SwapBackend::parse(t))
             .collect::<Result<_, _>>()?
     };
 
@@ -320,7 +337,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
             args.json,
             &format!(
                 "kernel tiers: {} in a memory cgroup limited to {} (memory.swappiness {}, memsw unlimited), vm.page-cluster 0 (was {}); swap state restored afterwards",
-                tiers.iter().map(KernelTier::name).collect::<Vec<_>>().join(", "),
+                tiers.iter().map(SwapBackend::name).collect::<Vec<_>>().join(", "),
                 mib(budget),
                 kernel::CGROUP_SWAPPINESS,
                 machine.saved().page_cluster()
@@ -379,7 +396,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         machine.restore()?;
         say(
             args.json,
-            "machine swap state restored and checked (swaps, zram0, zswap, page-cluster, cgroups)",
+            "machine swap state restored and checked (swaps, zram, zswap, page-cluster, cgroups)",
         );
     }
 

@@ -111,6 +111,18 @@ pub enum KernelError {
         /// What to do.
         fix: String,
     },
+    /// A budgeted run in a memory cgroup cannot be set up on this machine.
+    #[error("kernel mode is not available here: {reason}")]
+    KernelModeUnavailable {
+        /// What is missing, and what to do.
+        reason: String,
+    },
+    /// Putting the machine's swap state back failed partly.
+    #[error("could not fully restore the machine's swap state: {problems}: fix these by hand (`zpage kernel status` shows the state)")]
+    NotRestored {
+        /// Each step that failed.
+        problems: String,
+    },
     /// Applying failed; what had already been changed was rolled back.
     #[error("{cause} (everything already changed was rolled back{rollback_note})")]
     RolledBack {

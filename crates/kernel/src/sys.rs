@@ -1,4 +1,8 @@
 //! The few system calls std does not offer. All `unsafe` of the crate lives here.
+//!
+//! Signal context: `forward_signal` runs as a signal handler and the
+//! `join_cgroup_at_exec` hook between fork and exec; both only load an atomic
+//! and make one system call (kill, write), which is async-signal-safe.
 
 use std::fs::File;
 use std::io;
@@ -172,5 +176,191 @@ pub fn fallocate(file: &File, len: u64) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// Sends `signal` to process `pid`; a process already gone is not an error
+/// worth reporting (the caller only wants it dead or told).
+///
+/// Async-signal-safe: one `kill` system call, no allocation.
+pub fn send_signal(pid: i32, signal: i32) {
+    if pid <= 0 {
+        return;
+    }
+    // SAFETY: kill takes plain integers and touches no memory of ours.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// How a child ended and what it used, from `wait4`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChildEnd {
+    /// Exit code when it exited.
+    pub code: Option<i32>,
+    /// Signal number when a signal killed it.
+    pub signal: Option<i32>,
+    /// Its peak resident set (and of its waited-for descendants), bytes.
+    pub max_rss_bytes: u64,
+    /// Major faults.
+    pub major_faults: u64,
+    /// Minor faults.
+    pub minor_faults: u64,
+    /// CPU time in user mode, microseconds.
+    pub user_micros: u64,
+    /// CPU time in the kernel, microseconds.
+    pub system_micros: u64,
+}
+
+/// Reaps child `pid` if it has ended (`Ok(None)` while it runs), with its
+/// resource use.
+pub fn try_reap(pid: i32) -> io::Result<Option<ChildEnd>> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: a zeroed rusage is a valid value of this plain C struct.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers refer to live locals for the duration of the call.
+    let rc = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.kind() == io::ErrorKind::Interrupted {
+            return Ok(None);
+        }
+        return Err(err);
+    }
+    if rc == 0 {
+        return Ok(None);
+    }
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    let exited = libc::WIFEXITED(status);
+    let signaled = libc::WIFSIGNALED(status);
+    Ok(Some(ChildEnd {
+        code: exited.then(|| libc::WEXITSTATUS(status)),
+        signal: signaled.then(|| libc::WTERMSIG(status)),
+        // Linux reports ru_maxrss in KiB.
+        max_rss_bytes: usage.ru_maxrss.max(0) as u64 * 1024,
+        major_faults: usage.ru_majflt.max(0) as u64,
+        minor_faults: usage.ru_minflt.max(0) as u64,
+        user_micros: micros(usage.ru_utime),
+        system_micros: micros(usage.ru_stime),
+    }))
+}
+
+/// Makes `command`'s child write `0` (itself) to `cgroup_procs` between
+/// fork and exec, so the program is in the cgroup before it allocates
+/// anything. `cgroup_procs` is opened here, in the parent, and closed at exec.
+pub fn join_cgroup_at_exec(
+    command: &mut std::process::Command,
+    cgroup_procs: &Path,
+) -> io::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let file = std::fs::OpenOptions::new().write(true).open(cgroup_procs)?;
+    let fd = file.as_raw_fd();
+    let hook = move || {
+        // Keeps the file (and so `fd`) open in the parent until `command` is dropped.
+        let _keep = &file;
+        // SAFETY: `fd` is open (the closure owns the File); the buffer is a
+        // static one-byte string. write is async-signal-safe, as code between
+        // fork and exec must be.
+        let rc = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };
+        if rc == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    // SAFETY: the hook only calls write(2), which is async-signal-safe, and
+    // allocates nothing on its success path.
+    unsafe {
+        command.pre_exec(hook);
+    }
+    Ok(())
+}
+
+/// Pid of the child the forwarding handler passes signals on to (0: none).
+static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The signals a supervisor passes on to its child.
+pub const FORWARDED_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Runs in signal context: async-signal-safe, as it only loads an atomic and
+/// calls kill(2).
+extern "C" fn forward_signal(
+    signal: libc::c_int,
+    info: *mut libc::siginfo_t,
+    _: *mut libc::c_void,
+) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let code = unsafe { (*info).si_code };
+    // A terminal's Ctrl-C / Ctrl-\ (si_code SI_KERNEL) already went to the
+    // whole foreground process group, the child included: do not send it twice.
+    if code == libc::SI_KERNEL {
+        return;
+    }
+    send_signal(FORWARD_TO.load(std::sync::atomic::Ordering::SeqCst), signal);
+}
+
+/// While alive, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process are
+/// passed on to a child instead of ending this process, which can then
+/// restore what it changed. The previous handlers come back on drop.
+#[derive(Debug)]
+pub struct SignalForwarding {
+    previous: Vec<(i32, libc::sigaction)>,
+}
+
+impl SignalForwarding {
+    /// Forwards to `pid` from now on.
+    pub fn install(pid: i32) -> io::Result<SignalForwarding> {
+        FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
+        let mut forwarding = SignalForwarding {
+            previous: Vec::new(),
+        };
+        for signal in FORWARDED_SIGNALS {
+            // SAFETY: a zeroed sigaction is a valid value of this plain C struct.
+            let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+            action.sa_sigaction = forward_signal as *const () as usize;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            // SAFETY: sa_mask is a valid sigset_t inside `action`.
+            unsafe {
+                libc::sigemptyset(&mut action.sa_mask);
+            }
+            // SAFETY: a zeroed sigaction receives the old handler.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: both pointers refer to live locals; the handler is an
+            // extern "C" fn with the SA_SIGINFO signature.
+            if unsafe { libc::sigaction(signal, &action, &mut old) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            forwarding.previous.push((signal, old));
+        }
+        Ok(forwarding)
+    }
+}
+
+impl Drop for SignalForwarding {
+    fn drop(&mut self) {
+        for (signal, old) in &self.previous {
+            // SAFETY: `old` is the action the kernel gave us for this signal.
+            unsafe {
+                libc::sigaction(*signal, old, std::ptr::null_mut());
+            }
+        }
+        FORWARD_TO.store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Blocks the signals a supervisor forwards ([`FORWARDED_SIGNALS`]) in the
+/// calling thread, so they are handled on the main thread and never
+/// interrupt a helper thread of ours.
+pub fn block_forwarded_signals_in_this_thread() {
+    // SAFETY: a zeroed sigset_t is valid input to sigemptyset, which initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live local; sigemptyset/sigaddset only write to it,
+    // and pthread_sigmask reads it and changes only this thread's mask.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for signal in FORWARDED_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }

@@ -1,0 +1,314 @@
+//! Kernel mode on the real kernel (root and ZPAGE_TEST_KERNEL_STATE=1): a
+//! program that writes and verifies more memory than its budget runs to
+//! success in a memory cgroup swapping to zram; its swap-out shows in the
+//! outcome; a failing, a killed and a signalled program report how they
+//! ended; and every time the machine's state afterwards equals the state before.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use zpage_kernel::machine::{MachineState, SwapBackend};
+use zpage_kernel::run::{self, ChildExit, KernelRun, RunOptions};
+
+/// Environment variable that turns this test binary into the test program:
+/// `MODE:MIB` with MODE `verify`, `fail` or `hold`.
+const CHILD_ENV: &str = "ZPAGE_RUN_TEST_CHILD";
+const BUDGET: u64 = 16 << 20;
+const DATA_MIB: usize = 64;
+
+/// Text-like content of page `index` (compresses about 3:1, never same-filled).
+fn fill_page(page: &mut [u8], index: usize) {
+    const WORDS: [&str; 8] = [
+        "budget ", "cgroup ", "page ", "swap ", "zram ", "memory ", "the ", "of ",
+    ];
+    let mut state = (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut at = 0;
+    while at < page.len() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let word = WORDS[(state % 8) as usize].as_bytes();
+        let n = word.len().min(page.len() - at);
+        page[at..at + n].copy_from_slice(&word[..n]);
+        at += n;
+    }
+    page[..8].copy_from_slice(&(index as u64).to_le_bytes());
+}
+
+/// The test program: writes MIB of pages, reads every one back twice and
+/// checks it; then exits 0 (`verify`), exits 3 (`fail`) or waits to be
+/// killed (`hold`). A wrong byte exits 1.
+#[test]
+fn program_under_test() {
+    let Ok(request) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (mode, mib) = request.split_once(':').expect("MODE:MIB");
+    let mib: usize = mib.parse().expect("MIB");
+    let page_size = 4096;
+    let pages = mib << 20 >> 12;
+    let mut memory = vec![0u8; pages * page_size];
+    for (index, page) in memory.chunks_exact_mut(page_size).enumerate() {
+        fill_page(page, index);
+    }
+    let mut expected = vec![0u8; page_size];
+    for _ in 0..2 {
+        for (index, page) in memory.chunks_exact(page_size).enumerate() {
+            fill_page(&mut expected, index);
+            if page != expected.as_slice() {
+                eprintln!("page {index} read back wrong");
+                std::process::exit(1);
+            }
+        }
+    }
+    match mode {
+        "verify" => std::process::exit(0),
+        "fail" => std::process::exit(3),
+        _ => loop {
+            std::thread::sleep(Duration::from_secs(1));
+            std::hint::black_box(&memory);
+        },
+    }
+}
+
+fn program(mode: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("test binary path"));
+    command
+        .args([
+            "program_under_test",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, format!("{mode}:{DATA_MIB}"))
+        .stdout(std::process::Stdio::null());
+    command
+}
+
+fn enabled(test: &str) -> bool {
+    if !zpage_kernel::kernel_state_tests_enabled(test) {
+        return false;
+    }
+    if let Err(e) = run::check_available(&RunOptions::new(BUDGET)) {
+        println!("SKIP {test}: {e}");
+        return false;
+    }
+    true
+}
+
+/// The state to compare, taken under the machine lock so no other test is
+/// halfway through a change of its own.
+fn state_now() -> MachineState {
+    let _lock = zpage_kernel::KernelStateLock::acquire();
+    MachineState::capture().expect("read the machine state")
+}
+
+#[test]
+fn a_program_four_times_its_budget_succeeds_swapping_to_zram_and_the_machine_is_restored() {
+    let test =
+        "a_program_four_times_its_budget_succeeds_swapping_to_zram_and_the_machine_is_restored";
+    if !enabled(test) {
+        return;
+    }
+    let before = state_now();
+    let outcome = run::run(program("verify"), &RunOptions::new(BUDGET)).expect("kernel mode run");
+    assert_eq!(state_now(), before, "the machine differs after the run");
+    println!("{}", serde_json::to_string_pretty(&outcome).unwrap());
+    assert_eq!(outcome.exit, ChildExit::Code(0), "{outcome:?}");
+    assert_eq!(outcome.backend, "zram-lz4");
+    assert!(outcome.cgroup_peak_bytes <= BUDGET, "{outcome:?}");
+    assert!(
+        outcome.swap_outs >= (DATA_MIB as u64 - 16) << 20 >> 12,
+        "{outcome:?}"
+    );
+    assert!(outcome.swap_ins > 0, "{outcome:?}");
+    assert!(outcome.major_faults > 0, "{outcome:?}");
+    assert!(outcome.swap_peak_bytes >= 32 << 20, "{outcome:?}");
+    assert!(
+        outcome.footprint_peak_bytes > (DATA_MIB as u64) << 20,
+        "{outcome:?}"
+    );
+    let at_peak = &outcome.compressed_at_peak;
+    assert!(at_peak.original_bytes >= 32 << 20, "{outcome:?}");
+    assert!(
+        at_peak.compressed_bytes > 0 && at_peak.compressed_bytes < at_peak.original_bytes / 2,
+        "{outcome:?}"
+    );
+    assert!(outcome.memory_saved_bytes > 16 << 20, "{outcome:?}");
+    assert_eq!(outcome.oom_kills, 0);
+}
+
+#[test]
+fn zswap_in_front_of_a_swap_file_works_too_and_is_restored() {
+    let test = "zswap_in_front_of_a_swap_file_works_too_and_is_restored";
+    if !enabled(test) {
+        return;
+    }
+    let compressor = match zpage_kernel::zswap::available_compressors() {
+        Ok(c) if c.iter().any(|c| c == "lzo") => "lzo".to_string(),
+        Ok(c) if !c.is_empty() => c[0].clone(),
+        _ => {
+            println!("SKIP {test}: no compressor registered for zswap");
+            return;
+        }
+    };
+    let before = state_now();
+    let mut options = RunOptions::new(BUDGET);
+    options.backend = SwapBackend::Zswap(compressor);
+    let outcome = run::run(program("verify"), &options).expect("kernel mode run");
+    assert_eq!(state_now(), before, "the machine differs after the run");
+    assert_eq!(outcome.exit, ChildExit::Code(0), "{outcome:?}");
+    assert!(outcome.swap_peak_bytes >= 32 << 20, "{outcome:?}");
+    assert!(outcome.compressed_at_peak.original_bytes > 0, "{outcome:?}");
+    assert_eq!(outcome.compressed_source, "meminfo Zswap/Zswapped");
+}
+
+#[test]
+fn a_failing_program_reports_its_exit_code_and_the_machine_is_restored() {
+    let test = "a_failing_program_reports_its_exit_code_and_the_machine_is_restored";
+    if !enabled(test) {
+        return;
+    }
+    let before = state_now();
+    let outcome = run::run(program("fail"), &RunOptions::new(BUDGET)).expect("kernel mode run");
+    assert_eq!(state_now(), before);
+    assert_eq!(outcome.exit, ChildExit::Code(3));
+    assert_eq!(outcome.exit.shell_status(), 3);
+
+    let missing = run::run(
+        Command::new("/nonexistent/zpage-test-program"),
+        &RunOptions::new(BUDGET),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(missing.contains("cannot start it"), "{missing}");
+    assert_eq!(state_now(), before);
+}
+
+/// Waits until the running program has pushed at least `bytes` to swap.
+fn wait_for_swap(run: &mut KernelRun, bytes: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(!run.poll().unwrap(), "the program ended early");
+        let stat = std::fs::read_to_string(run.cgroup_dir().unwrap().join("memory.stat"))
+            .or_else(|_| {
+                std::fs::read_to_string(run.cgroup_dir().unwrap().join("memory.swap.current"))
+                    .map(|s| format!("swap {s}"))
+            })
+            .unwrap();
+        let swapped = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("swap "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if swapped >= bytes {
+            // Let the run's own sampler (every 50 ms) see it too.
+            std::thread::sleep(Duration::from_millis(300));
+            return;
+        }
+        assert!(Instant::now() < deadline, "no swap-out within 2 minutes");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_killed_program_reports_the_signal_and_the_machine_is_restored() {
+    let test = "a_killed_program_reports_the_signal_and_the_machine_is_restored";
+    if !enabled(test) {
+        return;
+    }
+    let before = state_now();
+    let mut run = KernelRun::start(program("hold"), &RunOptions::new(BUDGET)).unwrap();
+    wait_for_swap(&mut run, 32 << 20);
+    // SAFETY: kill takes plain integers; the pid is our own child, not yet reaped.
+    unsafe {
+        libc::kill(run.pid() as i32, libc::SIGKILL);
+    }
+    let outcome = run.wait().unwrap();
+    assert_eq!(outcome.exit, ChildExit::Signal(libc::SIGKILL));
+    assert_eq!(outcome.exit.shell_status(), 137);
+    assert!(outcome.swap_peak_bytes >= 32 << 20, "{outcome:?}");
+    // Killed while holding its data: the last sample still saw it swapped out.
+    assert!(outcome.swap_last_bytes >= 32 << 20, "{outcome:?}");
+    assert!(
+        outcome.compressed_at_end.original_bytes >= 32 << 20,
+        "{outcome:?}"
+    );
+    assert_eq!(state_now(), before);
+}
+
+#[test]
+fn sigterm_to_the_supervisor_goes_to_the_program_then_the_machine_is_restored() {
+    let test = "sigterm_to_the_supervisor_goes_to_the_program_then_the_machine_is_restored";
+    if !enabled(test) {
+        return;
+    }
+    let before = state_now();
+    let mut run = KernelRun::start(program("hold"), &RunOptions::new(BUDGET)).unwrap();
+    wait_for_swap(&mut run, 32 << 20);
+    // The supervisor (this process) is told to stop, as by `kill` or systemd:
+    // it must survive, pass the signal on, and restore after the program ends.
+    // SAFETY: kill takes plain integers; SIGTERM is forwarded while `run` lives.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGTERM);
+    }
+    let outcome = run.wait().unwrap();
+    assert_eq!(outcome.exit, ChildExit::Signal(libc::SIGTERM));
+    assert_eq!(state_now(), before);
+}
+
+#[test]
+fn dropping_a_run_kills_the_program_and_restores_the_machine() {
+    let test = "dropping_a_run_kills_the_program_and_restores_the_machine";
+    if !enabled(test) {
+        return;
+    }
+    let before = state_now();
+    let mut run = KernelRun::start(program("hold"), &RunOptions::new(BUDGET)).unwrap();
+    wait_for_swap(&mut run, 16 << 20);
+    let pid = run.pid() as i32;
+    drop(run);
+    // SAFETY: signal 0 only checks whether the pid exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    assert!(!alive, "the program outlived its run");
+    assert_eq!(state_now(), before);
+}
+
+/// Read-only: whether kernel mode can run here, and why not, named.
+#[test]
+fn availability_names_what_is_missing() {
+    let mut options = RunOptions::new(BUDGET);
+    options.backend = SwapBackend::Zram("no-such-algorithm".into());
+    let error = run::check_available(&options).unwrap_err().to_string();
+    if zpage_kernel::is_root() {
+        assert!(error.contains("no-such-algorithm"), "{error}");
+    } else {
+        assert!(error.contains("needs root"), "{error}");
+    }
+    options.backend = SwapBackend::Zswap("no-such-compressor".into());
+    options.budget_bytes = 1 << 20;
+    let error = run::check_available(&options).unwrap_err().to_string();
+    assert!(error.contains("give a larger budget"), "{error}");
+    if zpage_kernel::zswap::parameters().is_ok() {
+        assert!(error.contains("no-such-compressor"), "{error}");
+    }
+    // As root with the memory controller and a zram device, the default (zram-lz4) is judged by lz4 alone.
+    let has_zram_device = zpage_kernel::zram::ZramDevice::list().is_ok_and(|d| !d.is_empty());
+    if zpage_kernel::is_root()
+        && zpage_kernel::memcg::memory_controller().is_ok()
+        && has_zram_device
+    {
+        // Read-only: the algorithms of an existing device (no hot_add here).
+        let offered = zpage_kernel::zram::ZramDevice::list()
+            .ok()
+            .and_then(|devices| devices.first().map(|d| d.algorithms()))
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let verdict = run::check_available(&RunOptions::new(BUDGET));
+        assert_eq!(
+            verdict.is_ok(),
+            offered.iter().any(|a| a == "lz4"),
+            "{verdict:?}"
+        );
+    }
+}
