@@ -25,6 +25,7 @@
 //! | `counters` | the one list of figures (`region_stat_fields!`): `RegionStats`, the C struct and the metrics come from it |
 //! | `metrics` | publishing a process's figures for `zpage exporter` |
 //! | `profile` | the `fault-profile` feature's timing of each part of a fault |
+//! | `range`, `run_report` | address ranges in any region (for front ends that see only pointers); the per-process report `zpage run` reads |
 //! | `sys` | every system call, each a thin wrapper (ioctl struct sizes checked against their request numbers) |
 //!
 //! # One index per page
@@ -211,8 +212,10 @@ mod metrics;
 mod page;
 mod profile;
 mod queues;
+mod range;
 mod reclaim;
 mod region;
+pub mod run_report;
 mod signal;
 mod sys;
 mod table;
@@ -229,7 +232,9 @@ pub use metrics::{
 #[cfg(feature = "fault-profile")]
 pub use profile::{fault_profile, reset_fault_profile};
 pub use profile::{Part as FaultPart, PARTS as FAULT_PARTS};
+pub use range::{overlaps_any_region, pin_range, prefault_range, unpin_range};
 pub use region::Region;
+pub use signal::{chain_to as chain_sigbus_to, chained as chained_sigbus};
 pub use table::MAX_REGIONS;
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;
