@@ -6,21 +6,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-/// The preload library next to the zpage binary (built here if `cargo test`
-/// did not build it, e.g. `cargo test -p zpage-cli`).
+/// The preload library next to the zpage binary, built now: `cargo test`
+/// does not build a `cdylib` nothing links (and `cargo test -p zpage-cli`
+/// would not build it at all), so the test asks cargo for it.
 fn preload() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--profile", "test", "-p", "zpage-preload"])
+            .status()
+            .expect("running cargo to build the preload library");
+        assert!(status.success(), "cargo build -p zpage-preload failed");
         let dir = Path::new(env!("CARGO_BIN_EXE_zpage")).parent().unwrap();
         let lib = dir.join("libzpage_preload.so");
-        if !lib.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "--profile", "test", "-p", "zpage-preload"])
-                .status()
-                .expect("running cargo to build the preload library");
-            assert!(status.success(), "cargo build -p zpage-preload failed");
-        }
         assert!(lib.exists(), "{} missing after the build", lib.display());
         lib
     })
@@ -188,6 +187,10 @@ const ALL_MODULES: &[&str] = &[
     "test_itertools",
 ];
 
+/// A test that hangs fails (with regrtest's traceback) instead of hanging
+/// the suite.
+const REGRTEST_TIMEOUT: &str = "--timeout=600";
+
 /// A python3 whose regression tests are installed (Debian splits them into
 /// libpython3.X-testsuite).
 fn python_with_tests() -> Option<String> {
@@ -218,7 +221,7 @@ fn peak_kib_without_zpage(python: &str, module: &str) -> (Output, u64) {
     let out = Command::new("/usr/bin/time")
         .args(["-f", "%M", "-o"])
         .arg(&file)
-        .args([python, "-m", "test", "-q", module])
+        .args([python, "-m", "test", "-q", REGRTEST_TIMEOUT, module])
         .output()
         .expect("/usr/bin/time (Debian package time) must be installed");
     let kib = std::fs::read_to_string(&file)
@@ -262,7 +265,7 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
                 "--summary-json",
                 json.to_str().unwrap(),
             ],
-            &[&python, "-m", "test", "-q", module],
+            &[&python, "-m", "test", "-q", REGRTEST_TIMEOUT, module],
         );
         let summary: serde_json::Value = std::fs::read_to_string(&json)
             .ok()
@@ -270,14 +273,16 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
             .unwrap_or_default();
         let _ = std::fs::remove_dir_all(&dir);
         let same = plain.status.code() == zp.status.code() && outcome(&plain) == outcome(&zp);
-        table.push(format!(
+        let line = format!(
             "{module} | {} KiB | {} KiB | {} KiB | {} | {}",
             peak_kib,
             budget / 1024,
             summary["peak_resident_bytes"].as_u64().unwrap_or(0) / 1024,
             summary["evictions"].as_u64().unwrap_or(0),
             if same { "same" } else { "DIFFERENT" }
-        ));
+        );
+        eprintln!("{line}");
+        table.push(line);
         if !same {
             failures.push(format!(
                 "{module}: without zpage {:?} {:?}, under zpage {:?} {:?}\nstdout under zpage:\n{}\nstderr under zpage:\n{}",

@@ -28,11 +28,13 @@ const RETRIES: usize = 8;
 
 /// Spans a call's buffers are pinned in, at most (more iovecs than this
 /// are restored and retried instead, see [`guarded`]).
-const MAX_SPANS: usize = 64;
+const MAX_SPANS: usize = 16;
 
-/// Spans of memory a call reads or writes, in a fixed array: these wrappers
-/// run on zpage's own threads too (their futexes) and in the program's
-/// signal handlers, so they allocate nothing.
+/// Spans of memory a call reads or writes, in a small fixed array: these
+/// wrappers run on zpage's own threads too (their futexes) and in the
+/// program's signal handlers (CPython's faulthandler writes from one, on an
+/// alternate stack of a few KiB), so they allocate nothing and keep their
+/// stack use to a few hundred bytes.
 struct Spans {
     spans: [(usize, usize); MAX_SPANS],
     len: usize,
@@ -191,7 +193,7 @@ fn retried(
     }
     // Formatted into a stack buffer: no allocation on this path.
     let mut line = [0u8; 160];
-    let text = b"zpage: a wrapped call kept failing with EFAULT on zpage memory (buffers larger than half the budget, or more than 64 iovecs); raise --budget: ";
+    let text = b"zpage: a wrapped call kept failing with EFAULT on zpage memory (buffers larger than half the budget, or more than 15 iovecs); raise --budget: ";
     let n = text.len().min(line.len());
     line[..n].copy_from_slice(&text[..n]);
     sys::stderr_line(std::str::from_utf8(&line[..n]).unwrap_or(""));

@@ -34,7 +34,7 @@ fn place(n: usize, align: usize) -> Option<*mut c_void> {
         return None;
     }
     let _inside = Inside::enter();
-    state.place(n).map(|base| base as *mut c_void)
+    state.place(n, true).map(|base| base as *mut c_void)
 }
 
 /// The size of the region allocation at `p`, if `p` is one.
@@ -47,7 +47,9 @@ fn ours(p: *mut c_void) -> Option<usize> {
         return None;
     }
     let _inside = Inside::enter();
-    state.len_of(p as usize)
+    state
+        .len_of(p as usize)
+        .or_else(|| state.plain_allocation(p as usize, false))
 }
 
 /// Frees the region allocation at `p`; false if `p` is not one.
@@ -69,7 +71,13 @@ fn free_ours(p: *mut c_void) -> bool {
             next_munmap(base as *mut c_void, len);
             true
         }
-        None => false,
+        None => match state.plain_allocation(p as usize, true) {
+            Some(len) => {
+                next_munmap(p, len);
+                true
+            }
+            None => false,
+        },
     }
 }
 

@@ -86,7 +86,7 @@ pub unsafe extern "C" fn mmap(
     if let Some(state) = state::placing() {
         if placeable(addr, len, prot, flags, state.config.min_mapping_bytes) {
             let _inside = Inside::enter();
-            if let Some(base) = state.place(len) {
+            if let Some(base) = state.place(len, false) {
                 return base as *mut c_void;
             }
         } else if flags & libc::MAP_FIXED != 0 && state.may_overlap(addr as usize, len) {
@@ -206,7 +206,7 @@ pub unsafe fn copy_nonzero_pages(from: usize, to: usize, len: usize) {
 /// glibc's `realloc` and of runtimes growing a buffer): a fresh region,
 /// the contents copied, the old one given up and unmapped.
 fn move_region(state: &state::State, placed: Placed, new_len: usize) -> *mut c_void {
-    let Some(new_base) = state.place(new_len) else {
+    let Some(new_base) = state.place(new_len, placed.from_malloc) else {
         // No region: plain memory, the contents copied, the old given up.
         let p = next_mmap(
             std::ptr::null_mut(),

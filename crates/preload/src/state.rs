@@ -19,6 +19,9 @@ pub struct Placed {
     pub base: usize,
     pub len: usize,
     pub region: Region,
+    /// Made for a `malloc` allocation: if it is made plain memory, `free`
+    /// must still recognise it (see [`State::plain`]).
+    pub from_malloc: bool,
 }
 
 #[derive(Debug)]
@@ -27,6 +30,10 @@ pub struct State {
     pub budget: Budget,
     pub pid: i32,
     pub regions: Mutex<Vec<Placed>>,
+    /// `malloc` allocations whose region was made plain memory (the program
+    /// re-protected or unmapped part of one): `free` unmaps them, never
+    /// hands them to the C library's allocator, which did not make them.
+    pub plain: Mutex<Vec<(usize, usize)>>,
     /// Lowest and highest addresses any region ever covered: a quick
     /// "certainly not ours" test for pointers outside.
     pub low: AtomicUsize,
@@ -108,6 +115,7 @@ pub fn start(config: Config) -> Result<(), String> {
         budget,
         pid: std::process::id() as i32,
         regions: Mutex::new(Vec::new()),
+        plain: Mutex::new(Vec::new()),
         low: AtomicUsize::new(usize::MAX),
         high: AtomicUsize::new(0),
         retired: Mutex::new(report),
@@ -159,13 +167,21 @@ impl State {
 
     /// Makes a region of `len` bytes; `None` (counted) if none can be made.
     /// The caller is inside zpage.
-    pub fn place(&self, len: usize) -> Option<usize> {
+    pub fn place(&self, len: usize, from_malloc: bool) -> Option<usize> {
         match Region::with_budget(&self.budget, len) {
             Ok(region) => {
                 let (base, len) = (region.as_ptr() as usize, region.len());
                 let mut regions = self.lock();
                 let at = regions.partition_point(|p| p.base < base);
-                regions.insert(at, Placed { base, len, region });
+                regions.insert(
+                    at,
+                    Placed {
+                        base,
+                        len,
+                        region,
+                        from_malloc,
+                    },
+                );
                 drop(regions);
                 self.low.fetch_min(base, Ordering::AcqRel);
                 self.high.fetch_max(base + len, Ordering::AcqRel);
@@ -218,6 +234,18 @@ impl State {
         regions.insert(at, placed);
     }
 
+    /// The length of the plain-memory allocation at `base` (see `plain`),
+    /// taken out of the list if `take`.
+    pub fn plain_allocation(&self, base: usize, take: bool) -> Option<usize> {
+        let mut plain = self.plain.lock().unwrap_or_else(|e| e.into_inner());
+        let i = plain.iter().position(|&(b, _)| b == base)?;
+        let len = plain[i].1;
+        if take {
+            plain.swap_remove(i);
+        }
+        Some(len)
+    }
+
     /// The length of the region starting exactly at `base`.
     pub fn len_of(&self, base: usize) -> Option<usize> {
         if !self.may_overlap(base, 1) {
@@ -253,6 +281,12 @@ impl State {
     /// did something to it a region cannot follow). Counted.
     pub fn eject(&self, placed: Placed) {
         self.retire_counters(&placed);
+        if placed.from_malloc {
+            self.plain
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((placed.base, placed.len));
+        }
         self.ejected.fetch_add(1, Ordering::Relaxed);
         self.ejected_bytes
             .fetch_add(placed.len as u64, Ordering::Relaxed);

@@ -141,6 +141,14 @@ static int mode_mprotect(void) {
     fill(m, SIZE, 6, 0);
     bad |= check("rewritten after mprotect", m, SIZE, 6, 0);
     munmap(m, SIZE);
+    /* A guard page at the end of an allocation, then free(): the allocation
+     * became plain memory, and free() must still know it. */
+    unsigned char *g = aligned_alloc(4096, SIZE);
+    fill(g, SIZE, 15, 0);
+    if (mprotect(g + SIZE - 4096, 4096, PROT_NONE)) { perror("mprotect guard"); return 1; }
+    bad |= check("allocation with a guard page", g, SIZE - 4096, 15, 0);
+    if (mprotect(g + SIZE - 4096, 4096, PROT_READ | PROT_WRITE)) { perror("mprotect guard"); return 1; }
+    free(g);
     return bad;
 }
 
