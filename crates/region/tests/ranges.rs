@@ -45,12 +45,11 @@ fn a_region_made_plain_keeps_its_bytes_at_the_same_address() {
     // Plain memory now: the kernel can read it (no EFAULT) and it can be
     // re-protected.
     // SAFETY: our own mapping.
-    assert_eq!(
-        unsafe { libc::mprotect(base as *mut _, PAGE_SIZE, libc::PROT_READ) },
-        0
-    );
+    let rc = unsafe { libc::mprotect(base as *mut _, PAGE_SIZE, libc::PROT_READ) };
+    assert_eq!(rc, 0);
     // SAFETY: we own the range since into_plain_memory.
-    assert_eq!(unsafe { libc::munmap(base as *mut _, len) }, 0);
+    let rc = unsafe { libc::munmap(base as *mut _, len) };
+    assert_eq!(rc, 0);
 }
 
 #[test]
