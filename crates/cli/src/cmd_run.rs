@@ -48,7 +48,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Mode::User)]
     pub mode: Mode,
     /// Smallest mapping or allocation placed in a region (user mode).
-    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    #[arg(long, default_value = "2M", value_parser = parse_size)]
     pub min_mapping: u64,
     /// Also write the summary as JSON to this file.
     #[arg(long)]

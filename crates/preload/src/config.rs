@@ -6,14 +6,19 @@ use zpage_codec::CodecSpec;
 pub const BUDGET_ENV: &str = "ZPAGE_RUN_BUDGET_BYTES";
 /// Codec for evicted pages (default `lz4`).
 pub const CODEC_ENV: &str = "ZPAGE_RUN_CODEC";
-/// Smallest mapping or allocation placed in a region (default 1 MiB).
+/// Smallest mapping or allocation placed in a region (default 2 MiB).
 pub const MIN_MAPPING_ENV: &str = "ZPAGE_RUN_MIN_MAPPING_BYTES";
 
-/// Default of [`MIN_MAPPING_ENV`]: CPython's arenas (1 MiB) and glibc's
-/// mmapped chunks from 1 MiB up go into regions; smaller mappings are mostly
-/// thread-local caches and small buffers, and each region costs a table
-/// slot (see `MAX_REGIONS`) and a userfaultfd registration.
-pub const DEFAULT_MIN_MAPPING_BYTES: usize = 1 << 20;
+/// Default of [`MIN_MAPPING_ENV`]: large buffers (big lists, dicts, byte
+/// strings, runtime heaps) go into regions. Smaller ones stay out: a program
+/// hands pointers into small objects (path names, `pollfd` arrays, `argv`)
+/// to dozens of system calls the library does not wrap, and each of those
+/// fails with `EFAULT` on an evicted page. Measured with CPython, whose 1 MiB
+/// arenas hold its small objects: with them in regions, `test_gc` failed
+/// with `EFAULT` from `execve` (argument strings) and `poll` (its `pollfd`
+/// array). Each region also costs a table slot (`MAX_REGIONS`) and a
+/// userfaultfd registration.
+pub const DEFAULT_MIN_MAPPING_BYTES: usize = 2 << 20;
 
 /// Smallest budget the region layer accepts (64 pages).
 pub const MIN_BUDGET_BYTES: usize = 64 * zpage_codec::PAGE_SIZE;

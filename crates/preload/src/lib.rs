@@ -7,9 +7,9 @@
 //!
 //! | memory | placed in a region? | why |
 //! |---|---|---|
-//! | `mmap(NULL, n, PROT_READ\|PROT_WRITE, MAP_PRIVATE\|MAP_ANONYMOUS[\|MAP_NORESERVE])`, `n` at least the threshold (1 MiB by default) | yes, one region per mapping | the heaps runtimes build (CPython's arenas, jemalloc extents) |
+//! | `mmap(NULL, n, PROT_READ\|PROT_WRITE, MAP_PRIVATE\|MAP_ANONYMOUS[\|MAP_NORESERVE])`, `n` at least the threshold (2 MiB by default) | yes, one region per mapping | the heaps runtimes build (jemalloc extents, CPython's arenas if the threshold is lowered to 1 MiB) |
 //! | `malloc`/`calloc`/`realloc`/`posix_memalign`/`aligned_alloc`/`memalign`/`valloc`/`pvalloc` of at least the threshold, alignment up to 4 KiB | yes, one region per allocation | glibc makes these with its internal `mmap`, which no interposer sees |
-//! | smaller mappings and allocations, the `brk` heap | no | each region costs a table slot (`MAX_REGIONS`, 1024) and a registration; small ones are mostly hot |
+//! | smaller mappings and allocations, the `brk` heap | no | small objects are what programs hand to system calls the library does not wrap (paths, `pollfd` arrays, `argv`): evicted, those calls fail with `EFAULT` (see `config.rs`); each region also costs a table slot (`MAX_REGIONS`, 1024) |
 //! | an address hint, `MAP_FIXED`, `MAP_FIXED_NOREPLACE` | no | the program wants a particular place, which regions (placed by the kernel) cannot promise |
 //! | `PROT_NONE` reservations (V8, the JVM, glibc's per-thread heaps), then `mprotect`ed in parts | no | a region is read-write as a whole; committing parts of a reservation one by one would need a region per commit |
 //! | stacks (`MAP_STACK`, `MAP_GROWSDOWN`), `MAP_SHARED`, file mappings, `PROT_EXEC` | no | shared and file pages belong to the page cache; stacks must never fault into a handler on the stack they grow |
@@ -28,6 +28,7 @@
 //! | system calls with buffers in regions | the buffers are pinned for the call (module `io`) |
 //! | `fork()` | every region is restored before the fork (the region layer's hook): the child gets full, plain copies. The child places nothing new in regions (the budget's threads stay in the parent): its budget is none, its memory plain. The parent's budget is unchanged; its pages are shared copy-on-write until evicted again |
 //! | `fork()` then `exec` | the new program loads the library again with a budget of its own |
+//! | `vfork()`/`posix_spawn()` | no restore: the child runs in the parent's memory until `exec`, and a fault it takes on an evicted page is resolved as one of the parent's threads would (the region layer tells it from a `fork()` child with `kcmp`) |
 //!
 //! A case a region cannot follow never gives wrong bytes: the region is made
 //! plain first, and a page that cannot be restored ends the process with a

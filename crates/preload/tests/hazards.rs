@@ -187,6 +187,13 @@ fn fork_child_and_parent_see_their_own_contents() {
 }
 
 #[test]
+fn a_vfork_child_reads_evicted_pages_of_its_parent() {
+    let r = run("vfork");
+    assert_ok("vfork", &r);
+    assert!(r.report.restore_count > 0, "{:?}", r.report);
+}
+
+#[test]
 fn read_write_send_recv_futex_on_evicted_pages_work() {
     let r = run("io");
     assert_ok("io", &r);

@@ -127,7 +127,7 @@
 //!
 //! | hazard | behaviour | test |
 //! |---|---|---|
-//! | `fork()` | the atfork hook pauses eviction on every budget and restores every page of every region, waiting for restores other threads have in flight: the child gets full contents | `hazards::fork_child_sees_evicted_pages`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
+//! | `fork()` | the atfork hook pauses eviction on every budget and restores every page of every region, waiting for restores other threads have in flight: the child gets full contents. A `vfork()` child (same memory until `exec`) resolves its faults as a thread of the parent (`kcmp(KCMP_VM)`) | `hazards::fork_child_sees_evicted_pages`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
 //! | a program signal handler reading region memory | works on every thread: zpage's threads block asynchronous signals; API calls block them while they hold a page or a store lock | `signals::a_timer_signal_handler_reads_region_memory`, `examples/c/signal_handler.c` |
 //! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them, pages present at the event marked so no eviction carries their old contents past the zap; reads give zeros | `hazards::dontneed_reads_zeros`, `hazards::dontneed_races_with_faults` |
 //! | `munmap` of a live region | `EVENT_UNMAP`: compressed data freed; API calls return `Unmapped`; `Drop` leaves the range alone | `hazards::munmap_frees_and_refuses` |

@@ -11,7 +11,10 @@
 //! - blocks every other signal while it runs (`sa_mask` is full), so no other
 //!   handler interleaves with a half-done restore;
 //! - in a forked child, where the region's machinery stayed with the parent,
-//!   ends the process with a message rather than let a page read as zeros.
+//!   ends the process with a message rather than let a page read as zeros;
+//!   a `vfork()` child, which runs in its parent's memory until `exec`,
+//!   resolves its fault as a thread of the parent would (`kcmp` tells the
+//!   two apart).
 //!
 //! **Chaining.** The handler is installed with raw `sigaction` (not
 //! signal-hook, which runs the previous handler first; Rust's std handler for
@@ -104,7 +107,7 @@ pub fn ensure_front() -> Result<(), sys::Errno> {
 fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
     table::at_address(addr, |core, page| {
         crate::profile::end(crate::profile::Part::Dispatch, entered, 1);
-        if core.owner_pid != sys::getpid() {
+        if core.owner_pid != sys::getpid() && !sys::shares_memory_with(core.owner_pid) {
             about_page(core, page)
                 .text(" was touched in a child process forked while it was evicted; the region's userfaultfd stayed with the parent, so it cannot be restored here")
                 .abort()

@@ -213,6 +213,30 @@ static int mode_fork(void) {
     return bad;
 }
 
+/* A vfork() child runs in its parent's memory until exec: reading evicted
+ * region pages there (as a spawn library's child code reads its argument
+ * arrays) must restore them, not kill the process. */
+static int mode_vfork(void) {
+    int bad = 0;
+    unsigned char *m = map(SIZE);
+    fill(m, SIZE, 16, 0);
+    printf("absent before vfork: %zu pages\n", absent_pages(m, SIZE));
+    fflush(stdout);
+    volatile int child_bad = 0;
+    pid_t child = vfork();
+    if (child == 0) {
+        const uint64_t *w = (const uint64_t *)m;
+        for (size_t i = 0; i < SIZE / 8; i += 512) if (w[i] != pattern(16, i)) child_bad = 1;
+        _exit(child_bad);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) || child_bad) { printf("vfork child: %#x\n", status); bad = 1; }
+    bad |= check("parent after vfork", m, SIZE, 16, 0);
+    munmap(m, SIZE);
+    return bad;
+}
+
 static int write_all(int fd, const unsigned char *p, size_t n, size_t chunk) {
     while (n) {
         ssize_t w = write(fd, p, n < chunk ? n : chunk);
@@ -333,6 +357,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "dontneed")) bad = mode_dontneed();
     else if (!strcmp(mode, "fork")) bad = mode_fork();
     else if (!strcmp(mode, "io")) bad = mode_io();
+    else if (!strcmp(mode, "vfork")) bad = mode_vfork();
     else if (!strcmp(mode, "unsupported")) bad = mode_unsupported();
     else { fprintf(stderr, "unknown mode %s\n", mode); return 2; }
     printf("%s %s\n", bad ? "FAILED" : "ok", mode);
