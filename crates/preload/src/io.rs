@@ -11,7 +11,9 @@
 //! call retried on `EFAULT`; a call that still fails prints a line naming
 //! it. Covered: `read`, `pread`, `readv`, `preadv`, `write`, `pwrite`,
 //! `writev`, `pwritev`, `send`, `sendto`, `sendmsg`, `recv`, `recvfrom`,
-//! `recvmsg`, and `syscall(SYS_futex, ...)`. Not covered (see the crate
+//! `recvmsg`, `syscall(SYS_futex, ...)`, and (module `exec`) `poll`,
+//! `ppoll`, `select`, `epoll_wait`, `getrandom` and the `exec` family. Not
+//! covered (see the crate
 //! docs): glibc's internal calls (its own mutexes and condition variables
 //! issue `futex` directly), io_uring, other raw `syscall()` numbers; those
 //! get `EFAULT`, and `syscall()` prints a line naming the call.
@@ -35,14 +37,14 @@ const MAX_SPANS: usize = 16;
 /// program's signal handlers (CPython's faulthandler writes from one, on an
 /// alternate stack of a few KiB), so they allocate nothing and keep their
 /// stack use to a few hundred bytes.
-struct Spans {
+pub struct Spans {
     spans: [(usize, usize); MAX_SPANS],
     len: usize,
     overflow: bool,
 }
 
 impl Spans {
-    fn new() -> Spans {
+    pub fn new() -> Spans {
         Spans {
             spans: [(0, 0); MAX_SPANS],
             len: 0,
@@ -50,7 +52,7 @@ impl Spans {
         }
     }
 
-    fn add(&mut self, addr: usize, len: usize) {
+    pub fn add(&mut self, addr: usize, len: usize) {
         if len == 0 {
             return;
         }
@@ -98,6 +100,11 @@ impl Spans {
         // SAFETY: per the contract.
         unsafe { self.add_iovecs(h.msg_iov, h.msg_iovlen) };
     }
+}
+
+/// [`guarded`] for the other modules' wrappers.
+pub fn guarded_call(name: &str, spans: &Spans, call: impl FnMut() -> isize) -> isize {
+    guarded(name, spans, call)
 }
 
 /// The state, if some span may lie in a region.

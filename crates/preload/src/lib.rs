@@ -60,6 +60,7 @@
 
 mod alloc;
 mod config;
+mod exec;
 mod io;
 mod malloc;
 mod mm;

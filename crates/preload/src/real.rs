@@ -77,5 +77,14 @@ real_functions! {
     sigaction: fn(s: c_int, a: *const libc::sigaction, o: *mut libc::sigaction) -> c_int;
     signal: fn(s: c_int, h: libc::sighandler_t) -> libc::sighandler_t;
     malloc_usable_size: fn(p: *mut c_void) -> size_t;
+    execve: fn(p: *const libc::c_char, a: *const *const libc::c_char, e: *const *const libc::c_char) -> c_int;
+    execv: fn(p: *const libc::c_char, a: *const *const libc::c_char) -> c_int;
+    execvp: fn(p: *const libc::c_char, a: *const *const libc::c_char) -> c_int;
+    execvpe: fn(p: *const libc::c_char, a: *const *const libc::c_char, e: *const *const libc::c_char) -> c_int;
+    poll: fn(f: *mut libc::pollfd, n: libc::nfds_t, t: c_int) -> c_int;
+    ppoll: fn(f: *mut libc::pollfd, n: libc::nfds_t, t: *const libc::timespec, m: *const libc::sigset_t) -> c_int;
+    select: fn(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;
+    epoll_wait: fn(fd: c_int, ev: *mut libc::epoll_event, n: c_int, t: c_int) -> c_int;
+    getrandom: fn(b: *mut c_void, n: size_t, f: libc::c_uint) -> ssize_t;
     syscall: fn(n: libc::c_long, a: libc::c_long, b: libc::c_long, c: libc::c_long, d: libc::c_long, e: libc::c_long, f: libc::c_long) -> libc::c_long;
 }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -216,23 +217,61 @@ static int mode_fork(void) {
 /* A vfork() child runs in its parent's memory until exec: reading evicted
  * region pages there (as a spawn library's child code reads its argument
  * arrays) must restore them, not kill the process. */
+/* The vfork()s live in functions of their own: nothing of the caller's
+ * frame is live across them. */
+static __attribute__((noinline)) int vfork_read(const uint64_t *w) {
+    pid_t child = vfork();
+    if (child == 0) {
+        for (size_t i = 0; i < SIZE / 8; i += 512) if (w[i] != pattern(16, i)) _exit(1);
+        _exit(0);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    return status;
+}
+
+static __attribute__((noinline)) int vfork_exec(const char *path, char **argv, char **envp) {
+    pid_t child = vfork();
+    if (child == 0) { execve(path, argv, envp); _exit(errno == EFAULT ? 98 : 99); }
+    int status;
+    waitpid(child, &status, 0);
+    return status;
+}
+
 static int mode_vfork(void) {
-    int bad = 0;
+    int bad = 0, status;
     unsigned char *m = map(SIZE);
     fill(m, SIZE, 16, 0);
     printf("absent before vfork: %zu pages\n", absent_pages(m, SIZE));
     fflush(stdout);
-    volatile int child_bad = 0;
-    pid_t child = vfork();
-    if (child == 0) {
-        const uint64_t *w = (const uint64_t *)m;
-        for (size_t i = 0; i < SIZE / 8; i += 512) if (w[i] != pattern(16, i)) child_bad = 1;
-        _exit(child_bad);
-    }
-    int status;
-    waitpid(child, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) || child_bad) { printf("vfork child: %#x\n", status); bad = 1; }
+    status = vfork_read((const uint64_t *)m);
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) { printf("vfork child: %#x\n", status); bad = 1; }
     bad |= check("parent after vfork", m, SIZE, 16, 0);
+    /* execve with its path, arguments and environment in evicted pages. */
+    char *strings = (char *)m + SIZE / 2;
+    strcpy(strings, "/bin/sh");
+    strcpy(strings + 4096, "sh");
+    strcpy(strings + 8192, "-c");
+    strcpy(strings + 12288, "exit $ZPAGE_HAZARD_CODE");
+    strcpy(strings + 16384, "ZPAGE_HAZARD_CODE=5");
+    char **argv = (char **)(m + SIZE / 2 + 20480);
+    argv[0] = strings + 4096; argv[1] = strings + 8192; argv[2] = strings + 12288; argv[3] = NULL;
+    char **envp = argv + 8;
+    envp[0] = strings + 16384; envp[1] = NULL;
+    fill(m, SIZE / 2, 17, 0); /* push the strings out */
+    printf("exec strings resident before vfork: %s\n", an_absent_page((unsigned char *)strings, 24576) ? "no" : "yes");
+    fflush(stdout);
+    status = vfork_exec(strings, argv, envp);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 5) { printf("execve from evicted pages: %#x\n", status); bad = 1; }
+    /* poll(2) with its pollfd array in an evicted page. */
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { perror("socketpair"); return 1; }
+    if (write(sv[0], "x", 1) != 1) { perror("write"); return 1; }
+    struct pollfd *pfd = (struct pollfd *)(m + SIZE / 2 + 40960);
+    pfd->fd = sv[1]; pfd->events = POLLIN; pfd->revents = 0;
+    fill(m, SIZE / 2, 18, 0);
+    int n = poll(pfd, 1, 1000);
+    if (n != 1 || !(pfd->revents & POLLIN)) { printf("poll from an evicted page: %d %s\n", n, strerror(errno)); bad = 1; }
     munmap(m, SIZE);
     return bad;
 }
