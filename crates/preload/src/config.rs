@@ -16,10 +16,9 @@ pub const MIN_MAPPING_ENV: &str = "ZPAGE_RUN_MIN_MAPPING_BYTES";
 /// fails with `EFAULT` on an evicted page. Measured with CPython, whose 1 MiB
 /// arenas hold its small objects: with them in regions, `test_gc` failed
 /// with `EFAULT` from `execve` (argument strings) and `poll` (its `pollfd`
-/// array). Those two are wrapped now (module `exec`), and CPython's
-/// regression tests pass with its arenas in regions (`zpage run
-/// --min-mapping 1M`), but paths handed to `open`/`stat` and the like are
-/// not: the default stays above the arenas. Each region also costs a table
+/// array). `poll` is wrapped now (module `exec`); `execve` cannot be (it
+/// runs in a `vfork()` child that has closed the userfaultfd), nor are paths
+/// handed to `open`/`stat` and the like: the default stays above the arenas. Each region also costs a table
 /// slot (`MAX_REGIONS`) and a userfaultfd registration.
 pub const DEFAULT_MIN_MAPPING_BYTES: usize = 2 << 20;
 

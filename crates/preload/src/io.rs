@@ -12,7 +12,7 @@
 //! it. Covered: `read`, `pread`, `readv`, `preadv`, `write`, `pwrite`,
 //! `writev`, `pwritev`, `send`, `sendto`, `sendmsg`, `recv`, `recvfrom`,
 //! `recvmsg`, `syscall(SYS_futex, ...)`, and (module `exec`) `poll`,
-//! `ppoll`, `select`, `epoll_wait`, `getrandom` and the `exec` family. Not
+//! `ppoll`, `select`, `epoll_wait` and `getrandom`. Not
 //! covered (see the crate
 //! docs): glibc's internal calls (its own mutexes and condition variables
 //! issue `futex` directly), io_uring, other raw `syscall()` numbers; those

@@ -77,10 +77,6 @@ real_functions! {
     sigaction: fn(s: c_int, a: *const libc::sigaction, o: *mut libc::sigaction) -> c_int;
     signal: fn(s: c_int, h: libc::sighandler_t) -> libc::sighandler_t;
     malloc_usable_size: fn(p: *mut c_void) -> size_t;
-    execve: fn(p: *const libc::c_char, a: *const *const libc::c_char, e: *const *const libc::c_char) -> c_int;
-    execv: fn(p: *const libc::c_char, a: *const *const libc::c_char) -> c_int;
-    execvp: fn(p: *const libc::c_char, a: *const *const libc::c_char) -> c_int;
-    execvpe: fn(p: *const libc::c_char, a: *const *const libc::c_char, e: *const *const libc::c_char) -> c_int;
     poll: fn(f: *mut libc::pollfd, n: libc::nfds_t, t: c_int) -> c_int;
     ppoll: fn(f: *mut libc::pollfd, n: libc::nfds_t, t: *const libc::timespec, m: *const libc::sigset_t) -> c_int;
     select: fn(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;

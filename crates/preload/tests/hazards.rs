@@ -187,14 +187,9 @@ fn fork_child_and_parent_see_their_own_contents() {
 }
 
 #[test]
-fn a_vfork_child_reads_evicted_pages_and_execs_from_them() {
+fn a_vfork_child_reads_evicted_pages_and_poll_works_on_one() {
     let r = run("vfork");
     assert_ok("vfork", &r);
-    assert!(
-        r.stdout.contains("exec strings resident before vfork: no"),
-        "{}",
-        r.stdout
-    );
     assert!(r.report.restore_count > 0, "{:?}", r.report);
 }
 

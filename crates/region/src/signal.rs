@@ -14,7 +14,9 @@
 //!   ends the process with a message rather than let a page read as zeros;
 //!   a `vfork()` child, which runs in its parent's memory until `exec`,
 //!   resolves its fault as a thread of the parent would (`kcmp` tells the
-//!   two apart).
+//!   two apart) while its copy of the userfaultfd is open; one that closed
+//!   it (spawn libraries close every descriptor before `exec`) ends with
+//!   the message too.
 //!
 //! **Chaining.** The handler is installed with raw `sigaction` (not
 //! signal-hook, which runs the previous handler first; Rust's std handler for
@@ -107,7 +109,7 @@ pub fn ensure_front() -> Result<(), sys::Errno> {
 fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
     table::at_address(addr, |core, page| {
         crate::profile::end(crate::profile::Part::Dispatch, entered, 1);
-        if core.owner_pid != sys::getpid() && !sys::shares_memory_with(core.owner_pid) {
+        if core.owner_pid != sys::getpid() && !sys::vfork_child_can_resolve(core) {
             about_page(core, page)
                 .text(" was touched in a child process forked while it was evicted; the region's userfaultfd stayed with the parent, so it cannot be restored here")
                 .abort()

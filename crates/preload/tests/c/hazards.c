@@ -230,14 +230,6 @@ static __attribute__((noinline)) int vfork_read(const uint64_t *w) {
     return status;
 }
 
-static __attribute__((noinline)) int vfork_exec(const char *path, char **argv, char **envp) {
-    pid_t child = vfork();
-    if (child == 0) { execve(path, argv, envp); _exit(errno == EFAULT ? 98 : 99); }
-    int status;
-    waitpid(child, &status, 0);
-    return status;
-}
-
 static int mode_vfork(void) {
     int bad = 0, status;
     unsigned char *m = map(SIZE);
@@ -247,22 +239,6 @@ static int mode_vfork(void) {
     status = vfork_read((const uint64_t *)m);
     if (!WIFEXITED(status) || WEXITSTATUS(status)) { printf("vfork child: %#x\n", status); bad = 1; }
     bad |= check("parent after vfork", m, SIZE, 16, 0);
-    /* execve with its path, arguments and environment in evicted pages. */
-    char *strings = (char *)m + SIZE / 2;
-    strcpy(strings, "/bin/sh");
-    strcpy(strings + 4096, "sh");
-    strcpy(strings + 8192, "-c");
-    strcpy(strings + 12288, "exit $ZPAGE_HAZARD_CODE");
-    strcpy(strings + 16384, "ZPAGE_HAZARD_CODE=5");
-    char **argv = (char **)(m + SIZE / 2 + 20480);
-    argv[0] = strings + 4096; argv[1] = strings + 8192; argv[2] = strings + 12288; argv[3] = NULL;
-    char **envp = argv + 8;
-    envp[0] = strings + 16384; envp[1] = NULL;
-    fill(m, SIZE / 2, 17, 0); /* push the strings out */
-    printf("exec strings resident before vfork: %s\n", an_absent_page((unsigned char *)strings, 24576) ? "no" : "yes");
-    fflush(stdout);
-    status = vfork_exec(strings, argv, envp);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 5) { printf("execve from evicted pages: %#x\n", status); bad = 1; }
     /* poll(2) with its pollfd array in an evicted page. */
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) { perror("socketpair"); return 1; }
