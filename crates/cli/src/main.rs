@@ -8,6 +8,7 @@ mod cmd_analyze;
 mod cmd_bench;
 mod cmd_demo;
 mod cmd_kernel;
+mod cmd_run;
 mod table;
 
 #[derive(Debug, Parser)]
@@ -29,6 +30,8 @@ enum Command {
     Kernel(cmd_kernel::Args),
     /// Prometheus exporter for zram, zswap, swap devices and zpage regions.
     Exporter(cmd_kernel::ExporterArgs),
+    /// Run a program with a compressed memory budget; its exit status passes through.
+    Run(cmd_run::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,6 +42,17 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => cmd_demo::run(args),
         Command::Kernel(args) => cmd_kernel::run(args),
         Command::Exporter(args) => cmd_kernel::run_exporter(args),
+        // The program's exit status passes through; zpage's own failure to
+        // start it is 125, as env(1) and timeout(1) do.
+        Command::Run(args) => {
+            return match cmd_run::run(args) {
+                Ok(code) => std::process::ExitCode::from(code),
+                Err(error) => {
+                    eprintln!("zpage: error: {}", error_text(&error));
+                    std::process::ExitCode::from(125)
+                }
+            }
+        }
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -186,6 +186,16 @@ impl Counters {
             .iter()
             .map(|a| a.load(Ordering::Relaxed))
             .collect();
+        LatencySummary::from_log2_buckets(count, total_ns, hist)
+    }
+}
+
+impl LatencySummary {
+    /// The summary of `count` faults that took `total_ns` together, whose
+    /// latencies fell in `log2_buckets` (bucket i: [2^i, 2^(i+1)) ns); for
+    /// figures merged from several regions or processes.
+    pub fn from_log2_buckets(count: u64, total_ns: u64, log2_buckets: Vec<u64>) -> LatencySummary {
+        let hist = log2_buckets;
         let counted: u64 = hist.iter().sum();
         let quantile = |p: f64| -> u64 {
             if counted == 0 {

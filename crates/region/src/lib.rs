@@ -25,6 +25,7 @@
 //! | `counters` | the one list of figures (`region_stat_fields!`): `RegionStats`, the C struct and the metrics come from it |
 //! | `metrics` | publishing a process's figures for `zpage exporter` |
 //! | `profile` | the `fault-profile` feature's timing of each part of a fault |
+//! | `range`, `run_report` | address ranges in any region (for front ends that see only pointers); the per-process report `zpage run` reads |
 //! | `sys` | every system call, each a thin wrapper (ioctl struct sizes checked against their request numbers) |
 //!
 //! # One index per page
@@ -154,7 +155,7 @@
 //!
 //! | hazard | behaviour | test |
 //! |---|---|---|
-//! | `fork()` | the atfork hook pauses eviction on every budget and restores every page of every region, waiting for restores other threads have in flight: the child gets full contents | `hazards::fork_child_sees_evicted_pages`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
+//! | `fork()` | the atfork hook pauses eviction on every budget and restores every page of every region, waiting for restores other threads have in flight: the child gets full contents. A `vfork()` child (same memory until `exec`) resolves its faults as a thread of the parent (`kcmp(KCMP_VM)`) | `hazards::fork_child_sees_evicted_pages`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
 //! | a program signal handler reading region memory | works on every thread: zpage's threads block asynchronous signals; API calls block them while they hold a page or a store lock | `signals::a_timer_signal_handler_reads_region_memory`, `examples/c/signal_handler.c` |
 //! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them, pages present at the event marked so no eviction carries their old contents past the zap; reads give zeros | `hazards::dontneed_reads_zeros`, `hazards::dontneed_races_with_faults` |
 //! | `munmap` of a live region | `EVENT_UNMAP`: compressed data freed; API calls return `Unmapped`; `Drop` leaves the range alone | `hazards::munmap_frees_and_refuses` |
@@ -245,8 +246,10 @@ mod metrics;
 mod page;
 mod profile;
 mod queues;
+mod range;
 mod reclaim;
 mod region;
+pub mod run_report;
 mod signal;
 mod sys;
 mod table;
@@ -263,7 +266,9 @@ pub use metrics::{
 #[cfg(feature = "fault-profile")]
 pub use profile::{fault_profile, reset_fault_profile};
 pub use profile::{Part as FaultPart, PARTS as FAULT_PARTS};
+pub use range::{overlaps_any_region, pin_range, prefault_range, unpin_range};
 pub use region::Region;
+pub use signal::{chain_to as chain_sigbus_to, chained as chained_sigbus};
 pub use table::MAX_REGIONS;
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;

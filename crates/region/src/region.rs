@@ -205,67 +205,14 @@ impl Region {
     pub fn pin(&self, offset: usize, len: usize) -> Result<(), RegionError> {
         self.check_live()?;
         let range = self.pages_of(offset, len)?;
-        let core = &self.core;
-        let budget = &core.budget;
-        let new_pins = range
-            .clone()
-            .filter(|&p| core.pages[p].load().pins() == 0)
-            .count();
-        let total = budget_pinned(budget) + new_pins;
-        if total > budget.limits.budget_pages / 2 {
-            return Err(RegionError::PinExceedsBudget {
-                requested: new_pins * PAGE_SIZE,
-                total: total * PAGE_SIZE,
-                budget: budget.limits.budget_pages * PAGE_SIZE,
-            });
-        }
-        let _signals = SignalGuard::block_async();
-        for page in range {
-            loop {
-                fault::resolve(core, page, Access::WRITABLE, Ctx::Api)
-                    .map_err(|e| RegionError::sys("pin", e))?;
-                let slot = &core.pages[page];
-                let s = slot.load();
-                if s.tag() != Tag::Resident {
-                    continue;
-                }
-                if s.pins() == MAX_PINS {
-                    return Err(RegionError::InvalidConfig(format!(
-                        "a page may be pinned at most {MAX_PINS} times"
-                    )));
-                }
-                if slot.claim(s, s.pinned_once_more()) {
-                    if s.pins() == 0 {
-                        core.pinned.fetch_add(1, Ordering::AcqRel);
-                    }
-                    break;
-                }
-            }
-        }
-        Ok(())
+        pin_pages(&self.core, range)
     }
 
     /// Undoes one `pin` of the range.
     pub fn unpin(&self, offset: usize, len: usize) -> Result<(), RegionError> {
         self.check_live()?;
         let range = self.pages_of(offset, len)?;
-        let core = &self.core;
-        if let Some(p) = range.clone().find(|&p| core.pages[p].load().pins() == 0) {
-            return Err(RegionError::NotPinned(p * PAGE_SIZE));
-        }
-        for page in range {
-            let slot = &core.pages[page];
-            loop {
-                let s = slot.load();
-                if slot.claim(s, s.unpinned_once()) {
-                    if s.pins() == 1 {
-                        core.pinned.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    break;
-                }
-            }
-        }
-        Ok(())
+        unpin_pages(&self.core, range)
     }
 
     /// Stops eviction of this region and restores every page: for crash
@@ -283,6 +230,52 @@ impl Region {
     pub fn resume_eviction(&self) {
         self.core.hold_flag().store(false, Ordering::SeqCst);
         self.core.budget.kick_reclaimer();
+    }
+
+    /// Turns the region into plain memory that stays mapped at the same
+    /// address with the same contents: every evicted page is restored, the
+    /// range is unregistered from the userfaultfd, and the region's pages,
+    /// compressed data and share of the budget are given back. The caller
+    /// owns the address range from then on (and unmaps it). For programs
+    /// that do to region memory what a region cannot follow (part of it
+    /// unmapped, moved or re-protected): the memory stays correct, only no
+    /// longer compressed. If a page cannot be restored the region is handed
+    /// back unchanged with the error.
+    pub fn into_plain_memory(self) -> Result<(usize, usize), (Region, RegionError)> {
+        if let Err(e) = self.restore_all() {
+            self.resume_eviction();
+            return Err((self, e));
+        }
+        let core = &self.core;
+        // Unregistered while the region is still in the table: a thread
+        // touching a never-written page meanwhile still finds its handler
+        // (whose zero fill then fails with ENOENT and lets the kernel's own
+        // fault give it zeros), never a SIGBUS nobody handles.
+        if core.owner_pid == sys::getpid()
+            && !core.budget.uffd.is_lost()
+            && !core.is_unmapped.load(Ordering::Acquire)
+        {
+            let _ = sys::uffd_unregister(
+                core.budget.uffd.fd(),
+                core.mapping.base(),
+                core.mapping.len(),
+            );
+        }
+        let range = (core.mapping.base(), core.mapping.len());
+        core.mapping.leak_on_drop();
+        drop(self);
+        Ok(range)
+    }
+
+    /// Gives the region's pages, compressed data and share of the budget
+    /// back without restoring anything and leaves the address range mapped:
+    /// for a caller about to unmap the whole range itself (so no other
+    /// thread can map something there between the two). Returns the range.
+    pub fn release_for_unmap(self) -> (usize, usize) {
+        let range = (self.core.mapping.base(), self.core.mapping.len());
+        self.core.mapping.leak_on_drop();
+        drop(self);
+        range
     }
 
     /// Puts zpage's SIGBUS handler back in front of any installed after it.
@@ -338,6 +331,73 @@ impl Region {
     pub fn fault_mode(&self) -> FaultMode {
         self.core.budget.mode
     }
+}
+
+/// Pins `range` of `core` (see [`Region::pin`]).
+pub(crate) fn pin_pages(
+    core: &RegionCore,
+    range: std::ops::Range<usize>,
+) -> Result<(), RegionError> {
+    let budget = &core.budget;
+    let new_pins = range
+        .clone()
+        .filter(|&p| core.pages[p].load().pins() == 0)
+        .count();
+    let total = budget_pinned(budget) + new_pins;
+    if total > budget.limits.budget_pages / 2 {
+        return Err(RegionError::PinExceedsBudget {
+            requested: new_pins * PAGE_SIZE,
+            total: total * PAGE_SIZE,
+            budget: budget.limits.budget_pages * PAGE_SIZE,
+        });
+    }
+    let _signals = SignalGuard::block_async();
+    for page in range {
+        loop {
+            fault::resolve(core, page, Access::WRITABLE, Ctx::Api)
+                .map_err(|e| RegionError::sys("pin", e))?;
+            let slot = &core.pages[page];
+            let s = slot.load();
+            if s.tag() != Tag::Resident {
+                continue;
+            }
+            if s.pins() == MAX_PINS {
+                return Err(RegionError::InvalidConfig(format!(
+                    "a page may be pinned at most {MAX_PINS} times"
+                )));
+            }
+            if slot.claim(s, s.pinned_once_more()) {
+                if s.pins() == 0 {
+                    core.pinned.fetch_add(1, Ordering::AcqRel);
+                }
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Undoes one pin of `range` of `core` (see [`Region::unpin`]).
+pub(crate) fn unpin_pages(
+    core: &RegionCore,
+    range: std::ops::Range<usize>,
+) -> Result<(), RegionError> {
+    if let Some(p) = range.clone().find(|&p| core.pages[p].load().pins() == 0) {
+        return Err(RegionError::NotPinned(p * PAGE_SIZE));
+    }
+    for page in range {
+        let slot = &core.pages[page];
+        loop {
+            let s = slot.load();
+            if slot.claim(s, s.unpinned_once()) {
+                if s.pins() == 1 {
+                    core.pinned.fetch_sub(1, Ordering::AcqRel);
+                }
+                break;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Pinned pages of every region of a budget.

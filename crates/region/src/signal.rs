@@ -11,7 +11,12 @@
 //! - blocks every other signal while it runs (`sa_mask` is full), so no other
 //!   handler interleaves with a half-done restore;
 //! - in a forked child, where the region's machinery stayed with the parent,
-//!   ends the process with a message rather than let a page read as zeros.
+//!   ends the process with a message rather than let a page read as zeros;
+//!   a `vfork()` child, which runs in its parent's memory until `exec`,
+//!   resolves its fault as a thread of the parent would (`kcmp` tells the
+//!   two apart) while its copy of the userfaultfd is open; one that closed
+//!   it (spawn libraries close every descriptor before `exec`) ends with
+//!   the message too.
 //!
 //! **Chaining.** The handler is installed with raw `sigaction` (not
 //! signal-hook, which runs the previous handler first; Rust's std handler for
@@ -25,7 +30,7 @@
 use crate::fault::{self, about_page, Access, Ctx};
 use crate::sys;
 use crate::table;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 struct OldAction(libc::sigaction);
@@ -104,7 +109,7 @@ pub fn ensure_front() -> Result<(), sys::Errno> {
 fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
     table::at_address(addr, |core, page| {
         crate::profile::end(crate::profile::Part::Dispatch, entered, 1);
-        if core.owner_pid != sys::getpid() {
+        if core.owner_pid != sys::getpid() && !sys::vfork_child_can_resolve(core) {
             about_page(core, page)
                 .text(" was touched in a child process forked while it was evicted; the region's userfaultfd stayed with the parent, so it cannot be restored here")
                 .abort()
@@ -171,11 +176,57 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     }
 }
 
+/// A SIGBUS action the program asked for after zpage's handler was
+/// installed (through [`chain_to`]): `sa_sigaction` then `sa_flags`; a
+/// handler of 0 means none (chain to [`OLD`]). Two words read without a lock
+/// in the handler.
+static PROGRAM_HANDLER: AtomicUsize = AtomicUsize::new(0);
+static PROGRAM_FLAGS: AtomicI32 = AtomicI32::new(0);
+static PROGRAM_SET: AtomicBool = AtomicBool::new(false);
+
+/// Makes `action` the SIGBUS action faults outside zpage's regions go to,
+/// keeping zpage's handler installed in front (for a preload library that
+/// intercepts the program's `sigaction(SIGBUS)`: a crash reporter such as
+/// CPython's faulthandler would otherwise replace it and kill the program
+/// at the first evicted page). Returns the action chained to until now. The
+/// handler and flags are what is kept; the mask of zpage's handler (full)
+/// applies while the program's handler runs.
+pub fn chain_to(action: &libc::sigaction) -> libc::sigaction {
+    let previous = chained();
+    PROGRAM_FLAGS.store(action.sa_flags, Ordering::Release);
+    PROGRAM_HANDLER.store(action.sa_sigaction, Ordering::Release);
+    PROGRAM_SET.store(true, Ordering::Release);
+    previous
+}
+
+/// The SIGBUS action faults outside zpage's regions go to now.
+pub fn chained() -> libc::sigaction {
+    // SAFETY: a zeroed sigaction is a valid empty value.
+    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+    if PROGRAM_SET.load(Ordering::Acquire) {
+        action.sa_sigaction = PROGRAM_HANDLER.load(Ordering::Acquire);
+        action.sa_flags = PROGRAM_FLAGS.load(Ordering::Acquire);
+    } else if let Some(old) = OLD.get() {
+        action = old.0;
+    }
+    action
+}
+
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let Some(old) = OLD.get() else {
-        return reset_default(sig);
+    let program;
+    let old = if PROGRAM_SET.load(Ordering::Acquire) {
+        // SAFETY: a zeroed sigaction is a valid empty value.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = PROGRAM_HANDLER.load(Ordering::Acquire);
+        act.sa_flags = PROGRAM_FLAGS.load(Ordering::Acquire);
+        program = act;
+        &program
+    } else {
+        let Some(old) = OLD.get() else {
+            return reset_default(sig);
+        };
+        &old.0
     };
-    let old = &old.0;
     if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
         return reset_default(sig);
     }

@@ -825,6 +825,38 @@ pub fn at_exit(hook: extern "C" fn()) {
     }
 }
 
+/// True if this process shares its memory with process `pid`: a `vfork()`
+/// (or `posix_spawn`) child of it, which runs in its parent's memory until
+/// it calls `exec`, so the regions there are the parent's own and their
+/// faults can be resolved as a thread of the parent would. `kcmp(KCMP_VM)`;
+/// async-signal-safe.
+pub fn shares_memory_with(pid: i32) -> bool {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp compares two processes' kernel objects; it reads no
+    // memory of ours.
+    unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            getpid() as libc::c_long,
+            pid as libc::c_long,
+            KCMP_VM,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        ) == 0
+    }
+}
+
+/// True in a `vfork()` child of the region's owner whose copy of the
+/// budget's userfaultfd is still open (a spawn library may have closed every
+/// descriptor before `exec`): only then can it resolve a fault as a thread of
+/// the parent would. Checked before any ioctl, so a closed descriptor in the
+/// child is never taken for a lost userfaultfd in the parent's (shared)
+/// memory. Async-signal-safe.
+pub fn vfork_child_can_resolve(core: &crate::core::RegionCore) -> bool {
+    shares_memory_with(core.owner_pid)
+        && uffd_wake(core.budget.uffd.fd(), core.mapping.base(), PAGE_SIZE).is_ok()
+}
+
 /// `getpid`.
 pub fn getpid() -> i32 {
     // SAFETY: no arguments.

@@ -1,0 +1,499 @@
+//! `zpage run -- PROGRAM`: run an unmodified program with a compressed
+//! memory budget, pass its exit status through, and say at exit what the
+//! budget did (to stderr, in the style of `/usr/bin/time -v`).
+//!
+//! User mode (the default, no root): the program runs with
+//! `libzpage_preload.so` in `LD_PRELOAD`; each process writes a report into
+//! a directory this command makes, and the summary is built from those and
+//! from `wait4`'s resource usage of the program and its descendants.
+//!
+//! `--budget` takes a size (`256M`, `2G`) or a percentage of the machine's
+//! memory (`25%` of `MemTotal`): a percentage of the program's own
+//! unconstrained peak would need a run without zpage first, which a command
+//! that runs arbitrary programs (with side effects) must not do on its own.
+//! Measure that peak with `/usr/bin/time -v` and pass a size instead.
+
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
+
+/// Where `zpage run` looks for the preload library when it is not next to
+/// the `zpage` binary.
+pub const PRELOAD_ENV: &str = "ZPAGE_PRELOAD";
+const PRELOAD_NAME: &str = "libzpage_preload.so";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// The preload library and userfaultfd regions; needs no root.
+    User,
+    /// A cgroup with a compressed swap (zram) through the kernel; needs root.
+    Kernel,
+    /// `kernel` as root when a compressed swap can be set up, else `user`.
+    Auto,
+}
+
+/// Arguments of `zpage run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Resident budget of each process: a size (256M, 2G) or a percentage
+    /// of the machine's memory (25%).
+    #[arg(long, default_value = "25%")]
+    pub budget: String,
+    /// Codec for evicted pages (lz4, lz4:ACCEL, zstd, zstd:LEVEL).
+    #[arg(long, default_value = "lz4")]
+    pub codec: String,
+    /// How the budget is enforced.
+    #[arg(long, value_enum, default_value_t = Mode::User)]
+    pub mode: Mode,
+    /// Smallest mapping or allocation placed in a region (user mode).
+    #[arg(long, default_value = "2M", value_parser = parse_size)]
+    pub min_mapping: u64,
+    /// Also write the summary as JSON to this file.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Print the summary on stderr as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The program and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub program: Vec<OsString>,
+}
+
+fn parse_size(text: &str) -> Result<u64, String> {
+    zpage_bench::parse_size(text).map_err(|e| e.to_string())
+}
+
+/// The budget in bytes from `SIZE` or `PCT%` (of `mem_total`).
+pub fn budget_bytes(text: &str, mem_total: u64) -> Result<u64> {
+    let bytes = if let Some(pct) = text.trim().strip_suffix('%') {
+        let pct: f64 = pct.trim().parse().ok().filter(|p: &f64| *p > 0.0 && *p <= 100.0).with_context(|| {
+            format!("--budget {text:?}: a percentage is a number in (0, 100] followed by %, e.g. 25%")
+        })?;
+        (mem_total as f64 * pct / 100.0) as u64
+    } else {
+        parse_size(text).map_err(|e| anyhow::anyhow!("--budget {text:?}: {e}"))?
+    };
+    if bytes < 256 * 1024 {
+        bail!("--budget {text:?} is {bytes} bytes, below the smallest budget (256K): raise it");
+    }
+    Ok(bytes / 4096 * 4096)
+}
+
+/// The preload library: `$ZPAGE_PRELOAD`, or next to the `zpage` binary.
+pub fn find_preload(env: Option<OsString>, exe: &Path) -> Result<PathBuf> {
+    if let Some(path) = env {
+        let path = PathBuf::from(path);
+        if path.is_file() {
+            return Ok(path);
+        }
+        bail!(
+            "{PRELOAD_ENV}={} is not a file: point it at libzpage_preload.so (build it with `cargo build --release -p zpage-preload`)",
+            path.display()
+        );
+    }
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    // `cargo test` leaves test binaries in target/<profile>/deps.
+    for candidate in [dir.join(PRELOAD_NAME), dir.join("..").join(PRELOAD_NAME)] {
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    bail!(
+        "{PRELOAD_NAME} is not next to {} and {PRELOAD_ENV} is not set: build it with `cargo build --release -p zpage-preload` (it lands next to zpage in target/release), or set {PRELOAD_ENV} to its path",
+        exe.display()
+    )
+}
+
+fn mem_total() -> Result<u64> {
+    zpage_kernel::procfs::mem_total_bytes().context("reading MemTotal from /proc/meminfo")
+}
+
+/// What `zpage run` prints at exit.
+#[derive(Debug, serde::Serialize)]
+pub struct Summary {
+    pub command: Vec<String>,
+    pub mode: &'static str,
+    pub exit_status: i32,
+    pub budget_bytes: u64,
+    pub codec: String,
+    pub processes: usize,
+    /// Processes where zpage was not active, and why (first reason).
+    pub processes_without_zpage: usize,
+    pub without_zpage_reason: Option<String>,
+    /// `wait4`'s peak resident set of the program and its descendants.
+    pub peak_resident_bytes: u64,
+    /// The program's (first process's) own peak without zpage, estimated:
+    /// resident memory plus the uncompressed size of what zpage held
+    /// evicted, less the pool's memory, at the worst sample.
+    pub unconstrained_peak_estimate_bytes: u64,
+    /// That estimate less the program's sampled peak resident.
+    pub memory_saved_bytes: u64,
+    pub compressed_bytes: u64,
+    pub pool_bytes: u64,
+    pub regions_made: u64,
+    pub ejected_mappings: u64,
+    pub refused_mappings: u64,
+    pub faults: u64,
+    pub restores: u64,
+    pub evictions: u64,
+    pub fault_latency_p50_ns: u64,
+    pub fault_latency_p99_ns: u64,
+    pub fault_handling_ns: u64,
+    pub throttle_ns: u64,
+    pub syscalls_pinned: u64,
+    pub syscalls_retried: u64,
+    pub forks: u64,
+    pub wall_seconds: f64,
+    pub user_seconds: f64,
+    pub system_seconds: f64,
+}
+
+/// Builds the summary from the processes' reports (the first is the
+/// program itself: the lowest pid is not always it, so it is named).
+pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
+    let mut s = Summary {
+        command: Vec::new(),
+        mode: "user",
+        exit_status: 0,
+        budget_bytes: 0,
+        codec: String::new(),
+        processes: reports.len(),
+        processes_without_zpage: 0,
+        without_zpage_reason: None,
+        peak_resident_bytes: 0,
+        unconstrained_peak_estimate_bytes: 0,
+        memory_saved_bytes: 0,
+        compressed_bytes: 0,
+        pool_bytes: 0,
+        regions_made: 0,
+        ejected_mappings: 0,
+        refused_mappings: 0,
+        faults: 0,
+        restores: 0,
+        evictions: 0,
+        fault_latency_p50_ns: 0,
+        fault_latency_p99_ns: 0,
+        fault_handling_ns: 0,
+        throttle_ns: 0,
+        syscalls_pinned: 0,
+        syscalls_retried: 0,
+        forks: 0,
+        wall_seconds: 0.0,
+        user_seconds: 0.0,
+        system_seconds: 0.0,
+    };
+    let mut merged = ProcessReport::new(0, String::new());
+    for r in reports {
+        if !r.active {
+            s.processes_without_zpage += 1;
+            if s.without_zpage_reason.is_none() {
+                s.without_zpage_reason = r.inactive_reason.clone();
+            }
+            continue;
+        }
+        if s.codec.is_empty() {
+            s.codec = r.codec.clone();
+        }
+        s.compressed_bytes += r.compressed_bytes;
+        s.pool_bytes += r.pool_bytes;
+        s.regions_made += r.regions_made;
+        s.ejected_mappings += r.fallback.ejected_mappings;
+        s.refused_mappings += r.fallback.refused_mappings;
+        s.restores += r.restore_count;
+        s.evictions += r.eviction_count;
+        s.throttle_ns += r.throttle_ns;
+        s.syscalls_pinned += r.syscalls_pinned;
+        s.syscalls_retried += r.syscalls_retried;
+        s.forks += r.forks;
+        merged.fault_count += r.fault_count;
+        merged.fault_ns += r.fault_ns;
+        for (sum, n) in merged
+            .fault_latency_log2_buckets
+            .iter_mut()
+            .zip(&r.fault_latency_log2_buckets)
+        {
+            *sum += n;
+        }
+    }
+    let latency = merged.fault_latency();
+    s.faults = merged.fault_count;
+    s.fault_handling_ns = merged.fault_ns;
+    s.fault_latency_p50_ns = latency.p50_ns;
+    s.fault_latency_p99_ns = latency.p99_ns;
+    if let Some(main) = reports.iter().find(|r| r.pid == main_pid && r.active) {
+        s.unconstrained_peak_estimate_bytes = main.unconstrained_peak_estimate_bytes;
+        s.memory_saved_bytes = main
+            .unconstrained_peak_estimate_bytes
+            .saturating_sub(main.peak_rss_bytes);
+    }
+    s
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.1} us", ns as f64 / 1000.0)
+}
+
+/// The summary as `/usr/bin/time -v` lays its lines out.
+pub fn render(s: &Summary) -> String {
+    let mut lines = vec![
+        format!("\tCommand being run under zpage: {}", s.command.join(" ")),
+        format!("\tMode: {}", s.mode),
+        format!(
+            "\tBudget per process: {} ({})",
+            mib(s.budget_bytes),
+            s.codec
+        ),
+        format!(
+            "\tProcesses: {} ({} without zpage)",
+            s.processes, s.processes_without_zpage
+        ),
+    ];
+    if let Some(why) = &s.without_zpage_reason {
+        lines.push(format!("\tWhy without zpage: {why}"));
+    }
+    lines.extend([
+        format!("\tElapsed (wall clock) time: {:.2} s", s.wall_seconds),
+        format!("\tUser time: {:.2} s", s.user_seconds),
+        format!("\tSystem time: {:.2} s", s.system_seconds),
+        format!(
+            "\tPeak resident (program and descendants): {}",
+            mib(s.peak_resident_bytes)
+        ),
+        format!(
+            "\tProgram's own peak without zpage (estimated): {}",
+            mib(s.unconstrained_peak_estimate_bytes)
+        ),
+        format!(
+            "\tMemory saved against that peak: {}",
+            mib(s.memory_saved_bytes)
+        ),
+        format!(
+            "\tCompressed at exit: {} in {} of pool",
+            mib(s.compressed_bytes),
+            mib(s.pool_bytes)
+        ),
+        format!(
+            "\tRegions made: {} ({} made plain, {} refused)",
+            s.regions_made, s.ejected_mappings, s.refused_mappings
+        ),
+        format!(
+            "\tFaults: {} ({} restores), evictions: {}",
+            s.faults, s.restores, s.evictions
+        ),
+        format!(
+            "\tFault latency p50 / p99: {} / {}",
+            us(s.fault_latency_p50_ns),
+            us(s.fault_latency_p99_ns)
+        ),
+        format!(
+            "\tTime in fault handling: {:.3} s (waiting for the budget: {:.3} s)",
+            s.fault_handling_ns as f64 / 1e9,
+            s.throttle_ns as f64 / 1e9
+        ),
+        format!(
+            "\tSystem calls on zpage memory: {} pinned, {} retried",
+            s.syscalls_pinned, s.syscalls_retried
+        ),
+        format!("\tForks: {}", s.forks),
+        format!("\tExit status: {}", s.exit_status),
+    ]);
+    lines.join("\n") + "\n"
+}
+
+/// A directory for the processes' reports, removed when dropped.
+struct ReportDir(PathBuf);
+
+impl Drop for ReportDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the command; returns the exit code to leave with.
+pub fn run(args: Args) -> Result<u8> {
+    match args.mode {
+        Mode::User => {}
+        Mode::Kernel | Mode::Auto => bail!(
+            "--mode {}: kernel mode is not available in this build yet; use --mode user (the default)",
+            if args.mode == Mode::Kernel { "kernel" } else { "auto" }
+        ),
+    }
+    let budget = budget_bytes(&args.budget, mem_total()?)?;
+    let codec: zpage_codec::CodecSpec = args
+        .codec
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--codec {:?}: {e}", args.codec))?;
+    if codec.family() == zpage_codec::CodecFamily::ZstdDict {
+        bail!(
+            "--codec zstd-dict needs a trained dictionary, which zpage run cannot pass: use zstd"
+        );
+    }
+    if args.min_mapping < 4096 {
+        bail!(
+            "--min-mapping {} is below one page (4K): raise it",
+            args.min_mapping
+        );
+    }
+    let exe = std::env::current_exe().context("locating the zpage binary")?;
+    let preload = find_preload(std::env::var_os(PRELOAD_ENV), &exe)?;
+    let reports = ReportDir(std::env::temp_dir().join(format!(
+        "zpage-run-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    )));
+    std::fs::create_dir_all(&reports.0)
+        .with_context(|| format!("creating {}", reports.0.display()))?;
+
+    let mut preload_list = OsString::from(&preload);
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload_list.push(":");
+        preload_list.push(existing);
+    }
+    let mut command = std::process::Command::new(&args.program[0]);
+    command
+        .args(&args.program[1..])
+        .env("LD_PRELOAD", preload_list)
+        .env("ZPAGE_RUN_BUDGET_BYTES", budget.to_string())
+        .env("ZPAGE_RUN_CODEC", &args.codec)
+        .env("ZPAGE_RUN_MIN_MAPPING_BYTES", args.min_mapping.to_string())
+        .env(REPORT_DIR_ENV, &reports.0);
+    // Like a shell: the program, not zpage, decides what ^C and ^\ do.
+    // SAFETY: signal() with SIG_IGN has no preconditions; restored below.
+    let (old_int, old_quit) = unsafe {
+        (
+            libc::signal(libc::SIGINT, libc::SIG_IGN),
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+        )
+    };
+    // SAFETY: runs in the child between fork and exec: only signal(), which
+    // is async-signal-safe, putting the default actions back.
+    unsafe {
+        command.pre_exec(move || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let started = std::time::Instant::now();
+    let child = command
+        .spawn()
+        .with_context(|| format!("starting {}", PathBuf::from(&args.program[0]).display()))?;
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waits for our own child; both out pointers are valid.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            break;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            bail!(
+                "waiting for the program: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    // SAFETY: restores the dispositions saved above.
+    unsafe {
+        libc::signal(libc::SIGINT, old_int);
+        libc::signal(libc::SIGQUIT, old_quit);
+    }
+    let exit_code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        1
+    };
+    // The descendants zpage's child reaped count in its rusage; others
+    // (orphans) in ours.
+    // SAFETY: a zeroed rusage is a valid out value.
+    let mut children: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out pointer.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut children) };
+    let all = ProcessReport::read_dir(&reports.0).map_err(anyhow::Error::msg)?;
+    let mut summary = summarize(&all, pid);
+    summary.command = args
+        .program
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    summary.exit_status = exit_code;
+    summary.budget_bytes = budget;
+    if summary.codec.is_empty() {
+        summary.codec = args.codec.clone();
+    }
+    summary.peak_resident_bytes = (usage.ru_maxrss.max(children.ru_maxrss) as u64) * 1024;
+    summary.wall_seconds = wall;
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    summary.user_seconds = secs(usage.ru_utime);
+    summary.system_seconds = secs(usage.ru_stime);
+    let json = serde_json::to_string_pretty(&summary)?;
+    if let Some(path) = &args.summary_json {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        eprintln!("{json}");
+    } else {
+        eprint!("{}", render(&summary));
+    }
+    Ok(exit_code.clamp(0, 255) as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_are_sizes_or_percentages_of_memory() {
+        assert_eq!(budget_bytes("256M", 1 << 30).unwrap(), 256 << 20);
+        assert_eq!(budget_bytes("25%", 1 << 30).unwrap(), 256 << 20);
+        let e = budget_bytes("150%", 1 << 30).unwrap_err().to_string();
+        assert!(e.contains("(0, 100]"), "{e}");
+        let e = budget_bytes("4K", 1 << 30).unwrap_err().to_string();
+        assert!(e.contains("raise it"), "{e}");
+        assert!(budget_bytes("lots", 1 << 30).is_err());
+    }
+
+    #[test]
+    fn a_missing_preload_library_names_how_to_build_it() {
+        let e = find_preload(None, Path::new("/nonexistent/bin/zpage"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cargo build --release -p zpage-preload"), "{e}");
+        let e = find_preload(Some("/nonexistent.so".into()), Path::new("/x"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(PRELOAD_ENV), "{e}");
+    }
+
+    #[test]
+    fn the_summary_merges_processes_and_names_inactive_ones() {
+        let mut a = ProcessReport::new(10, "a".into());
+        a.active = true;
+        a.fault_count = 2;
+        a.fault_ns = 4000;
+        a.fault_latency_log2_buckets[10] = 2;
+        a.peak_rss_bytes = 100;
+        a.unconstrained_peak_estimate_bytes = 400;
+        let mut b = ProcessReport::new(11, "b".into());
+        b.inactive_reason = Some("ZPAGE_RUN_BUDGET_BYTES is not set".into());
+        let s = summarize(&[a, b], 10);
+        assert_eq!(s.faults, 2);
+        assert_eq!(s.fault_latency_p99_ns, 2048);
+        assert_eq!(s.memory_saved_bytes, 300);
+        assert_eq!(s.processes_without_zpage, 1);
+        assert!(render(&s).contains("Why without zpage"));
+    }
+}

@@ -1,0 +1,302 @@
+//! `zpage run`: exit status passes through, the summary reports what the
+//! budget did, and CPython's own regression tests give the same results
+//! under a budget a quarter of each module's unconstrained peak (with the
+//! default threshold: CPython's 1 MiB arenas stay out, see the preload
+//! library's README for what `--min-mapping 1M` does to these tests).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The preload library next to the zpage binary, built now: `cargo test`
+/// does not build a `cdylib` nothing links (and `cargo test -p zpage-cli`
+/// would not build it at all), so the test asks cargo for it.
+fn preload() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--profile", "test", "-p", "zpage-preload"])
+            .status()
+            .expect("running cargo to build the preload library");
+        assert!(status.success(), "cargo build -p zpage-preload failed");
+        let dir = Path::new(env!("CARGO_BIN_EXE_zpage")).parent().unwrap();
+        let lib = dir.join("libzpage_preload.so");
+        assert!(lib.exists(), "{} missing after the build", lib.display());
+        lib
+    })
+    .clone()
+}
+
+fn zpage_run(args: &[&str], program: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zpage"))
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .args(program)
+        .env("ZPAGE_PRELOAD", preload())
+        .output()
+        .unwrap()
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("zpage-run-test-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A C program that fills `MiB` of malloc'd memory, checks it, and exits
+/// with the status given.
+fn filler() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let dir = tempdir("filler");
+        let src = dir.join("filler.c");
+        std::fs::write(
+            &src,
+            r#"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    size_t n = strtoul(argv[1], 0, 10) << 20;
+    uint64_t *p = malloc(n);
+    for (size_t i = 0; i < n / 8; i++) p[i] = (i & 0xff) | ((i >> 9) << 32);
+    for (size_t i = 0; i < n / 8; i++)
+        if (p[i] != ((i & 0xff) | ((i >> 9) << 32))) { puts("MISMATCH"); return 99; }
+    puts("checked");
+    return atoi(argv[2]);
+}
+"#,
+        )
+        .unwrap();
+        let exe = dir.join("filler");
+        let out = Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .expect("cc must be installed");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        exe
+    })
+}
+
+#[test]
+fn exit_status_passes_through_and_the_summary_counts_the_work() {
+    let dir = tempdir("summary");
+    let json = dir.join("summary.json");
+    let out = zpage_run(
+        &["--budget", "16M", "--summary-json", json.to_str().unwrap()],
+        &[filler().to_str().unwrap(), "64", "3"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("checked"));
+    for line in [
+        "Peak resident (program and descendants)",
+        "Fault latency p50 / p99",
+        "Time in fault handling",
+        "Memory saved against that peak",
+        "Exit status: 3",
+    ] {
+        assert!(stderr.contains(line), "no {line:?} in:\n{stderr}");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(summary["exit_status"], 3);
+    assert!(summary["evictions"].as_u64().unwrap() > 0, "{summary}");
+    assert!(summary["faults"].as_u64().unwrap() > 0, "{summary}");
+    // 64 MiB of data under a 16 MiB budget: the peak stays well below the data.
+    let peak = summary["peak_resident_bytes"].as_u64().unwrap();
+    assert!(
+        peak < 40 << 20,
+        "peak {peak} with a 16 MiB budget over 64 MiB"
+    );
+    assert!(
+        summary["memory_saved_bytes"].as_u64().unwrap() > 16 << 20,
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_signal_death_is_128_plus_the_signal() {
+    let out = zpage_run(&["--budget", "8M"], &["sh", "-c", "kill -KILL $$"]);
+    assert_eq!(out.status.code(), Some(128 + 9));
+}
+
+#[test]
+fn bad_options_and_kernel_mode_say_what_to_do() {
+    let out = zpage_run(&["--budget", "4K"], &["true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("raise it"));
+    let out = zpage_run(&["--mode", "kernel"], &["true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not available in this build yet"));
+    let out = zpage_run(&["--codec", "gzip"], &["true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--codec"));
+    let out = Command::new(env!("CARGO_BIN_EXE_zpage"))
+        .args(["run", "--", "true"])
+        .env("ZPAGE_PRELOAD", "/nonexistent/libzpage_preload.so")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cargo build --release -p zpage-preload"));
+}
+
+// ---- CPython's regression tests -------------------------------------------
+
+/// Modules run in CI (small and fast); `ZPAGE_PYTHON_TESTS=all` runs the
+/// full list, `ZPAGE_PYTHON_TESTS="test_x test_y"` any others.
+const CI_MODULES: &[&str] = &[
+    "test_dict",
+    "test_list",
+    "test_json",
+    "test_struct",
+    "test_zlib",
+];
+const ALL_MODULES: &[&str] = &[
+    "test_dict",
+    "test_list",
+    "test_json",
+    "test_unicode",
+    "test_re",
+    "test_pickle",
+    "test_io",
+    "test_mmap",
+    "test_threading",
+    "test_subprocess",
+    "test_socket",
+    "test_gc",
+    "test_bytes",
+    "test_array",
+    "test_collections",
+    "test_multiprocessing_forkserver",
+    "test_signal",
+    "test_select",
+    "test_os",
+    "test_tempfile",
+    "test_zlib",
+    "test_struct",
+    "test_sort",
+    "test_set",
+    "test_itertools",
+];
+
+/// A test that hangs fails (with regrtest's traceback) instead of hanging
+/// the suite.
+const REGRTEST_TIMEOUT: &str = "--timeout=600";
+
+/// A python3 whose regression tests are installed (Debian splits them into
+/// libpython3.X-testsuite).
+fn python_with_tests() -> Option<String> {
+    ["python3", "/usr/bin/python3"].into_iter().find_map(|py| {
+        let ok = Command::new(py)
+            .args(["-c", "import test.test_dict"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        ok.then(|| py.to_string())
+    })
+}
+
+/// The summary lines of a regrtest run that must match with and without
+/// zpage ("Total tests: run=N failures=..." and "Result: ...").
+fn outcome(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter(|l| {
+            l.starts_with("Total tests:") || l.starts_with("Result:") || l.contains("tests OK")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn peak_kib_without_zpage(python: &str, module: &str) -> (Output, u64) {
+    let dir = tempdir(&format!("peak-{module}"));
+    let file = dir.join("rss");
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "%M", "-o"])
+        .arg(&file)
+        .args([python, "-m", "test", "-q", REGRTEST_TIMEOUT, module])
+        .output()
+        .expect("/usr/bin/time (Debian package time) must be installed");
+    let kib = std::fs::read_to_string(&file)
+        .unwrap_or_default()
+        .trim()
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(0);
+    let _ = std::fs::remove_dir_all(&dir);
+    (out, kib)
+}
+
+#[test]
+fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
+    let Some(python) = python_with_tests() else {
+        eprintln!(
+            "skipped: no python3 with its regression tests (install libpython3.11-testsuite)"
+        );
+        return;
+    };
+    let chosen = std::env::var("ZPAGE_PYTHON_TESTS").unwrap_or_default();
+    let modules: Vec<String> = match chosen.trim() {
+        "" => CI_MODULES.iter().map(|s| s.to_string()).collect(),
+        "all" => ALL_MODULES.iter().map(|s| s.to_string()).collect(),
+        list => list.split_whitespace().map(String::from).collect(),
+    };
+    let mut failures = Vec::new();
+    let mut table = vec![
+        "module | peak without zpage | budget | peak under zpage | evictions | result".to_string(),
+    ];
+    for module in &modules {
+        let (plain, peak_kib) = peak_kib_without_zpage(&python, module);
+        let budget = (peak_kib * 1024 / 4).max(1 << 20);
+        let dir = tempdir(&format!("py-{module}"));
+        let json = dir.join("summary.json");
+        let zp = zpage_run(
+            &[
+                "--budget",
+                &budget.to_string(),
+                "--summary-json",
+                json.to_str().unwrap(),
+            ],
+            &[&python, "-m", "test", "-q", REGRTEST_TIMEOUT, module],
+        );
+        let summary: serde_json::Value = std::fs::read_to_string(&json)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        let same = plain.status.code() == zp.status.code() && outcome(&plain) == outcome(&zp);
+        let line = format!(
+            "{module} | {} KiB | {} KiB | {} KiB | {} | {}",
+            peak_kib,
+            budget / 1024,
+            summary["peak_resident_bytes"].as_u64().unwrap_or(0) / 1024,
+            summary["evictions"].as_u64().unwrap_or(0),
+            if same { "same" } else { "DIFFERENT" }
+        );
+        eprintln!("{line}");
+        table.push(line);
+        if !same {
+            failures.push(format!(
+                "{module}: without zpage {:?} {:?}, under zpage {:?} {:?}\nstdout under zpage:\n{}\nstderr under zpage:\n{}",
+                plain.status.code(),
+                outcome(&plain),
+                zp.status.code(),
+                outcome(&zp),
+                String::from_utf8_lossy(&zp.stdout),
+                String::from_utf8_lossy(&zp.stderr),
+            ));
+        }
+    }
+    eprintln!("{}", table.join("\n"));
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

@@ -1,0 +1,240 @@
+//! The `malloc` family, for large allocations.
+//!
+//! glibc's `malloc` makes its large chunks with its own internal `mmap`,
+//! which no interposer sees, and grows them with its internal `mremap`. So
+//! allocations at or above the size threshold are served here, each by a
+//! region of its own (page-aligned, so `free` tells ours apart with one test
+//! of the pointer's low bits before looking it up); everything smaller, and
+//! everything while the library is inactive, goes to the C library's own
+//! allocator (`__libc_malloc` and the others, which glibc exports for
+//! exactly this). A program or library that defines its own `malloc`
+//! (jemalloc linked into Redis) is not affected: its definition comes first,
+//! and the mappings it makes reach the `mmap` interposer instead.
+#![allow(unsafe_code)]
+
+use crate::mm::{copy_nonzero_pages, next_munmap};
+use crate::real;
+use crate::state;
+use crate::sys::{self, Inside};
+use libc::{c_int, c_void, size_t};
+use zpage_codec::PAGE_SIZE;
+
+extern "C" {
+    fn __libc_malloc(n: size_t) -> *mut c_void;
+    fn __libc_calloc(n: size_t, m: size_t) -> *mut c_void;
+    fn __libc_realloc(p: *mut c_void, n: size_t) -> *mut c_void;
+    fn __libc_free(p: *mut c_void);
+    fn __libc_memalign(a: size_t, n: size_t) -> *mut c_void;
+}
+
+/// A region for an allocation of `n` bytes, if it should and can have one.
+fn place(n: usize, align: usize) -> Option<*mut c_void> {
+    let state = state::placing()?;
+    if n < state.config.min_mapping_bytes || align > PAGE_SIZE {
+        return None;
+    }
+    let _inside = Inside::enter();
+    state.place(n, true).map(|base| base as *mut c_void)
+}
+
+/// The size of the region allocation at `p`, if `p` is one.
+fn ours(p: *mut c_void) -> Option<usize> {
+    if p.is_null() || !(p as usize).is_multiple_of(PAGE_SIZE) || sys::inside() {
+        return None;
+    }
+    let state = state::get()?;
+    if !state.may_overlap(p as usize, 1) {
+        return None;
+    }
+    let _inside = Inside::enter();
+    state
+        .len_of(p as usize)
+        .or_else(|| state.plain_allocation(p as usize, false))
+}
+
+/// Frees the region allocation at `p`; false if `p` is not one.
+fn free_ours(p: *mut c_void) -> bool {
+    if p.is_null() || !(p as usize).is_multiple_of(PAGE_SIZE) || sys::inside() {
+        return false;
+    }
+    let Some(state) = state::get() else {
+        return false;
+    };
+    if !state.may_overlap(p as usize, 1) {
+        return false;
+    }
+    let _inside = Inside::enter();
+    match state.take_exact(p as usize) {
+        Some(placed) => {
+            let (base, len) = (placed.base, placed.len);
+            state.release(placed);
+            next_munmap(base as *mut c_void, len);
+            true
+        }
+        None => match state.plain_allocation(p as usize, true) {
+            Some(len) => {
+                next_munmap(p, len);
+                true
+            }
+            None => false,
+        },
+    }
+}
+
+/// # Safety
+/// `malloc(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
+    if let Some(p) = place(n, 1) {
+        return p;
+    }
+    // SAFETY: the C library's allocator.
+    unsafe { __libc_malloc(n) }
+}
+
+/// # Safety
+/// `calloc(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: size_t, m: size_t) -> *mut c_void {
+    if let Some(total) = n.checked_mul(m) {
+        // A fresh region reads as zeros.
+        if let Some(p) = place(total, 1) {
+            return p;
+        }
+    }
+    // SAFETY: the C library's allocator (it checks the overflow itself).
+    unsafe { __libc_calloc(n, m) }
+}
+
+/// # Safety
+/// `free(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    if !free_ours(p) {
+        // SAFETY: not ours, so the C library's.
+        unsafe { __libc_free(p) }
+    }
+}
+
+/// # Safety
+/// `realloc(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
+    if p.is_null() {
+        // SAFETY: same contract.
+        return unsafe { malloc(n) };
+    }
+    if let Some(len) = ours(p) {
+        if n == 0 {
+            free_ours(p);
+            return std::ptr::null_mut();
+        }
+        let min = state::get().map_or(usize::MAX, |s| s.config.min_mapping_bytes);
+        if n <= len && n >= min / 2 {
+            return p;
+        }
+        let q = if n >= min { place(n, 1) } else { None };
+        let (q, fresh) = match q {
+            Some(q) => (q, true),
+            // SAFETY: the C library's allocator.
+            None => (unsafe { __libc_malloc(n) }, false),
+        };
+        if q.is_null() {
+            return q;
+        }
+        let keep = len.min(n);
+        if fresh {
+            // SAFETY: both ranges are live for `keep` bytes and distinct.
+            unsafe { copy_nonzero_pages(p as usize, q as usize, keep) };
+        } else {
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, keep) };
+        }
+        free_ours(p);
+        return q;
+    }
+    if let Some(q) = place(n, 1) {
+        // A C library chunk growing past the threshold moves into a region.
+        let usable = match real::malloc_usable_size() {
+            // SAFETY: `p` is a live C library allocation.
+            Some(f) => unsafe { f(p) },
+            None => 0,
+        };
+        if usable > 0 {
+            // SAFETY: `p` is valid for `usable` bytes, `q` for `n`; distinct.
+            unsafe { copy_nonzero_pages(p as usize, q as usize, usable.min(n)) };
+            // SAFETY: the C library's allocation, no longer used.
+            unsafe { __libc_free(p) };
+            return q;
+        }
+        free_ours(q);
+    }
+    // SAFETY: the C library's allocation and allocator.
+    unsafe { __libc_realloc(p, n) }
+}
+
+fn aligned(align: size_t, n: size_t) -> *mut c_void {
+    if let Some(p) = place(n, align) {
+        return p;
+    }
+    // SAFETY: the C library's allocator (it checks the alignment).
+    unsafe { __libc_memalign(align, n) }
+}
+
+/// # Safety
+/// `posix_memalign(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: size_t, n: size_t) -> c_int {
+    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<*mut c_void>()) {
+        return libc::EINVAL;
+    }
+    let p = aligned(align, n);
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: the caller passes a valid out pointer.
+    unsafe { *out = p };
+    0
+}
+
+/// # Safety
+/// `aligned_alloc(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: size_t, n: size_t) -> *mut c_void {
+    aligned(align, n)
+}
+
+/// # Safety
+/// `memalign(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: size_t, n: size_t) -> *mut c_void {
+    aligned(align, n)
+}
+
+/// # Safety
+/// `valloc(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn valloc(n: size_t) -> *mut c_void {
+    aligned(PAGE_SIZE, n)
+}
+
+/// # Safety
+/// `pvalloc(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(n: size_t) -> *mut c_void {
+    aligned(PAGE_SIZE, n.next_multiple_of(PAGE_SIZE).max(PAGE_SIZE))
+}
+
+/// # Safety
+/// `malloc_usable_size(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
+    if let Some(len) = ours(p) {
+        return len;
+    }
+    match real::malloc_usable_size() {
+        // SAFETY: a C library allocation (or null).
+        Some(f) => unsafe { f(p) },
+        None => 0,
+    }
+}

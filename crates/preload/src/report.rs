@@ -1,0 +1,97 @@
+//! The process's report: sampled peaks while it runs, one JSON file at exit.
+#![allow(unsafe_code)]
+
+use crate::state::{self, FORKED_CHILD, INACTIVE};
+use std::sync::atomic::Ordering;
+use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
+
+/// How often resident memory and the evicted pages are sampled.
+const SAMPLE_PERIOD: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Resident bytes of this process (`/proc/self/statm`, second field).
+pub fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * zpage_codec::PAGE_SIZE as u64)
+}
+
+/// Starts the sampling thread (asynchronous signals blocked: the program's
+/// handlers never run on it).
+pub fn start_sampler() {
+    // SAFETY: plain sigset manipulation around the spawn; the new thread
+    // inherits the blocked mask.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        for sig in [
+            libc::SIGBUS,
+            libc::SIGSEGV,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&mut all, sig);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        old
+    };
+    let _ = std::thread::Builder::new()
+        .name("zpage-sample".into())
+        .spawn(|| loop {
+            if FORKED_CHILD.load(Ordering::Relaxed) {
+                return;
+            }
+            if let Some(state) = state::get() {
+                state.sample();
+            }
+            std::thread::sleep(SAMPLE_PERIOD);
+        });
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+}
+
+fn program() -> String {
+    std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default()
+}
+
+/// The report of this process now.
+pub fn current() -> ProcessReport {
+    let pid = std::process::id() as i32;
+    let mut r = match state::get() {
+        Some(state) => {
+            state.sample();
+            state.report()
+        }
+        None => {
+            let mut r = ProcessReport::new(pid, String::new());
+            r.inactive_reason = INACTIVE.get().cloned();
+            r.peak_rss_bytes = resident_bytes();
+            r
+        }
+    };
+    r.pid = pid;
+    r.program = program();
+    r
+}
+
+/// At exit: writes the report into the directory `zpage run` named.
+pub extern "C" fn write_at_exit() {
+    if FORKED_CHILD.load(Ordering::Relaxed) {
+        return;
+    }
+    let Some(dir) = std::env::var_os(REPORT_DIR_ENV) else {
+        return;
+    };
+    let _inside = crate::sys::Inside::enter();
+    let dir = std::path::PathBuf::from(dir);
+    let report = current();
+    let path = report.path_in(&dir);
+    let tmp = path.with_extension("tmp");
+    if std::fs::write(&tmp, report.to_json()).is_ok() {
+        let _ = std::fs::rename(&tmp, &path);
+    }
+}

@@ -1,0 +1,120 @@
+//! Raw system calls (no interposer sees them) and the thread's re-entrancy
+//! flag.
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+
+/// `mmap(2)` as a raw system call.
+pub fn raw_mmap(
+    addr: *mut libc::c_void,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    offset: libc::off_t,
+) -> *mut libc::c_void {
+    // SAFETY: the kernel validates every argument; a failure is returned as
+    // -1 with errno set, which is MAP_FAILED.
+    unsafe {
+        libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, offset) as *mut libc::c_void
+    }
+}
+
+/// `munmap(2)` as a raw system call.
+pub fn raw_munmap(addr: *mut libc::c_void, len: usize) -> i32 {
+    // SAFETY: as above; unmapping is the caller's decision.
+    unsafe { libc::syscall(libc::SYS_munmap, addr, len) as i32 }
+}
+
+/// `mremap(2)` without a new address, as a raw system call.
+pub fn raw_mremap(
+    addr: *mut libc::c_void,
+    old: usize,
+    new: usize,
+    flags: i32,
+) -> *mut libc::c_void {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_mremap, addr, old, new, flags, 0usize) as *mut libc::c_void }
+}
+
+/// `errno`.
+pub fn errno() -> i32 {
+    // SAFETY: errno is thread-local and always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Sets `errno`.
+pub fn set_errno(value: i32) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = value }
+}
+
+thread_local! {
+    /// Set while the thread runs zpage's own code from an interposer: the
+    /// calls that code makes (its regions' mmaps, its reads) go straight
+    /// to the C library.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True while the calling thread is inside zpage.
+pub fn inside() -> bool {
+    INSIDE.with(|c| c.get())
+}
+
+/// Marks the thread as inside zpage until dropped; blocks asynchronous
+/// signals meanwhile (a program handler that calls `write` or `malloc`
+/// could otherwise wait on a lock this thread holds).
+pub struct Inside {
+    was: bool,
+    old_mask: libc::sigset_t,
+}
+
+impl Inside {
+    pub fn enter() -> Inside {
+        // SAFETY: plain sigset_t manipulation; the old mask goes into our struct.
+        let old_mask = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut set);
+            for sig in [
+                libc::SIGBUS,
+                libc::SIGSEGV,
+                libc::SIGILL,
+                libc::SIGFPE,
+                libc::SIGTRAP,
+            ] {
+                libc::sigdelset(&mut set, sig);
+            }
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            old
+        };
+        let was = INSIDE.with(|c| c.replace(true));
+        Inside { was, old_mask }
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        INSIDE.with(|c| c.set(self.was));
+        // SAFETY: restores the mask saved at construction.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Writes `text` to stderr with one system call, no allocation.
+pub fn stderr_line(text: &str) {
+    // SAFETY: a valid buffer of the given length.
+    unsafe {
+        libc::syscall(libc::SYS_write, 2, text.as_ptr(), text.len());
+    }
+}
+
+/// True on one of zpage's own threads (they are all named `zpage-...`).
+pub fn on_zpage_thread() -> bool {
+    let mut name = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes into the buffer.
+    let rc = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
+    rc == 0 && name.starts_with(b"zpage-")
+}

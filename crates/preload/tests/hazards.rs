@@ -1,0 +1,244 @@
+//! Each hazard of real programs, run by a small C program (`c/hazards.c`)
+//! under the preload library with a budget a quarter of its data, so most of
+//! the data is evicted when the hazard happens. The program checks every
+//! byte against its pattern (the shadow copy is the pattern function) and
+//! the process's report proves zpage was in the way (evictions, the
+//! fallbacks and pins the hazard should cause).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
+
+/// The preload library, built now: `cargo test` does not build a
+/// `cdylib` for integration tests (they cannot link it), so the test asks
+/// cargo for it, with the test profile, next to this test's binary.
+pub fn preload_library() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--profile", "test", "-p", "zpage-preload"])
+            .status()
+            .expect("running cargo to build the preload library");
+        assert!(status.success(), "cargo build -p zpage-preload failed");
+        let exe = std::env::current_exe().expect("test binary path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>");
+        let lib = profile_dir.join("libzpage_preload.so");
+        assert!(lib.exists(), "{} missing after the build", lib.display());
+        lib
+    })
+    .clone()
+}
+
+fn hazards_program() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let dir =
+            std::env::temp_dir().join(format!("zpage-preload-hazards-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("hazards");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/hazards.c");
+        let out = Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&exe)
+            .arg(&source)
+            .arg("-lpthread")
+            .output()
+            .expect("cc (the C compiler) must be installed");
+        assert!(
+            out.status.success(),
+            "cc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        exe
+    })
+}
+
+const DATA_MIB: usize = 32;
+const BUDGET_BYTES: usize = DATA_MIB * 1024 * 1024 / 4;
+
+struct Run {
+    output: Output,
+    stdout: String,
+    stderr: String,
+    report: ProcessReport,
+}
+
+fn run(mode: &str) -> Run {
+    let reports = tempdir(mode);
+    let output = Command::new(hazards_program())
+        .arg(mode)
+        .arg(DATA_MIB.to_string())
+        .env("LD_PRELOAD", preload_library())
+        .env("ZPAGE_RUN_BUDGET_BYTES", BUDGET_BYTES.to_string())
+        .env(REPORT_DIR_ENV, &reports)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let all = ProcessReport::read_dir(&reports).unwrap();
+    let report = all
+        .into_iter()
+        .find(|r| r.program.ends_with("/hazards"))
+        .unwrap_or_else(|| {
+            panic!("no report from the program; stdout:\n{stdout}\nstderr:\n{stderr}")
+        });
+    let _ = std::fs::remove_dir_all(&reports);
+    Run {
+        output,
+        stdout,
+        stderr,
+        report,
+    }
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "zpage-preload-{tag}-{}-{:?}",
+        std::process::id(),
+        std::time::SystemTime::now()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn assert_ok(mode: &str, r: &Run) {
+    assert!(
+        r.output.status.success() && r.stdout.contains(&format!("ok {mode}")),
+        "{mode} failed ({}):\n{}\n{}",
+        r.output.status,
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.report.active,
+        "zpage was not active: {:?}",
+        r.report.inactive_reason
+    );
+    assert!(
+        r.report.eviction_count > 0,
+        "nothing was evicted: the test proves nothing ({:?})",
+        r.report
+    );
+}
+
+#[test]
+fn mremap_and_realloc_keep_every_byte() {
+    let r = run("mremap");
+    assert_ok("mremap", &r);
+    assert!(r.report.regions_made >= 4, "{:?}", r.report);
+    // The in-place shrink is a case a region does not follow: made plain.
+    assert!(
+        r.report.fallback.ejected_mappings >= 1,
+        "{:?}",
+        r.report.fallback
+    );
+}
+
+#[test]
+fn map_fixed_over_part_of_a_region_keeps_the_rest() {
+    let r = run("fixed");
+    assert_ok("fixed", &r);
+    assert_eq!(
+        r.report.fallback.ejected_mappings, 1,
+        "{:?}",
+        r.report.fallback
+    );
+}
+
+#[test]
+fn mprotect_of_part_keeps_every_byte() {
+    let r = run("mprotect");
+    assert_ok("mprotect", &r);
+    // The mapping, and the allocation given a guard page (then freed).
+    assert_eq!(
+        r.report.fallback.ejected_mappings, 2,
+        "{:?}",
+        r.report.fallback
+    );
+}
+
+#[test]
+fn partial_munmap_keeps_the_rest() {
+    let r = run("munmap");
+    assert_ok("munmap", &r);
+    assert_eq!(
+        r.report.fallback.ejected_mappings, 1,
+        "{:?}",
+        r.report.fallback
+    );
+}
+
+#[test]
+fn madvise_dontneed_reads_zeros_and_keeps_the_rest() {
+    let r = run("dontneed");
+    assert_ok("dontneed", &r);
+}
+
+#[test]
+fn fork_child_and_parent_see_their_own_contents() {
+    let r = run("fork");
+    assert_ok("fork", &r);
+    assert_eq!(r.report.forks, 2, "{:?}", r.report);
+}
+
+#[test]
+fn a_vfork_child_reads_evicted_pages_and_poll_works_on_one() {
+    let r = run("vfork");
+    assert_ok("vfork", &r);
+    assert!(r.report.restore_count > 0, "{:?}", r.report);
+}
+
+#[test]
+fn read_write_send_recv_futex_on_evicted_pages_work() {
+    let r = run("io");
+    assert_ok("io", &r);
+    assert!(
+        r.stdout.contains("futex word resident before wait: no"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.report.syscalls_pinned > 0, "{:?}", r.report);
+}
+
+#[test]
+fn an_unwrapped_raw_syscall_fails_and_is_named() {
+    let r = run("unsupported");
+    assert_ok("unsupported", &r);
+    assert!(r.stdout.contains("raw read: -1 errno 14"), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("syscall(0) failed with EFAULT"),
+        "no diagnostic naming the call:\n{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_bad_budget_is_named_and_the_program_runs_without_zpage() {
+    let reports = tempdir("bad");
+    let out = Command::new(hazards_program())
+        .args(["dontneed", "4"])
+        .env("LD_PRELOAD", preload_library())
+        .env("ZPAGE_RUN_BUDGET_BYTES", "lots")
+        .env(REPORT_DIR_ENV, &reports)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("ZPAGE_RUN_BUDGET_BYTES=\"lots\"") && stderr.contains("without zpage"),
+        "{stderr}"
+    );
+    let reports_read = ProcessReport::read_dir(&reports).unwrap();
+    let _ = std::fs::remove_dir_all(&reports);
+    assert!(reports_read.iter().all(|r| !r.active));
+    assert!(reports_read[0]
+        .inactive_reason
+        .as_deref()
+        .unwrap()
+        .contains("plain integer"));
+}

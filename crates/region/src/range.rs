@@ -1,0 +1,111 @@
+//! Address ranges that may lie in any region of this process: for front ends
+//! that see only pointers (the preload library's system call wrappers), not
+//! [`crate::Region`] handles.
+//!
+//! Lookups go through the lock-free region table, so they take no lock a
+//! thread they interrupt could hold; the pin and prefault paths block
+//! asynchronous signals while they hold a page (as the region's own API does).
+
+use crate::core::RegionCore;
+use crate::error::RegionError;
+use crate::fault::{self, Access, Ctx};
+use crate::region::{pin_pages, unpin_pages};
+use crate::sys::{self, PAGE_SIZE};
+use crate::table;
+
+/// The pages of `core` inside `[addr, addr + len)`, if it is this process's
+/// region and overlaps the range.
+fn pages_in(core: &RegionCore, addr: usize, len: usize) -> Option<std::ops::Range<usize>> {
+    if core.owner_pid != sys::getpid() && !sys::vfork_child_can_resolve(core) {
+        return None;
+    }
+    let base = core.mapping.base();
+    let top = base + core.mapping.len();
+    let end = addr.saturating_add(len);
+    if len == 0 || end <= base || addr >= top {
+        return None;
+    }
+    let s = addr.max(base) - base;
+    let e = end.min(top) - base;
+    Some(s / PAGE_SIZE..e.div_ceil(PAGE_SIZE))
+}
+
+/// True if any byte of `[addr, addr + len)` lies in a live region of this
+/// process. Async-signal-safe.
+pub fn overlaps_any_region(addr: usize, len: usize) -> bool {
+    let mut found = false;
+    table::for_each(|core| found |= pages_in(core, addr, len).is_some());
+    found
+}
+
+/// Makes every region page of `[addr, addr + len)` present and writable
+/// (restored or zero-filled), as [`crate::Region::prefault`] does; the
+/// reclaimer may take them out again later (see [`pin_range`]).
+pub fn prefault_range(addr: usize, len: usize) -> Result<(), RegionError> {
+    let mut result = Ok(());
+    let _signals = sys::SignalGuard::block_async();
+    table::for_each(|core| {
+        let Some(range) = pages_in(core, addr, len) else {
+            return;
+        };
+        for page in range {
+            if let Err(e) = fault::resolve(core, page, Access::WRITABLE, Ctx::Api) {
+                result = Err(RegionError::sys("prefault", e));
+                return;
+            }
+        }
+    });
+    result
+}
+
+/// Pins every region page of `[addr, addr + len)` (see
+/// [`crate::Region::pin`]): all or nothing, undone by [`unpin_range`] with
+/// the same range. Fails with [`RegionError::PinExceedsBudget`] when the
+/// budget's pinned pages would pass half the budget.
+pub fn pin_range(addr: usize, len: usize) -> Result<(), RegionError> {
+    let mut result = Ok(());
+    let mut pinned: [Option<(usize, usize)>; 8] = [None; 8];
+    let mut spans = 0;
+    table::for_each(|core| {
+        if result.is_err() {
+            return;
+        }
+        let Some(range) = pages_in(core, addr, len) else {
+            return;
+        };
+        if spans == pinned.len() {
+            result = Err(RegionError::InvalidConfig(format!(
+                "a range may be pinned across at most {} regions",
+                pinned.len()
+            )));
+            return;
+        }
+        match pin_pages(core, range) {
+            Ok(()) => {
+                pinned[spans] = Some((core.mapping.base(), core.mapping.len()));
+                spans += 1;
+            }
+            Err(e) => result = Err(e),
+        }
+    });
+    if result.is_err() {
+        for (base, size) in pinned.iter().flatten() {
+            let (s, e) = (addr.max(*base), addr.saturating_add(len).min(base + size));
+            let _ = unpin_range(s, e - s);
+        }
+    }
+    result
+}
+
+/// Undoes one [`pin_range`] of the same range.
+pub fn unpin_range(addr: usize, len: usize) -> Result<(), RegionError> {
+    let mut result = Ok(());
+    table::for_each(|core| {
+        if let Some(range) = pages_in(core, addr, len) {
+            if let Err(e) = unpin_pages(core, range) {
+                result = Err(e);
+            }
+        }
+    });
+    result
+}
