@@ -7,6 +7,12 @@
 //! a directory this command makes, and the summary is built from those and
 //! from `wait4`'s resource usage of the program and its descendants.
 //!
+//! Kernel mode (`--mode kernel`, root): the program runs in a memory cgroup
+//! limited to the budget, swapping to zram or zswap, through
+//! `zpage_kernel::run` (which restores the machine afterwards); the summary
+//! comes from its figures. `--mode auto` takes kernel mode when
+//! `check_available` says it can be set up, else user mode, and says why.
+//!
 //! `--budget` takes a size (`256M`, `2G`) or a percentage of the machine's
 //! memory (`25%` of `MemTotal`): a percentage of the program's own
 //! unconstrained peak would need a run without zpage first, which a command
@@ -34,6 +40,15 @@ pub enum Mode {
     Auto,
 }
 
+/// Kernel mode's compressed swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KernelSwap {
+    /// A zram device.
+    Zram,
+    /// zswap in front of a swap file in /var/tmp.
+    Zswap,
+}
+
 /// Arguments of `zpage run`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -47,6 +62,10 @@ pub struct Args {
     /// How the budget is enforced.
     #[arg(long, value_enum, default_value_t = Mode::User)]
     pub mode: Mode,
+    /// Where kernel mode swaps to: zram (compressing with --codec's
+    /// algorithm) or zswap (the same compressor) in front of a swap file.
+    #[arg(long, value_enum, default_value_t = KernelSwap::Zram)]
+    pub kernel_swap: KernelSwap,
     /// Smallest mapping or allocation placed in a region (user mode).
     #[arg(long, default_value = "2M", value_parser = parse_size)]
     pub min_mapping: u64,
@@ -317,14 +336,145 @@ impl Drop for ReportDir {
 
 /// Runs the command; returns the exit code to leave with.
 pub fn run(args: Args) -> Result<u8> {
-    match args.mode {
-        Mode::User => {}
-        Mode::Kernel | Mode::Auto => bail!(
-            "--mode {}: kernel mode is not available in this build yet; use --mode user (the default)",
-            if args.mode == Mode::Kernel { "kernel" } else { "auto" }
-        ),
-    }
     let budget = budget_bytes(&args.budget, mem_total()?)?;
+    match args.mode {
+        Mode::User => run_user(&args, budget),
+        Mode::Kernel => {
+            let options = kernel_options(&args, budget)?;
+            zpage_kernel::run::check_available(&options)
+                .map_err(|e| anyhow::anyhow!("--mode kernel: {e}; or use --mode user (no root)"))?;
+            run_kernel(&args, &options)
+        }
+        Mode::Auto => {
+            let options = kernel_options(&args, budget)?;
+            match zpage_kernel::run::check_available(&options) {
+                Ok(()) => run_kernel(&args, &options),
+                Err(why) => {
+                    eprintln!("zpage run: --mode auto: user mode, since kernel mode cannot be set up here: {why}");
+                    run_user(&args, budget)
+                }
+            }
+        }
+    }
+}
+
+/// Kernel mode's options from the command line: `--codec`'s algorithm
+/// (`lz4`, `zstd`; a level or acceleration is zpage's and is dropped) for
+/// the chosen swap.
+fn kernel_options(args: &Args, budget: u64) -> Result<zpage_kernel::run::RunOptions> {
+    let algorithm = args.codec.split(':').next().unwrap_or_default().to_string();
+    if algorithm.is_empty() || algorithm == "zstd-dict" {
+        bail!(
+            "--codec {:?}: kernel mode needs an algorithm the kernel has (lz4, zstd, lzo-rle...)",
+            args.codec
+        );
+    }
+    let mut options = zpage_kernel::run::RunOptions::new(budget);
+    options.backend = match args.kernel_swap {
+        KernelSwap::Zram => zpage_kernel::machine::SwapBackend::Zram(algorithm),
+        KernelSwap::Zswap => zpage_kernel::machine::SwapBackend::Zswap(algorithm),
+    };
+    Ok(options)
+}
+
+/// What `zpage run --mode kernel` prints at exit: the kernel's figures.
+#[derive(Debug, serde::Serialize)]
+pub struct KernelSummary {
+    pub command: Vec<String>,
+    pub mode: &'static str,
+    pub exit_status: i32,
+    #[serde(flatten)]
+    pub outcome: zpage_kernel::run::RunOutcome,
+}
+
+/// The kernel summary as `/usr/bin/time -v` lays its lines out.
+pub fn render_kernel(s: &KernelSummary) -> String {
+    let o = &s.outcome;
+    [
+        format!("\tCommand being run under zpage: {}", s.command.join(" ")),
+        format!(
+            "\tMode: kernel ({}, cgroup {:?})",
+            o.backend, o.cgroup_version
+        ),
+        format!(
+            "\tBudget (memory cgroup limit): {}, swap area {}",
+            mib(o.budget_bytes),
+            mib(o.swap_area_bytes)
+        ),
+        format!("\tElapsed (wall clock) time: {:.2} s", o.wall_seconds),
+        format!("\tUser time: {:.2} s", o.user_seconds),
+        format!("\tSystem time: {:.2} s", o.system_seconds),
+        format!(
+            "\tPeak resident (program and descendants): {}",
+            mib(o.max_rss_bytes)
+        ),
+        format!("\tCgroup's peak memory: {}", mib(o.cgroup_peak_bytes)),
+        format!(
+            "\tProgram's own peak without a budget (RAM + swap at the highest footprint): {}",
+            mib(o.footprint_peak_bytes)
+        ),
+        format!(
+            "\tMemory saved against that peak: {}",
+            mib(o.memory_saved_bytes)
+        ),
+        format!(
+            "\tSwap used: {} at peak, {} at end",
+            mib(o.swap_peak_bytes),
+            mib(o.swap_last_bytes)
+        ),
+        format!(
+            "\tCompressed at peak ({}): {} of pages in {}",
+            o.compressed_source,
+            mib(o.compressed_at_peak.original_bytes),
+            mib(o.compressed_at_peak.memory_used_bytes)
+        ),
+        format!(
+            "\tSwap-ins / swap-outs ({}): {} / {}",
+            o.swap_counts_scope, o.swap_ins, o.swap_outs
+        ),
+        format!(
+            "\tMajor / minor page faults: {} / {}",
+            o.major_faults, o.minor_faults
+        ),
+        format!("\tOOM kills: {}", o.oom_kills),
+        format!("\tExit status: {}", s.exit_status),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+fn run_kernel(args: &Args, options: &zpage_kernel::run::RunOptions) -> Result<u8> {
+    let mut command = std::process::Command::new(&args.program[0]);
+    command.args(&args.program[1..]);
+    let outcome = zpage_kernel::run::run(command, options).with_context(|| {
+        format!(
+            "running {} in kernel mode",
+            PathBuf::from(&args.program[0]).display()
+        )
+    })?;
+    let summary = KernelSummary {
+        command: args
+            .program
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        mode: "kernel",
+        exit_status: outcome.exit.shell_status(),
+        outcome,
+    };
+    let json = serde_json::to_string_pretty(&summary)?;
+    if let Some(path) = &args.summary_json {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        eprintln!("{json}");
+    } else {
+        eprint!("{}", render_kernel(&summary));
+    }
+    Ok(summary.exit_status.clamp(0, 255) as u8)
+}
+
+fn run_user(args: &Args, budget: u64) -> Result<u8> {
     let codec: zpage_codec::CodecSpec = args
         .codec
         .parse()

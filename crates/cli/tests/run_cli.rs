@@ -135,9 +135,15 @@ fn bad_options_and_kernel_mode_say_what_to_do() {
     let out = zpage_run(&["--budget", "4K"], &["true"]);
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("raise it"));
-    let out = zpage_run(&["--mode", "kernel"], &["true"]);
+    // Below the smallest budget kernel mode can start a program with,
+    // root or not: the error lists what is missing and names user mode.
+    let out = zpage_run(&["--mode", "kernel", "--budget", "1M"], &["true"]);
     assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not available in this build yet"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--mode kernel") && err.contains("--mode user"),
+        "{err}"
+    );
     let out = zpage_run(&["--codec", "gzip"], &["true"]);
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--codec"));
@@ -148,6 +154,61 @@ fn bad_options_and_kernel_mode_say_what_to_do() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cargo build --release -p zpage-preload"));
+}
+
+/// Kernel mode changes the machine's swap, zram and cgroups (and puts them
+/// back): run only as root when kernel-state tests are asked for.
+fn kernel_mode_here() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::env::var("ZPAGE_TEST_KERNEL_STATE").as_deref() == Ok("1")
+}
+
+/// 64 MiB written and read back by a program in a 16 MiB budget.
+const VERIFY_64M: &str = "b = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = i // 4096 % 251\nassert all(b[i] == i // 4096 % 251 for i in range(0, len(b), 4096))";
+
+#[test]
+fn kernel_mode_runs_the_program_over_its_budget_and_reports_the_swap() {
+    if !kernel_mode_here() {
+        eprintln!("skipped: needs root and ZPAGE_TEST_KERNEL_STATE=1");
+        return;
+    }
+    let json = std::env::temp_dir().join(format!("zpage-run-kernel-{}.json", std::process::id()));
+    let out = zpage_run(
+        &[
+            "--mode",
+            "kernel",
+            "--budget",
+            "16M",
+            "--summary-json",
+            json.to_str().unwrap(),
+        ],
+        &["python3", "-c", VERIFY_64M],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("Mode: kernel (zram-lz4"), "{err}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(summary["mode"], "kernel");
+    assert!(
+        summary["swap_peak_bytes"].as_u64().unwrap() > 16 << 20,
+        "{summary}"
+    );
+    assert!(
+        summary["cgroup_peak_bytes"].as_u64().unwrap() <= 17 << 20,
+        "{summary}"
+    );
+
+    // The exit status passes through, and auto picks kernel mode as root.
+    let out = zpage_run(
+        &["--mode", "auto", "--budget", "16M"],
+        &["sh", "-c", "exit 3"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("Mode: kernel"), "{err}");
 }
 
 // ---- CPython's regression tests -------------------------------------------
