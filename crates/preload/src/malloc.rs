@@ -7,9 +7,12 @@
 //! of the pointer's low bits before looking it up); everything smaller, and
 //! everything while the library is inactive, goes to the C library's own
 //! allocator (`__libc_malloc` and the others, which glibc exports for
-//! exactly this). A program or library that defines its own `malloc`
-//! (jemalloc linked into Redis) is not affected: its definition comes first,
-//! and the mappings it makes reach the `mmap` interposer instead.
+//! exactly this). A program whose executable defines its own `malloc` is
+//! not affected: its definition comes first. A shared-library allocator
+//! (Debian's Redis links `libjemalloc.so.2`) comes after this library, so
+//! small allocations reach glibc's allocator while the program's
+//! `malloc_usable_size` reaches jemalloc's: such programs crash (a known
+//! bug, see the crate README's "What is not covered").
 #![allow(unsafe_code)]
 
 use crate::mm::{copy_nonzero_pages, next_munmap};
