@@ -5,14 +5,15 @@
 //! allocations at or above the size threshold are served here, each by a
 //! region of its own (page-aligned, so `free` tells ours apart with one test
 //! of the pointer's low bits before looking it up); everything smaller, and
-//! everything while the library is inactive, goes to the C library's own
-//! allocator (`__libc_malloc` and the others, which glibc exports for
-//! exactly this). A program whose executable defines its own `malloc` is
-//! not affected: its definition comes first. A shared-library allocator
-//! (Debian's Redis links `libjemalloc.so.2`) comes after this library, so
-//! small allocations reach glibc's allocator while the program's
-//! `malloc_usable_size` reaches jemalloc's: such programs crash (a known
-//! bug, see the crate README's "What is not covered").
+//! everything while the library is inactive, goes to the next allocator
+//! in the dynamic linker's order (`dlsym(RTLD_NEXT)`): the C library's, or
+//! one the program links as a shared library (Debian's Redis links
+//! jemalloc, and calls jemalloc's own `malloc_usable_size` and `mallctl` on
+//! what `malloc` returned, so every call of the family must reach the same
+//! allocator). The mappings that allocator makes reach the `mmap`
+//! interposer. While the next `malloc` is being looked up (the first call
+//! in the process, before any thread is started in practice), a call made
+//! by the lookup itself goes to glibc's `__libc_malloc` family instead.
 #![allow(unsafe_code)]
 
 use crate::mm::{copy_nonzero_pages, next_munmap};
@@ -20,6 +21,7 @@ use crate::real;
 use crate::state;
 use crate::sys::{self, Inside};
 use libc::{c_int, c_void, size_t};
+use std::sync::atomic::{AtomicBool, Ordering};
 use zpage_codec::PAGE_SIZE;
 
 extern "C" {
@@ -28,6 +30,49 @@ extern "C" {
     fn __libc_realloc(p: *mut c_void, n: size_t) -> *mut c_void;
     fn __libc_free(p: *mut c_void);
     fn __libc_memalign(a: size_t, n: size_t) -> *mut c_void;
+}
+
+/// True while the first call looks the next allocator up.
+static LOOKING_UP: AtomicBool = AtomicBool::new(false);
+
+/// The next allocator's function, or `None` while it is being looked up
+/// (or if there is none, which a process with a C library cannot have).
+macro_rules! next_allocator {
+    ($name:ident) => {{
+        if real::slot::$name.load(Ordering::Acquire) != 0 {
+            real::$name()
+        } else if LOOKING_UP.swap(true, Ordering::AcqRel) {
+            None
+        } else {
+            let f = real::$name();
+            LOOKING_UP.store(false, Ordering::Release);
+            f
+        }
+    }};
+}
+
+/// # Safety
+/// `malloc(3)`'s contract.
+unsafe fn next_malloc(n: size_t) -> *mut c_void {
+    // SAFETY: the caller keeps malloc's contract.
+    unsafe {
+        match next_allocator!(malloc) {
+            Some(f) => f(n),
+            None => __libc_malloc(n),
+        }
+    }
+}
+
+/// # Safety
+/// `free(3)`'s contract.
+unsafe fn next_free(p: *mut c_void) {
+    // SAFETY: the caller keeps free's contract.
+    unsafe {
+        match next_allocator!(free) {
+            Some(f) => f(p),
+            None => __libc_free(p),
+        }
+    }
 }
 
 /// A region for an allocation of `n` bytes, if it should and can have one.
@@ -91,8 +136,8 @@ pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
     if let Some(p) = place(n, 1) {
         return p;
     }
-    // SAFETY: the C library's allocator.
-    unsafe { __libc_malloc(n) }
+    // SAFETY: the next allocator, `malloc`'s contract.
+    unsafe { next_malloc(n) }
 }
 
 /// # Safety
@@ -105,8 +150,13 @@ pub unsafe extern "C" fn calloc(n: size_t, m: size_t) -> *mut c_void {
             return p;
         }
     }
-    // SAFETY: the C library's allocator (it checks the overflow itself).
-    unsafe { __libc_calloc(n, m) }
+    // SAFETY: the next allocator (it checks the overflow itself).
+    unsafe {
+        match next_allocator!(calloc) {
+            Some(f) => f(n, m),
+            None => __libc_calloc(n, m),
+        }
+    }
 }
 
 /// # Safety
@@ -114,8 +164,8 @@ pub unsafe extern "C" fn calloc(n: size_t, m: size_t) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
     if !free_ours(p) {
-        // SAFETY: not ours, so the C library's.
-        unsafe { __libc_free(p) }
+        // SAFETY: not ours, so the next allocator's.
+        unsafe { next_free(p) }
     }
 }
 
@@ -140,7 +190,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
         let (q, fresh) = match q {
             Some(q) => (q, true),
             // SAFETY: the C library's allocator.
-            None => (unsafe { __libc_malloc(n) }, false),
+            None => (unsafe { next_malloc(n) }, false),
         };
         if q.is_null() {
             return q;
@@ -167,21 +217,31 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
             // SAFETY: `p` is valid for `usable` bytes, `q` for `n`; distinct.
             unsafe { copy_nonzero_pages(p as usize, q as usize, usable.min(n)) };
             // SAFETY: the C library's allocation, no longer used.
-            unsafe { __libc_free(p) };
+            unsafe { next_free(p) };
             return q;
         }
         free_ours(q);
     }
-    // SAFETY: the C library's allocation and allocator.
-    unsafe { __libc_realloc(p, n) }
+    // SAFETY: the next allocator's allocation and allocator.
+    unsafe {
+        match next_allocator!(realloc) {
+            Some(f) => f(p, n),
+            None => __libc_realloc(p, n),
+        }
+    }
 }
 
 fn aligned(align: size_t, n: size_t) -> *mut c_void {
     if let Some(p) = place(n, align) {
         return p;
     }
-    // SAFETY: the C library's allocator (it checks the alignment).
-    unsafe { __libc_memalign(align, n) }
+    // SAFETY: the next allocator (it checks the alignment).
+    unsafe {
+        match next_allocator!(memalign) {
+            Some(f) => f(align, n),
+            None => __libc_memalign(align, n),
+        }
+    }
 }
 
 /// # Safety

@@ -1,8 +1,8 @@
 //! The C library's own functions behind the interposers, looked up with
 //! `dlsym(RTLD_NEXT)` when the library starts or at first use (so another
 //! interposer loaded after this one still sees the calls). If a lookup
-//! fails, the calls go to the kernel directly. The `malloc` family is the
-//! C library's own (`__libc_malloc` and the others, see `malloc.rs`).
+//! fails, the calls go to the kernel directly. The `malloc` family goes to
+//! the next allocator the same way (see `malloc.rs`).
 #![allow(unsafe_code)]
 
 use std::sync::atomic::Ordering;
@@ -77,6 +77,11 @@ real_functions! {
     sigaction: fn(s: c_int, a: *const libc::sigaction, o: *mut libc::sigaction) -> c_int;
     signal: fn(s: c_int, h: libc::sighandler_t) -> libc::sighandler_t;
     malloc_usable_size: fn(p: *mut c_void) -> size_t;
+    malloc: fn(n: size_t) -> *mut c_void;
+    calloc: fn(n: size_t, m: size_t) -> *mut c_void;
+    realloc: fn(p: *mut c_void, n: size_t) -> *mut c_void;
+    free: fn(p: *mut c_void) -> ();
+    memalign: fn(a: size_t, n: size_t) -> *mut c_void;
     poll: fn(f: *mut libc::pollfd, n: libc::nfds_t, t: c_int) -> c_int;
     ppoll: fn(f: *mut libc::pollfd, n: libc::nfds_t, t: *const libc::timespec, m: *const libc::sigset_t) -> c_int;
     select: fn(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;
