@@ -230,7 +230,9 @@ pub struct RunOutcome {
     pub cgroup_peak_bytes: u64,
     /// Highest swap use of the cgroup (v2 memory.swap.peak, else the highest sample; bytes).
     pub swap_peak_bytes: u64,
-    /// The cgroup's swap use at the last sample before the program ended (bytes).
+    /// The cgroup's swap use at the last sample before the program ended
+    /// (bytes). For a killed program that sample may fall inside its exit,
+    /// while the kernel is already freeing its memory.
     pub swap_last_bytes: u64,
     /// Highest RAM + swap of the cgroup in one sample: the program's own
     /// footprint, had it not been compressed (bytes).
