@@ -8,6 +8,10 @@ use zpage_region::{
     overlaps_any_region, pin_range, prefault_range, unpin_range, Region, RegionConfig, PAGE_SIZE,
 };
 
+/// Tests here ask what lies just past a region; a region made by the other
+/// test, running in parallel, may be mapped there. One test at a time.
+static ONE_REGION_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn pattern(p: usize, w: usize) -> u64 {
     ((p as u64) << 20 | w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
 }
@@ -33,6 +37,9 @@ fn resident_pages(base: usize, len: usize) -> usize {
 
 #[test]
 fn a_region_made_plain_keeps_its_bytes_at_the_same_address() {
+    let _alone = ONE_REGION_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let region = filled(8, 2);
     let pages = region.len() / PAGE_SIZE;
     let (base, len) = region.into_plain_memory().map_err(|(_, e)| e).unwrap();
@@ -54,6 +61,9 @@ fn a_region_made_plain_keeps_its_bytes_at_the_same_address() {
 
 #[test]
 fn ranges_are_prefaulted_and_pinned_across_the_table() {
+    let _alone = ONE_REGION_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let region = filled(8, 2);
     let base = region.as_ptr() as usize;
     assert!(overlaps_any_region(base + 5 * PAGE_SIZE, 1));
