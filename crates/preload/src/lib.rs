@@ -25,6 +25,7 @@
 //! | `madvise(MADV_DONTNEED/MADV_FREE)` | passed through: the region drops what it held for the range (userfaultfd remove event); it reads as zeros, as without zpage |
 //! | `madvise(MADV_POPULATE_*)` | the range is restored first (the kernel cannot fault an evicted page in) |
 //! | `sigaction(SIGBUS)`, `signal(SIGBUS)` | recorded as the action zpage chains foreign faults to; zpage's handler stays in front (module `sig`) |
+//! | `pthread_sigmask`/`sigprocmask` blocking SIGBUS, a `sa_mask` with SIGBUS | every other signal is blocked as asked, SIGBUS is not: a fault with SIGBUS blocked is fatal (module `sig`) |
 //! | system calls with buffers in regions | the buffers are pinned for the call (module `io`) |
 //! | `fork()` | every region is restored before the fork (the region layer's hook): the child gets full, plain copies. The child places nothing new in regions (the budget's threads stay in the parent): its budget is none, its memory plain. The parent's budget is unchanged; its pages are shared copy-on-write until evicted again |
 //! | `fork()` then `exec` | the new program loads the library again with a budget of its own |

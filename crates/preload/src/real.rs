@@ -76,6 +76,8 @@ real_functions! {
     recvmsg: fn(fd: c_int, m: *mut msghdr, f: c_int) -> ssize_t;
     sigaction: fn(s: c_int, a: *const libc::sigaction, o: *mut libc::sigaction) -> c_int;
     signal: fn(s: c_int, h: libc::sighandler_t) -> libc::sighandler_t;
+    pthread_sigmask: fn(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int;
+    sigprocmask: fn(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int;
     malloc_usable_size: fn(p: *mut c_void) -> size_t;
     malloc: fn(n: size_t) -> *mut c_void;
     calloc: fn(n: size_t, m: size_t) -> *mut c_void;

@@ -1,12 +1,27 @@
-//! `sigaction(SIGBUS)` and `signal(SIGBUS)` from the program.
+//! The program's signal actions and masks, as they meet zpage's SIGBUS.
 //!
+//! **`sigaction(SIGBUS)` and `signal(SIGBUS)`.**
 //! zpage resolves faults on evicted pages in its SIGBUS handler. A program
 //! that installs its own SIGBUS handler (CPython's faulthandler, crash
 //! reporters, JVMs) would put it in front and die at the first evicted page.
 //! So while the library is active the program's action is recorded as the
 //! one zpage chains to for faults that are not its own, and zpage's handler
 //! stays installed; the program reads back the action it set, as without
-//! zpage. Other signals go through unchanged.
+//! zpage.
+//!
+//! **Masks that block SIGBUS.** A thread that faults while SIGBUS is blocked
+//! is killed by the kernel, handler or not (it resets the action to the
+//! default and delivers it). Programs block every signal routinely: jemalloc
+//! makes its background threads with all signals blocked (Debian's
+//! redis-server died of it when such a thread read an evicted extent), and
+//! handlers are installed with a full `sa_mask`. So while the library is
+//! active, `pthread_sigmask`, `sigprocmask` and the `sa_mask` of other
+//! signals' actions never block SIGBUS; every other signal is blocked as
+//! asked. Blocking SIGBUS only ever deferred a `kill(SIGBUS)` from another
+//! process; a fault's SIGBUS cannot be deferred, so nothing a program could
+//! rely on changes. The limit: masks set without the C library's wrappers
+//! (a raw `rt_sigprocmask`, `clone3` with a signal mask, glibc's own
+//! internal blocking around `fork` and `posix_spawn`) are not seen.
 #![allow(unsafe_code)]
 
 use crate::real;
@@ -39,8 +54,18 @@ pub unsafe extern "C" fn sigaction(
         }
         return 0;
     }
+    let mut unblocked: libc::sigaction;
+    let mut act = act;
+    if active() && !act.is_null() {
+        // SAFETY: the caller passes a valid action; it is copied, not changed.
+        unblocked = unsafe { *act };
+        if without_sigbus(&mut unblocked.sa_mask) {
+            act = &unblocked;
+        }
+    }
     match real::sigaction() {
-        // SAFETY: the C library's sigaction with the caller's arguments.
+        // SAFETY: the C library's sigaction with the caller's arguments (its
+        // mask without SIGBUS).
         Some(f) => unsafe { f(sig, act, old) },
         None => {
             crate::sys::set_errno(libc::ENOSYS);
@@ -64,5 +89,76 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
         // SAFETY: the C library's signal with the caller's arguments.
         Some(f) => unsafe { f(sig, handler) },
         None => libc::SIG_ERR,
+    }
+}
+
+/// Takes SIGBUS out of `set`; true if it was there.
+fn without_sigbus(set: &mut libc::sigset_t) -> bool {
+    // SAFETY: a valid, initialised set.
+    unsafe {
+        if libc::sigismember(set, libc::SIGBUS) == 1 {
+            libc::sigdelset(set, libc::SIGBUS);
+            return true;
+        }
+    }
+    false
+}
+
+type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+
+/// Calls the C library's mask function with SIGBUS taken out of a set that
+/// blocks (`SIG_BLOCK`, `SIG_SETMASK`); unblocking goes through as asked.
+///
+/// # Safety
+/// `set` and `old` are null or valid, as for `sigprocmask(2)`.
+unsafe fn set_mask(
+    real: MaskFn,
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    let mut copy: libc::sigset_t;
+    let mut set = set;
+    if active() && !set.is_null() && how != libc::SIG_UNBLOCK {
+        // SAFETY: the caller passes a valid set; it is copied, not changed.
+        copy = unsafe { *set };
+        if without_sigbus(&mut copy) {
+            set = &copy;
+        }
+    }
+    // SAFETY: the C library's function with valid arguments.
+    unsafe { real(how, set, old) }
+}
+
+/// # Safety
+/// `pthread_sigmask(3)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_sigmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    match real::pthread_sigmask() {
+        // SAFETY: the caller's arguments, valid by this function's contract.
+        Some(f) => unsafe { set_mask(f, how, set, old) },
+        None => libc::ENOSYS,
+    }
+}
+
+/// # Safety
+/// `sigprocmask(2)`'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn sigprocmask(
+    how: c_int,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+) -> c_int {
+    match real::sigprocmask() {
+        // SAFETY: the caller's arguments, valid by this function's contract.
+        Some(f) => unsafe { set_mask(f, how, set, old) },
+        None => {
+            crate::sys::set_errno(libc::ENOSYS);
+            -1
+        }
     }
 }

@@ -206,6 +206,19 @@ fn read_write_send_recv_futex_on_evicted_pages_work() {
 }
 
 #[test]
+fn threads_and_handlers_that_block_every_signal_read_evicted_pages() {
+    let r = run("masked");
+    assert_ok("masked", &r);
+    assert!(
+        r.stdout
+            .contains("SIGBUS blocked after blocking everything: no"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.report.restore_count > 0, "{:?}", r.report);
+}
+
+#[test]
 fn an_unwrapped_raw_syscall_fails_and_is_named() {
     let r = run("unsupported");
     assert_ok("unsupported", &r);

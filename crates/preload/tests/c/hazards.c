@@ -9,6 +9,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -360,6 +361,56 @@ static int mode_unsupported(void) {
     return !(r == -1 && e == EFAULT && pattern_ok) && !(r == 4096 && zero_ok);
 }
 
+/* Threads and handlers that block every signal (jemalloc's background
+ * threads, handlers installed with a full sa_mask) read evicted pages. The
+ * kernel kills a thread that faults with SIGBUS blocked, so zpage must keep
+ * SIGBUS deliverable whatever mask the program asks for. */
+static unsigned char *masked_data;
+static volatile int masked_bad;
+static void *masked_reader(void *arg) {
+    (void)arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, NULL);
+    masked_bad |= check("thread with every signal blocked", masked_data, SIZE, 15, 0);
+    return NULL;
+}
+static void masked_handler(int sig) {
+    (void)sig;
+    /* Not async-signal-safe printf on a mismatch, but the test ends then. */
+    masked_bad |= check("handler with a full sa_mask", masked_data, SIZE, 15, 0);
+}
+static int mode_masked(void) {
+    masked_data = map(SIZE);
+    fill(masked_data, SIZE, 15, 0);
+    if (absent_pages(masked_data, SIZE) == 0) { puts("nothing evicted"); return 1; }
+    /* A thread created while every signal is blocked, as jemalloc makes its
+     * background threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    pthread_create(&t, NULL, masked_reader, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_join(t, NULL);
+    /* The main thread with sigprocmask(SIG_BLOCK, everything). */
+    sigprocmask(SIG_BLOCK, &all, &old);
+    sigset_t now;
+    sigprocmask(SIG_SETMASK, NULL, &now);
+    printf("SIGBUS blocked after blocking everything: %s\n", sigismember(&now, SIGBUS) ? "yes" : "no");
+    masked_bad |= check("main thread with every signal blocked", masked_data, SIZE, 15, 0);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    /* A handler whose sa_mask blocks everything. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = masked_handler;
+    sigfillset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    raise(SIGUSR1);
+    munmap(masked_data, SIZE);
+    return masked_bad;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: hazards MODE [SIZE_MIB]\n"); return 2; }
     if (argc > 2) SIZE = strtoul(argv[2], NULL, 10) * MiB;
@@ -374,6 +425,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "io")) bad = mode_io();
     else if (!strcmp(mode, "vfork")) bad = mode_vfork();
     else if (!strcmp(mode, "unsupported")) bad = mode_unsupported();
+    else if (!strcmp(mode, "masked")) bad = mode_masked();
     else { fprintf(stderr, "unknown mode %s\n", mode); return 2; }
     printf("%s %s\n", bad ? "FAILED" : "ok", mode);
     return bad;
