@@ -361,3 +361,59 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
     eprintln!("{}", table.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// Debian's redis-server links jemalloc, whose extents `--min-mapping 1M`
+/// puts in regions: loaded past its budget over a pipeline (SETs of real
+/// text), every value reads back, and the RDB a `BGSAVE` writes loads with
+/// the same digest. Two bugs this caught: `free` of a pointer at the first
+/// byte of a jemalloc extent unmapped the whole extent, and jemalloc's
+/// background threads (every signal blocked) were killed at their first
+/// evicted page.
+#[test]
+fn redis_server_with_jemalloc_extents_in_regions_keeps_every_value() {
+    let found = Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "redis-server is not installed (apt-get install redis-server)"
+        );
+        println!("SKIP: redis-server is not installed");
+        return;
+    }
+    let zpage = env!("CARGO_BIN_EXE_zpage");
+    let output = Command::new(zpage)
+        .args([
+            "bench", "redis", "--size", "24M", "--gets", "5000", "--json",
+        ])
+        .args(["--scratch-dir", &std::env::temp_dir().display().to_string()])
+        .args(["--", zpage, "run", "--budget", "6M", "--min-mapping", "1M"])
+        .args([
+            "--summary-json",
+            &tempdir("redis").join("summary.json").display().to_string(),
+        ])
+        .args(["--", "redis-server"])
+        .env("ZPAGE_PRELOAD", preload())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["wrong_values"], 0, "{report}");
+    assert_eq!(report["verified_keys"], report["keys"], "{report}");
+    assert_eq!(
+        report["digest"], report["bgsave"]["loaded_digest"],
+        "{report}"
+    );
+    let summary: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(tempdir("redis").join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    let evictions = summary["evictions"].as_u64().unwrap_or(0);
+    assert!(
+        evictions > 0,
+        "nothing was evicted, the test proves nothing: {summary}"
+    );
+}

@@ -18,7 +18,7 @@
 
 use crate::mm::{copy_nonzero_pages, next_munmap};
 use crate::real;
-use crate::state;
+use crate::state::{self, Made};
 use crate::sys::{self, Inside};
 use libc::{c_int, c_void, size_t};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -96,7 +96,7 @@ fn ours(p: *mut c_void) -> Option<usize> {
     }
     let _inside = Inside::enter();
     state
-        .len_of(p as usize)
+        .len_of(p as usize, Made::ByMalloc)
         .or_else(|| state.plain_allocation(p as usize, false))
 }
 
@@ -112,7 +112,7 @@ fn free_ours(p: *mut c_void) -> bool {
         return false;
     }
     let _inside = Inside::enter();
-    match state.take_exact(p as usize) {
+    match state.take_exact(p as usize, Made::ByMalloc) {
         Some(placed) => {
             let (base, len) = (placed.base, placed.len);
             state.release(placed);

@@ -253,7 +253,7 @@ pub unsafe extern "C" fn mremap(
 ) -> *mut c_void {
     if let Some(state) = program_call(old as usize, old_len.max(1)) {
         let _inside = Inside::enter();
-        match state.take_exact(old as usize) {
+        match state.take_exact(old as usize, state::Made::Either) {
             Some(placed)
                 if placed.len == old_len.next_multiple_of(PAGE_SIZE)
                     && flags == libc::MREMAP_MAYMOVE

@@ -24,6 +24,15 @@ pub struct Placed {
     pub from_malloc: bool,
 }
 
+/// Which regions a lookup by base address may find.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Made {
+    /// Only regions made for a `malloc` family allocation.
+    ByMalloc,
+    /// Any region.
+    Either,
+}
+
 #[derive(Debug)]
 pub struct State {
     pub config: Config,
@@ -217,14 +226,24 @@ impl State {
         taken
     }
 
-    /// The region starting exactly at `base`, taken out of the list.
-    pub fn take_exact(&self, base: usize) -> Option<Placed> {
+    /// The region starting exactly at `base`, taken out of the list;
+    /// with `Made::ByMalloc`, only one the `malloc` family made. A pointer
+    /// `malloc` returned can be the first byte of a region `mmap` made for
+    /// the allocator below (a jemalloc extent): `free` of that pointer must
+    /// not take the allocator's whole mapping.
+    pub fn take_exact(&self, base: usize, made: Made) -> Option<Placed> {
         if !self.may_overlap(base, 1) {
             return None;
         }
         let mut regions = self.lock();
+        let i = Self::exact(&regions, base, made)?;
+        Some(regions.remove(i))
+    }
+
+    fn exact(regions: &[Placed], base: usize, made: Made) -> Option<usize> {
         let i = regions.partition_point(|p| p.base < base);
-        (i < regions.len() && regions[i].base == base).then(|| regions.remove(i))
+        let placed = regions.get(i)?;
+        (placed.base == base && (made == Made::Either || placed.from_malloc)).then_some(i)
     }
 
     /// Puts a region taken out with `take_*` back in the list.
@@ -246,14 +265,14 @@ impl State {
         Some(len)
     }
 
-    /// The length of the region starting exactly at `base`.
-    pub fn len_of(&self, base: usize) -> Option<usize> {
+    /// The length of the region starting exactly at `base` (see
+    /// [`State::take_exact`] for `made`).
+    pub fn len_of(&self, base: usize, made: Made) -> Option<usize> {
         if !self.may_overlap(base, 1) {
             return None;
         }
         let regions = self.lock();
-        let i = regions.partition_point(|p| p.base < base);
-        (i < regions.len() && regions[i].base == base).then(|| regions[i].len)
+        Self::exact(&regions, base, made).map(|i| regions[i].len)
     }
 
     fn retire_counters(&self, placed: &Placed) {
