@@ -417,3 +417,55 @@ fn redis_server_with_jemalloc_extents_in_regions_keeps_every_value() {
         "nothing was evicted, the test proves nothing: {summary}"
     );
 }
+
+/// A second runtime with its own heap manager: node's large Buffers (made
+/// with the `malloc` family) land in regions, its V8 heap stays out. A
+/// workload four times its budget gives the digest it gives without zpage,
+/// with every Buffer checked against the digest taken when it was filled.
+/// Size from ZPAGE_NODE_TEST_MIB (default 64).
+#[test]
+fn node_runs_a_verified_workload_four_times_its_budget() {
+    let found = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "node is not installed (apt-get install nodejs)"
+        );
+        println!("SKIP: node is not installed");
+        return;
+    }
+    let mib: u64 = std::env::var("ZPAGE_NODE_TEST_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/node-buffers.js");
+    let script = script.display().to_string();
+    let size = mib.to_string();
+    let plain = Command::new("node")
+        .args([&script, &size])
+        .output()
+        .unwrap();
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    let summary = tempdir("node").join("summary.json");
+    let budget = format!("{}M", mib / 4);
+    let summary_arg = summary.display().to_string();
+    let under = zpage_run(
+        &["--budget", &budget, "--summary-json", &summary_arg],
+        &["node", &script, &size],
+    );
+    assert!(under.status.success(), "{}", stderr(&under));
+    let digest = |o: &Output| String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(digest(&plain).contains("wrong 0"), "{}", digest(&plain));
+    assert_eq!(digest(&under), digest(&plain));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    assert!(
+        summary["evictions"].as_u64().unwrap_or(0) > 0
+            && summary["regions_made"].as_u64().unwrap_or(0) > 0,
+        "nothing was evicted, the test proves nothing: {summary}"
+    );
+}
