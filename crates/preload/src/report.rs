@@ -1,5 +1,4 @@
 //! The process's report: sampled peaks while it runs, one JSON file at exit.
-#![allow(unsafe_code)]
 
 use crate::state::{self, FORKED_CHILD, INACTIVE};
 use std::sync::atomic::Ordering;
@@ -19,27 +18,9 @@ pub fn resident_bytes() -> u64 {
 /// Starts the sampling thread (asynchronous signals blocked: the program's
 /// handlers never run on it).
 pub fn start_sampler() {
-    // SAFETY: plain sigset manipulation around the spawn; the new thread
-    // inherits the blocked mask.
-    let old = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        for sig in [
-            libc::SIGBUS,
-            libc::SIGSEGV,
-            libc::SIGILL,
-            libc::SIGFPE,
-            libc::SIGTRAP,
-        ] {
-            libc::sigdelset(&mut all, sig);
-        }
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-        old
-    };
-    let _ = std::thread::Builder::new()
-        .name("zpage-sample".into())
-        .spawn(|| loop {
+    let _ = zpage_region::spawn_blocking_signals(
+        "zpage-sample",
+        Box::new(|| loop {
             if FORKED_CHILD.load(Ordering::Relaxed) {
                 return;
             }
@@ -47,9 +28,8 @@ pub fn start_sampler() {
                 state.sample();
             }
             std::thread::sleep(SAMPLE_PERIOD);
-        });
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        }),
+    );
 }
 
 fn program() -> String {

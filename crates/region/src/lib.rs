@@ -269,6 +269,9 @@ pub use profile::{Part as FaultPart, PARTS as FAULT_PARTS};
 pub use range::{overlaps_any_region, pin_range, prefault_range, unpin_range};
 pub use region::Region;
 pub use signal::{chain_to as chain_sigbus_to, chained as chained_sigbus};
+/// For front ends that run zpage code inside the program (the preload
+/// library): the same signal discipline as the region's own threads.
+pub use sys::{spawn_blocking_signals, SignalGuard};
 pub use table::MAX_REGIONS;
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;
