@@ -362,6 +362,24 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
+/// True if `program --version` runs; false (the test is skipped, saying
+/// so) on a developer's machine without it. CI installs every program the
+/// tests use, so there a missing one fails the test.
+fn installed(program: &str, debian_package: &str) -> bool {
+    let found = Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{program} is not installed (apt-get install {debian_package})"
+        );
+        println!("SKIP: {program} is not installed");
+    }
+    found
+}
+
 /// Debian's redis-server links jemalloc, whose extents `--min-mapping 1M`
 /// puts in regions: loaded past its budget over a pipeline (SETs of real
 /// text), every value reads back, and the RDB a `BGSAVE` writes loads with
@@ -371,16 +389,7 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
 /// evicted page.
 #[test]
 fn redis_server_with_jemalloc_extents_in_regions_keeps_every_value() {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "redis-server is not installed (apt-get install redis-server)"
-        );
-        println!("SKIP: redis-server is not installed");
+    if !installed("redis-server", "redis-server") {
         return;
     }
     let zpage = env!("CARGO_BIN_EXE_zpage");
@@ -425,16 +434,7 @@ fn redis_server_with_jemalloc_extents_in_regions_keeps_every_value() {
 /// Size from ZPAGE_NODE_TEST_MIB (default 64).
 #[test]
 fn node_runs_a_verified_workload_four_times_its_budget() {
-    let found = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "node is not installed (apt-get install nodejs)"
-        );
-        println!("SKIP: node is not installed");
+    if !installed("node", "nodejs") {
         return;
     }
     let mib: u64 = std::env::var("ZPAGE_NODE_TEST_MIB")
