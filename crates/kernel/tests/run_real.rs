@@ -196,6 +196,19 @@ fn a_failing_program_reports_its_exit_code_and_the_machine_is_restored() {
 }
 
 /// Waits until the running program has pushed at least `bytes` to swap.
+/// For the tests that stop a program midway: the machine's state before,
+/// and a run of the "hold" program once `swap_bytes` of it are swapped out;
+/// `None` when kernel-state tests are not enabled here.
+fn holding(test: &str, swap_bytes: u64) -> Option<(MachineState, KernelRun)> {
+    if !enabled(test) {
+        return None;
+    }
+    let before = state_now();
+    let mut run = KernelRun::start(program("hold"), &RunOptions::new(BUDGET)).unwrap();
+    wait_for_swap(&mut run, swap_bytes);
+    Some((before, run))
+}
+
 fn wait_for_swap(run: &mut KernelRun, bytes: u64) {
     let deadline = Instant::now() + Duration::from_secs(120);
     let marker = holding_marker(run.pid());
@@ -233,13 +246,12 @@ fn wait_for_swap(run: &mut KernelRun, bytes: u64) {
 
 #[test]
 fn a_killed_program_reports_the_signal_and_the_machine_is_restored() {
-    let test = "a_killed_program_reports_the_signal_and_the_machine_is_restored";
-    if !enabled(test) {
+    let Some((before, run)) = holding(
+        "a_killed_program_reports_the_signal_and_the_machine_is_restored",
+        32 << 20,
+    ) else {
         return;
-    }
-    let before = state_now();
-    let mut run = KernelRun::start(program("hold"), &RunOptions::new(BUDGET)).unwrap();
-    wait_for_swap(&mut run, 32 << 20);
+    };
     // SAFETY: kill takes plain integers; the pid is our own child, not yet reaped.
     unsafe {
         libc::kill(run.pid() as i32, libc::SIGKILL);
@@ -267,13 +279,12 @@ fn a_killed_program_reports_the_signal_and_the_machine_is_restored() {
 
 #[test]
 fn sigterm_to_the_supervisor_goes_to_the_program_then_the_machine_is_restored() {
-    let test = "sigterm_to_the_supervisor_goes_to_the_program_then_the_machine_is_restored";
-    if !enabled(test) {
+    let Some((before, run)) = holding(
+        "sigterm_to_the_supervisor_goes_to_the_program_then_the_machine_is_restored",
+        32 << 20,
+    ) else {
         return;
-    }
-    let before = state_now();
-    let mut run = KernelRun::start(program("hold"), &RunOptions::new(BUDGET)).unwrap();
-    wait_for_swap(&mut run, 32 << 20);
+    };
     // The supervisor (this process) is told to stop, as by `kill` or systemd:
     // it must survive, pass the signal on, and restore after the program ends.
     // SAFETY: kill takes plain integers; SIGTERM is forwarded while `run` lives.
@@ -287,13 +298,12 @@ fn sigterm_to_the_supervisor_goes_to_the_program_then_the_machine_is_restored() 
 
 #[test]
 fn dropping_a_run_kills_the_program_and_restores_the_machine() {
-    let test = "dropping_a_run_kills_the_program_and_restores_the_machine";
-    if !enabled(test) {
+    let Some((before, run)) = holding(
+        "dropping_a_run_kills_the_program_and_restores_the_machine",
+        16 << 20,
+    ) else {
         return;
-    }
-    let before = state_now();
-    let mut run = KernelRun::start(program("hold"), &RunOptions::new(BUDGET)).unwrap();
-    wait_for_swap(&mut run, 16 << 20);
+    };
     let pid = run.pid() as i32;
     drop(run);
     // SAFETY: signal 0 only checks whether the pid exists.
