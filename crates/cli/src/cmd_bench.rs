@@ -81,7 +81,9 @@ pub struct Args {
     pub keep_clean_copies: bool,
     /// Cap on the region's compressed pool (e.g. 128M). With --backing the
     /// oldest compressed pages are written back as the pool nears it;
-    /// without, evictions at the cap are refused.
+    /// without, evictions at the cap are refused. With --vs-kernel, zswap's
+    /// pool is capped to match (rounded up to a whole percent of RAM), so it
+    /// writes back to its swap file too.
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub pool_max: Option<u64>,
     /// A file or block device the region writes its oldest compressed pages
@@ -384,6 +386,18 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         }
         if let Some(machine) = machine.as_mut() {
             for tier in &tiers {
+                if let (SwapBackend::Zswap(_), Some(pool_max)) = (tier, args.pool_max) {
+                    let cap = machine.cap_zswap_pool(pool_max)?;
+                    say(
+                        args.json,
+                        &format!(
+                            "{}: zswap's pool capped at {} (max_pool_percent, whole percents of RAM) to match --pool-max {}",
+                            tier.name(),
+                            mib(cap),
+                            mib(pool_max)
+                        ),
+                    );
+                }
                 let mut observer = BarObserver::new(format!("{} {workload}", tier.name()));
                 let tier_results =
                     kernel::run_kernel_tier(machine, tier, spec, budget, &launcher, &mut observer)?;

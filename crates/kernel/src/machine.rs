@@ -298,6 +298,19 @@ impl MachineGuard {
         Ok(())
     }
 
+    /// Caps zswap's pool near `bytes`, so that zswap writes its oldest pages
+    /// back to the swap device beyond it (as zpage's `--pool-max` does with
+    /// its tier). zswap takes the cap as a whole percentage of RAM
+    /// (`max_pool_percent`), so the cap is `bytes` rounded up to the next
+    /// percent (at least 1); returns the cap in bytes. [`Self::restore`]
+    /// puts the machine's own value back.
+    pub fn cap_zswap_pool(&mut self, bytes: u64) -> Result<u64> {
+        let ram = procfs::mem_total_bytes()?;
+        let percent = zswap_pool_percent(bytes, ram);
+        zswap::set_parameter("max_pool_percent", &percent.to_string())?;
+        Ok(ram / 100 * percent)
+    }
+
     /// Undoes [`Self::set_up`] (between backends; [`Self::restore`] does the rest).
     pub fn tear_down(&mut self) -> Result<()> {
         let mut problems = Vec::new();
@@ -420,9 +433,27 @@ impl Drop for MachineGuard {
     }
 }
 
+/// The whole percentage of `ram` zswap's `max_pool_percent` needs so the
+/// pool may hold at least `bytes` (1 to 100).
+fn zswap_pool_percent(bytes: u64, ram: u64) -> u64 {
+    (bytes.saturating_mul(100))
+        .div_ceil(ram.max(1))
+        .clamp(1, 100)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zswap_pool_caps_round_up_to_a_whole_percent() {
+        let ram = 24 << 30;
+        assert_eq!(zswap_pool_percent(128 << 20, ram), 1);
+        assert_eq!(zswap_pool_percent(ram / 100 + 1, ram), 2);
+        assert_eq!(zswap_pool_percent(ram / 100 * 7, ram), 7);
+        assert_eq!(zswap_pool_percent(2 * ram, ram), 100);
+        assert_eq!(zswap_pool_percent(0, ram), 1);
+    }
 
     #[test]
     fn parses_backend_names() {
