@@ -285,6 +285,17 @@ impl MachineGuard {
                 swapdev::swap_on(&device.dev_path(), Some(i16::MAX), false)?;
             }
             SwapBackend::Zswap(compressor) => {
+                let offered = zswap::available_compressors()?;
+                if !offered.iter().any(|c| c == compressor) {
+                    return Err(KernelError::Unsupported {
+                        feature: format!("zswap compressor {compressor:?}"),
+                        missing: format!(
+                            "it is not registered with the Crypto API (registered: {}); pick one of those, e.g. zswap-{}",
+                            offered.join(" "),
+                            offered.first().map_or("lzo", String::as_str)
+                        ),
+                    });
+                }
                 let path = self
                     .swapfile_dir
                     .join(format!("zpage-swapfile-{}", std::process::id()));
