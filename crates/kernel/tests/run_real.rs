@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use zpage_kernel::machine::{MachineState, SwapBackend};
+use zpage_kernel::machine::{MachineGuard, MachineState, OtherSwap, SwapBackend};
 use zpage_kernel::run::{self, ChildExit, KernelRun, RunOptions};
 
 /// Environment variable that turns this test binary into the test program:
@@ -309,6 +309,48 @@ fn dropping_a_run_kills_the_program_and_restores_the_machine() {
     // SAFETY: signal 0 only checks whether the pid exists.
     let alive = unsafe { libc::kill(pid, 0) } == 0;
     assert!(!alive, "the program outlived its run");
+    assert_eq!(state_now(), before);
+}
+
+/// A zswap compressor the kernel lacks is refused before anything changes,
+/// naming the ones it has; a capped zswap pool is put back with the rest.
+#[test]
+fn zswap_set_up_refuses_a_missing_compressor_and_restores_a_pool_cap() {
+    let test = "zswap_set_up_refuses_a_missing_compressor_and_restores_a_pool_cap";
+    if !enabled(test) {
+        return;
+    }
+    let before = state_now();
+    let registered = zpage_kernel::zswap::available_compressors().unwrap();
+    let mut guard = MachineGuard::take(&std::env::temp_dir(), OtherSwap::KeepOn).unwrap();
+    let error = guard
+        .set_up(&SwapBackend::Zswap("no-such-compressor".into()), 64 << 20)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("no-such-compressor") && error.contains(&registered.join(" ")),
+        "{error}"
+    );
+    let cap = guard.cap_zswap_pool(128 << 20).unwrap();
+    assert!(cap >= 128 << 20, "{cap}");
+    let ram = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let ram_kib: u64 = ram
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let percent = zpage_kernel::zswap::parameters().unwrap()["max_pool_percent"].clone();
+    assert_eq!(
+        percent.parse::<u64>().unwrap(),
+        cap / (ram_kib * 1024 / 100),
+        "{cap}"
+    );
+    guard.restore().unwrap();
+    drop(guard);
     assert_eq!(state_now(), before);
 }
 
