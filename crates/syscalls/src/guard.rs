@@ -184,6 +184,12 @@ pub fn needs_pieces<P: Policy>(policy: &P, addr: usize, count: usize, unit: usiz
 /// refused), each pinned for its call. `call(offset, units)` makes the call
 /// on units `offset..offset + units` and returns the units it moved, or -1.
 /// Returns the units moved in all, or the first piece's failure.
+///
+/// Pieces are separate calls: a write made in pieces is not atomic as one
+/// call would be (another thread's `fwrite` on the same stream, or another
+/// process's write to the same `O_APPEND` file, may land between pieces).
+/// The fortified `_chk` forms are not made in pieces (their length check
+/// is against the whole buffer); they are pinned whole.
 pub fn chunked<P: Policy>(
     policy: &P,
     name: &str,
