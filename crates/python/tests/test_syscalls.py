@@ -355,3 +355,63 @@ def test_mmap_copies(np):
     assert np.array_equal(array, expected(np, array.size))
     del array
     region.close()
+
+
+def _mappings():
+    rows = []
+    for line in open("/proc/self/maps"):
+        parts = line.split()
+        start, end = (int(x, 16) for x in parts[0].split("-"))
+        rows.append((start, end, parts[1], parts[-1] if len(parts) > 5 else ""))
+    return rows
+
+
+def test_full_relro_library_entries_point_at_the_wrappers_and_stay_read_only():
+    # A library linked with -z now -z relro (read-only GOT after loading):
+    # its entries are patched through a page made writable for the store,
+    # then read-only again.
+    import shutil
+
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf (binutils) not installed")
+    try:
+        import ssl  # noqa: F401  (loads libssl and libcrypto on most builds)
+    except ImportError:
+        pass
+    zpage.Region(MiB, MiB).close()  # a walk over what is loaded now
+    maps = _mappings()
+    own = [(s, e) for s, e, _, path in maps if path.endswith(os.path.basename(zpage._zpage.__file__))]
+    assert own
+    candidates = sorted({path for _, _, _, path in maps if path.startswith("/") and ".so" in path})
+    for path in candidates:
+        if "libc.so" in path or path.endswith(os.path.basename(zpage._zpage.__file__)):
+            continue
+        dynamic = subprocess.run([readelf, "-dW", path], capture_output=True, text=True).stdout
+        bound_now = "BIND_NOW" in dynamic or any(
+            "FLAGS_1" in line and " NOW" in line for line in dynamic.splitlines()
+        )
+        if not bound_now or "GNU_RELRO" not in subprocess.run([readelf, "-lW", path], capture_output=True, text=True).stdout:
+            continue
+        relocs = subprocess.run([readelf, "-rW", path], capture_output=True, text=True).stdout
+        slots = [
+            int(line.split()[0], 16)
+            for line in relocs.splitlines()
+            if "JUMP_SLOT" in line and line.split()[-3].split("@")[0] in ("read", "write", "fread", "fwrite")
+        ]
+        if not slots:
+            continue
+        base = min(s for s, _, _, p in maps if p == path)
+        for offset in slots:
+            value = ctypes_word(base + offset)
+            assert any(s <= value < e for s, e in own), f"{path}+{offset:#x} -> {value:#x}, not a wrapper"
+            page = [perms for s, e, perms, _ in maps if s <= base + offset < e]
+            assert page and page[0].startswith("r-"), f"{path}: GOT page left {page}"
+        return
+    pytest.skip("no full-RELRO library calling read/write/fread/fwrite is loaded here")
+
+
+def ctypes_word(address):
+    import ctypes
+
+    return ctypes.c_uint64.from_address(address).value
