@@ -26,7 +26,7 @@
 //! | `madvise(MADV_POPULATE_*)` | the range is restored first (the kernel cannot fault an evicted page in) |
 //! | `sigaction(SIGBUS)`, `signal(SIGBUS)` | recorded as the action zpage chains foreign faults to; zpage's handler stays in front (module `sig`) |
 //! | `pthread_sigmask`/`sigprocmask` blocking SIGBUS, a `sa_mask` with SIGBUS | every other signal is blocked as asked, SIGBUS is not: a fault with SIGBUS blocked is fatal (module `sig`) |
-//! | system calls with buffers in regions | the buffers are pinned for the call (module `io`) |
+//! | system calls with buffers in regions | the buffers are pinned for the call (module `io`, the wrappers of `zpage-syscalls`) |
 //! | `fork()` | every region is restored before the fork (the region layer's hook): the child gets full, plain copies. The child places nothing new in regions (the budget's threads stay in the parent): its budget is none, its memory plain. The parent's budget is unchanged; its pages are shared copy-on-write until evicted again |
 //! | `fork()` then `exec` | the new program loads the library again with a budget of its own |
 //! | `vfork()`/`posix_spawn()` | no restore: the child runs in the parent's memory until `exec`, and a fault it takes on an evicted page is resolved as one of the parent's threads would (the region layer tells it from a `fork()` child with `kcmp`) |
@@ -37,7 +37,8 @@
 //!
 //! # System calls on evicted pages
 //!
-//! See module `io`. Wrapping the C library's calls was chosen over a
+//! See module `io` and the `zpage-syscalls` crate, whose wrappers the Python
+//! package installs in process as well. Wrapping the C library's calls was chosen over a
 //! seccomp filter that traps every system call with a pointer into the
 //! regions' range (SIGSYS): a filter cannot read the buffers an iovec or a
 //! msghdr names, it stays installed across `exec` (children without the
@@ -61,7 +62,6 @@
 
 mod alloc;
 mod config;
-mod exec;
 mod io;
 mod malloc;
 mod mm;
@@ -102,6 +102,7 @@ fn inactive(why: String, print: bool) {
 extern "C" fn start() {
     let _inside = sys::Inside::enter();
     real::resolve();
+    io::resolve();
     // Registered before the budget registers the region layer's own hooks:
     // prepare hooks run in reverse order, so the region layer restores every
     // page (with the help of zpage's threads, which allocate) before these

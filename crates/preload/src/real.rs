@@ -50,7 +50,7 @@ macro_rules! real_functions {
     };
 }
 
-use libc::{c_int, c_void, iovec, msghdr, off_t, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{c_int, c_void, off_t, size_t};
 
 real_functions! {
     mmap: fn(a: *mut c_void, l: size_t, p: c_int, f: c_int, fd: c_int, o: off_t) -> *mut c_void;
@@ -58,22 +58,6 @@ real_functions! {
     mremap: fn(a: *mut c_void, o: size_t, n: size_t, f: c_int, na: *mut c_void) -> *mut c_void;
     mprotect: fn(a: *mut c_void, l: size_t, p: c_int) -> c_int;
     madvise: fn(a: *mut c_void, l: size_t, adv: c_int) -> c_int;
-    read: fn(fd: c_int, b: *mut c_void, n: size_t) -> ssize_t;
-    write: fn(fd: c_int, b: *const c_void, n: size_t) -> ssize_t;
-    pread: fn(fd: c_int, b: *mut c_void, n: size_t, o: off_t) -> ssize_t;
-    pwrite: fn(fd: c_int, b: *const c_void, n: size_t, o: off_t) -> ssize_t;
-    pread64: fn(fd: c_int, b: *mut c_void, n: size_t, o: off_t) -> ssize_t;
-    pwrite64: fn(fd: c_int, b: *const c_void, n: size_t, o: off_t) -> ssize_t;
-    readv: fn(fd: c_int, v: *const iovec, n: c_int) -> ssize_t;
-    writev: fn(fd: c_int, v: *const iovec, n: c_int) -> ssize_t;
-    preadv: fn(fd: c_int, v: *const iovec, n: c_int, o: off_t) -> ssize_t;
-    pwritev: fn(fd: c_int, v: *const iovec, n: c_int, o: off_t) -> ssize_t;
-    send: fn(fd: c_int, b: *const c_void, n: size_t, f: c_int) -> ssize_t;
-    sendto: fn(fd: c_int, b: *const c_void, n: size_t, f: c_int, a: *const sockaddr, al: socklen_t) -> ssize_t;
-    sendmsg: fn(fd: c_int, m: *const msghdr, f: c_int) -> ssize_t;
-    recv: fn(fd: c_int, b: *mut c_void, n: size_t, f: c_int) -> ssize_t;
-    recvfrom: fn(fd: c_int, b: *mut c_void, n: size_t, f: c_int, a: *mut sockaddr, al: *mut socklen_t) -> ssize_t;
-    recvmsg: fn(fd: c_int, m: *mut msghdr, f: c_int) -> ssize_t;
     sigaction: fn(s: c_int, a: *const libc::sigaction, o: *mut libc::sigaction) -> c_int;
     signal: fn(s: c_int, h: libc::sighandler_t) -> libc::sighandler_t;
     pthread_sigmask: fn(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int;
@@ -84,10 +68,4 @@ real_functions! {
     realloc: fn(p: *mut c_void, n: size_t) -> *mut c_void;
     free: fn(p: *mut c_void) -> ();
     memalign: fn(a: size_t, n: size_t) -> *mut c_void;
-    poll: fn(f: *mut libc::pollfd, n: libc::nfds_t, t: c_int) -> c_int;
-    ppoll: fn(f: *mut libc::pollfd, n: libc::nfds_t, t: *const libc::timespec, m: *const libc::sigset_t) -> c_int;
-    select: fn(n: c_int, r: *mut libc::fd_set, w: *mut libc::fd_set, e: *mut libc::fd_set, t: *mut libc::timeval) -> c_int;
-    epoll_wait: fn(fd: c_int, ev: *mut libc::epoll_event, n: c_int, t: c_int) -> c_int;
-    getrandom: fn(b: *mut c_void, n: size_t, f: libc::c_uint) -> ssize_t;
-    syscall: fn(n: libc::c_long, a: libc::c_long, b: libc::c_long, c: libc::c_long, d: libc::c_long, e: libc::c_long, f: libc::c_long) -> libc::c_long;
 }

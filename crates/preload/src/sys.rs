@@ -37,17 +37,7 @@ pub fn raw_mremap(
     unsafe { libc::syscall(libc::SYS_mremap, addr, old, new, flags, 0usize) as *mut libc::c_void }
 }
 
-/// `errno`.
-pub fn errno() -> i32 {
-    // SAFETY: errno is thread-local and always valid.
-    unsafe { *libc::__errno_location() }
-}
-
-/// Sets `errno`.
-pub fn set_errno(value: i32) {
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = value }
-}
+pub use zpage_syscalls::{set_errno, stderr_line};
 
 thread_local! {
     /// Set while the thread runs zpage's own code from an interposer: the
@@ -100,14 +90,6 @@ impl Drop for Inside {
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut());
         }
-    }
-}
-
-/// Writes `text` to stderr with one system call, no allocation.
-pub fn stderr_line(text: &str) {
-    // SAFETY: a valid buffer of the given length.
-    unsafe {
-        libc::syscall(libc::SYS_write, 2, text.as_ptr(), text.len());
     }
 }
 

@@ -13,6 +13,7 @@ mod extents;
 mod json;
 mod numpy_hook;
 mod region;
+mod syscalls;
 
 use pyo3::prelude::*;
 
@@ -30,6 +31,8 @@ fn zpage_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_hook::unpin_memory, module)?)?;
     module.add_function(wrap_pyfunction!(analyze::analyze, module)?)?;
     module.add_function(wrap_pyfunction!(analyze::kernel_status, module)?)?;
+    module.add_function(wrap_pyfunction!(syscalls::syscall_wrappers, module)?)?;
+    syscalls::install_at_import();
     module.add("PAGE_SIZE", zpage_region::PAGE_SIZE)?;
     Ok(())
 }

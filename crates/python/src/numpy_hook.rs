@@ -150,6 +150,7 @@ impl Allocator {
         drop(state);
         // A new arena: made without the lock (it maps and registers memory).
         let arena_len = len.max(self.arena_bytes);
+        crate::syscalls::wrap_new_objects();
         let region = match Region::with_budget(&self.budget, arena_len) {
             Ok(region) => region,
             Err(e) => {

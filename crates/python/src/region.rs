@@ -50,6 +50,7 @@ impl Budget {
         keep_clean_copies: Option<bool>,
         aging: Option<String>,
     ) -> PyResult<Budget> {
+        crate::syscalls::wrap_new_objects();
         let budget_bytes = size_arg("budget size", size)?;
         let options = BudgetOptions {
             codec,
@@ -189,6 +190,7 @@ impl RegionBase {
         keep_clean_copies: Option<bool>,
         aging: Option<String>,
     ) -> PyResult<RegionBase> {
+        crate::syscalls::wrap_new_objects();
         let size_bytes = size_arg("region size", size)?;
         let options = BudgetOptions {
             codec,

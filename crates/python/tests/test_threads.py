@@ -1,7 +1,8 @@
 """Threads on shared compressed memory: four threads read and write a region
 four times its budget while the main thread pickles, saves and sends slices
-of it; every byte is checked against a shadow copy. The fault path never
-takes the GIL."""
+of it, in the default fault mode, handing the region's memory straight to
+the kernel (numpy.save and tofile to files, socket.sendall); every byte is
+checked against a shadow copy. The fault path never takes the GIL."""
 
 import io
 import pickle
@@ -22,6 +23,7 @@ BLOCK_WORDS = 64 * 1024  # 512 KiB blocks
 def test_four_threads_and_pickling_main_thread_zero_wrong_bytes(np, tmp_path):
     size = scale() * 64 * MiB
     region = zpage.Region(size, size // 4)
+    assert region.fault_mode == "sigbus", "the default fault mode, where the kernel cannot fault pages in"
     data = np.frombuffer(region, dtype=np.uint64)
     shadow = np.zeros_like(data)
     blocks = data.size // BLOCK_WORDS
@@ -66,14 +68,16 @@ def test_four_threads_and_pickling_main_thread_zero_wrong_bytes(np, tmp_path):
                 pickled = pickle.dumps(data[sl], protocol=5)
                 saved = io.BytesIO()
                 np.save(saved, data[sl])
-                zpage.save(tmp_path / "slice.npy", data[sl])
+                np.save(tmp_path / "slice.npy", data[sl])
+                data[sl].tofile(tmp_path / "slice.bin")
                 chunk = data[sl][:1024]
-                zpage.sendall(ours, chunk)
+                ours.sendall(chunk)
             got = np.frombuffer(theirs.recv(chunk.nbytes, socket.MSG_WAITALL), dtype=np.uint64)
             for how, value in (
                 ("pickle", pickle.loads(pickled)),
                 ("save", np.load(io.BytesIO(saved.getvalue()))),
-                ("zpage.save", np.load(tmp_path / "slice.npy")),
+                ("numpy.save to a file", np.load(tmp_path / "slice.npy")),
+                ("tofile", np.fromfile(tmp_path / "slice.bin", dtype=np.uint64)),
             ):
                 if not np.array_equal(value, expected):
                     wrong.append((how, i))
@@ -91,6 +95,7 @@ def test_four_threads_and_pickling_main_thread_zero_wrong_bytes(np, tmp_path):
     stats = region.stats()
     assert stats["restore_count"] > 0 and stats["eviction_count"] > 0, "the test ran under pressure"
     assert min(rounds_done) > 0 and sent > 0
+    assert zpage._zpage.syscall_wrappers()["pinned_calls"] > 0, "the kernel read region memory directly"
     del data, chunk
     region.close()
 

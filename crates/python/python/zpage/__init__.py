@@ -17,13 +17,18 @@ transparently on the next access.
 Errors are :class:`ZpageError` subclasses carrying the library's message.
 
 System calls and evicted pages: in the default "sigbus" fault mode the
-kernel cannot fault compressed pages back in, so a system call reading or
-writing one fails with EFAULT (``numpy.save`` and ``tofile`` raise
-``OSError``; nothing wrong is written). Pin the memory first
-(:meth:`Region.pin`, :func:`resident`), write through user-space copies
-(:func:`save`, :func:`load`, :func:`sendall`, :func:`chunks`), or use
-``fault_mode="handler_thread"`` (root, ``vm.unprivileged_userfaultfd=1`` or
-access to ``/dev/userfaultfd``), where system calls on evicted pages work.
+kernel cannot fault compressed pages back in by itself. Importing zpage
+installs wrappers of the C library's I/O functions (``read``, ``write``,
+``send``, ``recv``, ``fread``, ``fwrite`` and the rest) in every loaded
+library, and in libraries loaded later, that restore and pin the memory a
+call touches for the call: ``numpy.save``/``load``, ``tofile``/``fromfile``,
+``os.write``, ``readinto``, ``socket.sendall``/``recv_into`` work on
+compressed arrays. Calls that reach the kernel another way (ctypes
+functions, raw system calls, io_uring) fail with EFAULT (``OSError``);
+nothing wrong is read or written. ``ZPAGE_PYTHON_WRAP_SYSCALLS=0`` at import
+leaves the libraries alone; then pin the memory first (:meth:`Region.pin`,
+:func:`resident`), copy through user space (:func:`save`, :func:`load`,
+:func:`sendall`, :func:`chunks`), or use ``fault_mode="handler_thread"``.
 """
 
 from __future__ import annotations

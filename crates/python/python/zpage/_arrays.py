@@ -111,10 +111,11 @@ def budget(
     backed by them). Not covered: ``bytes``, ``bytearray`` and other Python
     objects (they use Python's allocator).
 
-    In the default "sigbus" fault mode, system calls cannot read compressed
-    pages: ``numpy.save``/``tofile``/``socket.send`` of such an array raise
-    ``OSError`` (EFAULT) rather than write wrong bytes. Wrap them in
-    ``with zpage.resident(array):`` or use ``fault_mode="handler_thread"``.
+    System calls on such arrays (``numpy.save``/``tofile``/``socket.send``)
+    work in every fault mode: the wrappers zpage installs at import pin what
+    each call touches. Calls those wrappers do not see (ctypes, raw system
+    calls) raise ``OSError`` (EFAULT) rather than write wrong bytes; wrap
+    them in ``with zpage.resident(array):``.
     """
     api = _numpy_api()
     shared = Budget(size, codec, **options)

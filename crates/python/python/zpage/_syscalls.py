@@ -1,19 +1,16 @@
-"""Handing compressed memory to the kernel.
+"""Handing compressed memory to the kernel without the system-call wrappers.
 
 In the default "sigbus" fault mode a page compressed by zpage is absent from
-the page tables, and only a user-mode access brings it back: a system call
-that reads or writes it (``write``, ``send``, ``recv_into``, ``readinto``)
-fails with EFAULT. Python then raises ``OSError``: ``numpy.save`` and
-``ndarray.tofile`` to a real file raise "N requested and 0 written",
-``socket.sendall`` raises ``[Errno 14] Bad address``. Bytes written before
-the failure are correct; nothing wrong is ever written, but the output is
-incomplete. The other direction too: inside a ``zpage.budget`` block,
-``numpy.load`` of a path reads with ``fread`` straight into the new array
-and raises ``ValueError`` ("could only read N elements");
-``file.readinto(array)`` and ``socket.recv_into(array)`` raise ``OSError``.
+the page tables, and only a user-mode access brings it back. ``import zpage``
+installs wrappers of the C library's I/O functions that pin what a call
+touches, so ``numpy.save``, ``tofile``, ``socket.sendall``, ``readinto`` and
+the like work (see the package docstring). Without them
+(``ZPAGE_PYTHON_WRAP_SYSCALLS=0``), or for a call they do not see (ctypes,
+raw system calls), the call fails with EFAULT and Python raises ``OSError``;
+bytes written before the failure are correct, nothing wrong is ever written.
 
 The functions here copy through a small user-space buffer instead (the copy
-faults pages back in), so they work in every mode. Alternatives:
+faults pages back in), so they work in every case. Alternatives:
 ``zpage.resident(array)`` / ``Region.pin`` for up to half the budget, or a
 budget made with ``fault_mode="handler_thread"``, where the kernel waits for
 zpage to restore the page and every system call works.
