@@ -234,6 +234,7 @@
 
 mod aging;
 mod budget;
+mod cold;
 mod config;
 mod core;
 mod counters;
@@ -256,6 +257,7 @@ mod table;
 mod workers;
 
 pub use budget::Budget;
+pub use cold::COLD_DICTIONARY_SAMPLE_PAGES;
 pub use config::{AgingPolicy, BudgetConfig, FaultMode, RegionConfig, MAX_REGION_BYTES};
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;

@@ -26,6 +26,7 @@
 
 use crate::aging::{Aging, Standing};
 use crate::budget::Shared;
+use crate::cold::{Cold, Tokens};
 use crate::core::RegionCore;
 use crate::error::RegionError;
 use crate::evict::{self, Evict, Trigger};
@@ -45,27 +46,6 @@ const WRITEBACK_START_PCT: u64 = 90;
 const WRITEBACK_TARGET_PCT: u64 = 80;
 /// Pages written back between two compactions of the pool.
 const WRITEBACK_BATCH: usize = 64;
-
-/// The rate limit on writeback: tokens of one page each, refilled at the
-/// configured rate, at most one second's worth banked.
-#[derive(Debug)]
-struct Tokens {
-    per_sec: f64,
-    banked: f64,
-    refilled: Instant,
-}
-
-impl Tokens {
-    fn take(&mut self, wanted: usize) -> usize {
-        let now = Instant::now();
-        let elapsed = now.duration_since(self.refilled).as_secs_f64();
-        self.refilled = now;
-        self.banked = (self.banked + elapsed * self.per_sec).min(self.per_sec);
-        let granted = (self.banked as usize).min(wanted);
-        self.banked -= granted as f64;
-        granted
-    }
-}
 
 /// Where a record stands, looked up in its region.
 fn standing(record: Record) -> Standing {
@@ -118,6 +98,8 @@ pub struct Reclaimer {
     /// a tier below RAM).
     compressed: VecDeque<Record>,
     writeback_tokens: Tokens,
+    /// Cold recompression, when the budget has a cold codec.
+    cold: Option<Cold>,
     /// When the tier's upkeep (garbage collection ahead of need) last ran.
     tier_upkeep: Instant,
 }
@@ -139,18 +121,14 @@ impl Reclaimer {
             budget.limits.budget_pages,
             budget.limits.staging_target,
         );
-        let rate = f64::from(budget.writeback_pages_per_sec);
         Ok(Reclaimer {
+            cold: Cold::new(&budget),
+            writeback_tokens: Tokens::new(budget.writeback_pages_per_sec),
             budget,
             worker,
             aging,
             staged: VecDeque::new(),
             compressed: VecDeque::new(),
-            writeback_tokens: Tokens {
-                per_sec: rate,
-                banked: 0.0,
-                refilled: Instant::now(),
-            },
             tier_upkeep: Instant::now(),
         })
     }
@@ -275,6 +253,12 @@ impl Reclaimer {
             });
             if stored == Some(true) {
                 done += 1;
+                if let Some(cold) = &mut self.cold {
+                    cold.compressed(
+                        record,
+                        2 * self.budget.region_pages.load(Ordering::Relaxed) + 1024,
+                    );
+                }
                 if self.budget.store.tier().is_some() {
                     self.compressed.push_back(record);
                     // Stale records (pages restored since) are dropped from
@@ -391,7 +375,23 @@ impl Reclaimer {
                     self.refill_victims();
                 }
             }
-            self.sleep(kick);
+            // Last, when nothing else is wanted: a batch of cold
+            // recompression; straight back for more (the loop looks at
+            // resident memory first) while more pages are cold.
+            let more_cold = match &mut self.cold {
+                Some(cold) => {
+                    let budget = Arc::clone(&self.budget);
+                    let _g = budget
+                        .reclaim_lock
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    cold.pass(&budget, &mut self.worker)
+                }
+                None => false,
+            };
+            if !more_cold {
+                self.sleep(kick);
+            }
         }
     }
 

@@ -95,7 +95,11 @@ fn a_dictionary_trained_later_serves_workers_made_before_it() {
     let mut refs = Vec::new();
     for key in 0..400 {
         match store
-            .put(&mut writer, &pages::page_for(key, 1), CompressionTrigger::MemoryPressure)
+            .put(
+                &mut writer,
+                &pages::page_for(key, 1),
+                CompressionTrigger::MemoryPressure,
+            )
             .unwrap()
         {
             Put::Stored { page_ref, .. } => refs.push((key, page_ref)),
