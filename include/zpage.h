@@ -111,6 +111,7 @@ typedef struct zpage_stats {
     uint64_t recompression_count; /* Compressed pages recompressed with the budget's cold codec (kept: they took less memory). */
     uint64_t recompression_saved_bytes; /* Bytes of compressed blobs those recompressions saved. */
     uint64_t recompression_no_gain_count; /* Pages the cold codec tried and did not shrink to a smaller size class (left as they were). */
+    uint64_t cold_compression_count; /* Evictions of pages that were restored from a cold-codec copy, compressed straight with the cold codec (they went cold once). */
     /* END GENERATED FIELDS */
 } zpage_stats;
 

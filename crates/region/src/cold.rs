@@ -41,7 +41,10 @@ const MAX_SAMPLE_PAGES: usize = 4096;
 /// The trained dictionary's size: what `zpage analyze` trains for zstd-dict.
 const DICTIONARY_BYTES: usize = 32 * 1024;
 /// Pages recompressed between two looks at resident memory.
-const BATCH: usize = 64;
+pub(crate) const BATCH: usize = 64;
+/// Pages recompressed after each eviction round of a busy reclaimer (a
+/// round evicts thousands of pages).
+pub(crate) const BATCH_AFTER_ROUND: usize = 256;
 
 /// The rate limit: tokens of one page each, refilled at a fixed rate, at
 /// most one second's worth banked.
@@ -169,7 +172,7 @@ impl Cold {
     /// One batch: recompresses the oldest pages compressed at least
     /// `cold_after` ago, within the rate limit. True when more are waiting
     /// (the caller comes back without sleeping if eviction lets it).
-    pub(crate) fn pass(&mut self, budget: &Shared, worker: &mut Worker) -> bool {
+    pub(crate) fn pass(&mut self, budget: &Shared, worker: &mut Worker, batch: usize) -> bool {
         if budget.store.wants_recompress_dictionary() {
             self.train(budget, worker);
             return false;
@@ -180,7 +183,7 @@ impl Cold {
         if !ready(&self.queue, self.after) {
             return false;
         }
-        let mut allowed = self.tokens.take(BATCH);
+        let mut allowed = self.tokens.take(batch);
         while allowed > 0 && ready(&self.queue, self.after) {
             let Some((record, _)) = self.queue.pop_front() else {
                 break;

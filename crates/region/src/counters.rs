@@ -91,6 +91,9 @@ macro_rules! region_stat_fields {
                 recompression_saved_bytes,
                 /// Pages the cold codec tried and did not shrink to a smaller size class (left as they were).
                 recompression_no_gain_count,
+                /// Evictions of pages that were restored from a cold-codec copy, compressed straight
+                /// with the cold codec (they went cold once).
+                cold_compression_count,
             }
         }
     };

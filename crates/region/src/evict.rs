@@ -508,9 +508,12 @@ pub fn compress(
         Trigger::Pressure => CompressionTrigger::MemoryPressure,
     };
     let timed = profile::start();
-    let put = budget
-        .store
-        .put(worker, budget.staging.page(staging_slot), store_trigger);
+    let staged = budget.staging.page(staging_slot);
+    let put = if s.cold() {
+        budget.store.put_cold(worker, staged, store_trigger)
+    } else {
+        budget.store.put(worker, staged, store_trigger)
+    };
     profile::end(profile::Part::Compress, timed, 1);
     match put {
         Ok(Put::Stored { page_ref, .. }) => {
@@ -528,6 +531,9 @@ pub fn compress(
             core.count_unstaged();
             budget.staging.discard_later(staging_slot, &budget.resident);
             Counters::bump(&core.counters.compression_count);
+            if matches!(page_ref.kind(), RefKind::Compressed { codec: 1 }) {
+                Counters::bump(&core.counters.cold_compression_count);
+            }
             Counters::bump(match trigger {
                 Trigger::Eager => &core.counters.eager_compression_count,
                 Trigger::Pressure => &core.counters.pressure_compression_count,

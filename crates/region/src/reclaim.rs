@@ -345,6 +345,10 @@ impl Reclaimer {
                 || (resident > limits.low_pages && resident >= limits.budget_pages)
             {
                 self.round();
+                // A busy reclaimer still recompresses: one batch per round
+                // (a round evicts thousands of pages), so pages faulted
+                // back and evicted again do not all stay with the fast codec.
+                self.cold_batch(crate::cold::BATCH_AFTER_ROUND);
                 continue;
             }
             if let Some(tier) = self.budget.store.tier() {
@@ -378,21 +382,24 @@ impl Reclaimer {
             // Last, when nothing else is wanted: a batch of cold
             // recompression; straight back for more (the loop looks at
             // resident memory first) while more pages are cold.
-            let more_cold = match &mut self.cold {
-                Some(cold) => {
-                    let budget = Arc::clone(&self.budget);
-                    let _g = budget
-                        .reclaim_lock
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
-                    cold.pass(&budget, &mut self.worker)
-                }
-                None => false,
-            };
-            if !more_cold {
+            if !self.cold_batch(crate::cold::BATCH) {
                 self.sleep(kick);
             }
         }
+    }
+
+    /// One batch of cold recompression, when the budget has a cold codec;
+    /// true when more pages are cold.
+    fn cold_batch(&mut self, pages: usize) -> bool {
+        let Some(cold) = &mut self.cold else {
+            return false;
+        };
+        let budget = Arc::clone(&self.budget);
+        let _g = budget
+            .reclaim_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        cold.pass(&budget, &mut self.worker, pages)
     }
 
     /// The pool's cap and use in pages, when writeback applies.

@@ -73,6 +73,47 @@ fn recompress_now_shrinks_and_reads_back(cold_codec: &str) {
     }
 }
 
+/// A page restored from a cold copy went cold once: its next eviction
+/// compresses it with the cold codec straight away, and it reads back.
+#[test]
+fn a_page_that_went_cold_is_compressed_cold_at_its_next_eviction() {
+    let region = cold_region("zstd", Duration::from_secs(3600));
+    let pages = region.len() / PAGE_SIZE;
+    for p in 0..pages {
+        write_text_page(&region, p, 1);
+    }
+    region.advise_cold(0, region.len()).expect("advise_cold");
+    region
+        .recompress_now(0, region.len())
+        .expect("recompress_now");
+    let recompressed = region.stats().recompression_count;
+    assert!(recompressed > (pages / 2) as u64);
+    // Restore a range (reads), write half of it, and evict it again.
+    let range = 64..192;
+    for p in range.clone() {
+        check_text_page(&region, p, 1);
+        if p % 2 == 0 {
+            write_text_page(&region, p, 2);
+        }
+    }
+    let before = region.stats();
+    region
+        .advise_cold(range.start * PAGE_SIZE, range.len() * PAGE_SIZE)
+        .expect("advise_cold");
+    let after = region.stats();
+    assert!(
+        after.cold_compression_count >= before.cold_compression_count + range.len() as u64 / 2,
+        "{after:#?}"
+    );
+    assert_eq!(
+        after.recompression_count, recompressed,
+        "no recompression needed"
+    );
+    for p in range {
+        check_text_page(&region, p, if p % 2 == 0 { 2 } else { 1 });
+    }
+}
+
 #[test]
 fn recompress_now_with_zstd_shrinks_and_reads_back() {
     recompress_now_shrinks_and_reads_back("zstd");

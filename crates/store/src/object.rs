@@ -1077,24 +1077,8 @@ impl PageStore {
         page: &Page,
         old_bytes: usize,
     ) -> Result<Option<PageRef>> {
-        if worker.recompressor.is_none() && self.recompress_dictionary_later {
-            let Some(dictionary) = self.recompress_dictionary.get() else {
-                return Err(StoreError::InvalidConfig(
-                    "the zstd-dict recompression codec has no dictionary yet: set it with PageStore::set_recompress_dictionary".into(),
-                ));
-            };
-            let codec = self.codecs[1]
-                .clone()
-                .with_dictionary(dictionary.dictionary().clone())?;
-            worker.recompressor = Some(Encoder::new(&codec, self.config.threshold)?);
-        }
-        let Some(recompressor) = worker.recompressor.as_mut() else {
-            return Err(StoreError::InvalidConfig(
-                "recompress needs a second codec: set recompress_codec".into(),
-            ));
-        };
         let size_class = |len: usize| len.div_ceil(16);
-        let len = match recompressor.compress(page, &mut worker.buffer)? {
+        let len = match self.cold_compress(worker, page)? {
             Encoded::Compressed(len) if size_class(len) < size_class(old_bytes) => len,
             _ => return Ok(None),
         };
@@ -1106,6 +1090,86 @@ impl PageStore {
                 Ok(Some(new_ref))
             }
             Err(_) => Ok(None),
+        }
+    }
+
+    /// Compresses `page` into the worker's buffer with the recompression
+    /// codec (its encoder made on first use once a late dictionary is set).
+    fn cold_compress(&self, worker: &mut Worker, page: &Page) -> Result<Encoded> {
+        if worker.recompressor.is_none() && self.recompress_dictionary_later {
+            let Some(dictionary) = self.recompress_dictionary.get() else {
+                return Err(StoreError::InvalidConfig(
+                    "the zstd-dict recompression codec has no dictionary yet: set it with PageStore::set_recompress_dictionary".into(),
+                ));
+            };
+            let codec = self.codecs[1]
+                .clone()
+                .with_dictionary(dictionary.dictionary().clone())?;
+            worker.recompressor = Some(Encoder::new(&codec, self.config.threshold)?);
+        }
+        let Worker {
+            recompressor: Some(recompressor),
+            buffer,
+            ..
+        } = worker
+        else {
+            return Err(StoreError::InvalidConfig(
+                "recompress needs a second codec: set recompress_codec".into(),
+            ));
+        };
+        Ok(recompressor.compress(page, buffer)?)
+    }
+
+    /// Stores `page` compressed with the recompression codec straight away
+    /// (a page known to be cold), as [`PageStore::put`] otherwise: when the
+    /// page is same-filled, when the codec is not ready (no dictionary yet)
+    /// or when it does not compress the page.
+    pub fn put_cold(
+        &self,
+        worker: &mut Worker,
+        page: &Page,
+        trigger: CompressionTrigger,
+    ) -> Result<Put> {
+        self.check_worker(worker)?;
+        if zpage_codec::same_filled_word(page).is_some() || self.wants_recompress_dictionary() {
+            return self.put(worker, page, trigger);
+        }
+        let started = Instant::now();
+        let Ok(Encoded::Compressed(len)) = self.cold_compress(worker, page) else {
+            return self.put(worker, page, trigger);
+        };
+        let counters = &self.counters;
+        Counters::add(&counters.store_attempts, 1);
+        Counters::add(
+            match trigger {
+                CompressionTrigger::Eager => &counters.eager_compressions,
+                CompressionTrigger::MemoryPressure => &counters.memory_pressure_compressions,
+                CompressionTrigger::CriticalMemory => &counters.critical_memory_compressions,
+            },
+            1,
+        );
+        Counters::add(
+            &counters.compression_time_ns,
+            started.elapsed().as_nanos() as u64,
+        );
+        let shard = worker.pool_shard;
+        worker.pool_shard = (shard + 1) % self.pools.len();
+        match self.place(shard, &worker.buffer[..len], || false) {
+            Ok(handle) => {
+                let page_ref = PageRef::pool_object(KIND_RECOMPRESSED, shard, handle);
+                self.count_in(page_ref, len as u64);
+                Counters::add(&counters.compressed_stores, 1);
+                Ok(Put::Stored {
+                    page_ref,
+                    blob_bytes: len,
+                })
+            }
+            Err(reason) => {
+                if reason == RejectReason::AllocFail {
+                    Counters::add(&counters.reject_alloc_fail_pages, 1);
+                }
+                Ok(Put::Rejected(reason))
+            }
         }
     }
 

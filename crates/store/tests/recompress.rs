@@ -112,6 +112,16 @@ fn a_dictionary_trained_later_serves_workers_made_before_it() {
         .unwrap()
         .1;
     assert!(store.wants_recompress_dictionary());
+    // A page put cold before the dictionary exists takes the fast codec.
+    let text = pages::page_for(1, 1);
+    let early = match store
+        .put_cold(&mut writer, &text, CompressionTrigger::MemoryPressure)
+        .unwrap()
+    {
+        Put::Stored { page_ref, .. } => page_ref,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(early.kind(), RefKind::Compressed { codec: 0 });
     let error = store.recompress(&mut writer, compressible).unwrap_err();
     assert!(error.to_string().contains("no dictionary yet"), "{error}");
 
@@ -141,6 +151,33 @@ fn a_dictionary_trained_later_serves_workers_made_before_it() {
         }
     }
     assert!(recompressed > 50, "only {recompressed} pages gained");
+    // Put cold once the dictionary exists: the cold codec straight away,
+    // except for same-filled pages.
+    for key in 0..20 {
+        let page = pages::page_for(key, 1);
+        let Put::Stored { page_ref, .. } = store
+            .put_cold(&mut writer, &page, CompressionTrigger::MemoryPressure)
+            .unwrap()
+        else {
+            panic!("key {key}: rejected")
+        };
+        match zpage_codec::same_filled_word(&page) {
+            Some(_) => assert_eq!(page_ref.kind(), RefKind::SameFilled),
+            None => assert!(
+                matches!(
+                    page_ref.kind(),
+                    RefKind::Compressed { codec: 1 } | RefKind::Raw
+                ),
+                "key {key}: {:?}",
+                page_ref.kind()
+            ),
+        }
+        store.get(&mut reader, page_ref, &mut out).unwrap();
+        assert_eq!(pages::identify(&out), Some((key, 1)), "key {key}");
+        store.free(page_ref);
+    }
+    store.get(&mut reader, early, &mut out).unwrap();
+    assert_eq!(pages::identify(&out), Some((1, 1)));
     for &(key, page_ref) in &refs {
         store.get(&mut reader, page_ref, &mut out).unwrap();
         assert_eq!(pages::identify(&out), Some((key, 1)), "key {key}");
