@@ -184,6 +184,7 @@ impl Cold {
             return false;
         }
         let mut allowed = self.tokens.take(batch);
+        let mut saved = 0;
         while allowed > 0 && ready(&self.queue, self.after) {
             let Some((record, _)) = self.queue.pop_front() else {
                 break;
@@ -201,8 +202,12 @@ impl Cold {
             if matches!(outcome, Some(Recompress::Saved(_) | Recompress::NoGain)) {
                 allowed -= 1;
             }
+            saved += usize::from(matches!(outcome, Some(Recompress::Saved(_))));
         }
-        budget.store.compact();
+        if saved > 0 {
+            // The freed blobs leave holes in the pool's pages: give them back.
+            budget.store.compact();
+        }
         allowed == 0 && ready(&self.queue, self.after)
     }
 }
