@@ -108,6 +108,10 @@ typedef struct zpage_stats {
     uint64_t ebusy_fix_count; /* Pages made exclusive again after fork (`EBUSY` from MOVE). */
     uint64_t hole_count; /* Pages found absent at eviction (the program discarded them): now zero. */
     uint64_t discard_count; /* Evicted pages dropped because the program discarded their range (MADV_DONTNEED). */
+    uint64_t recompression_count; /* Compressed pages recompressed with the budget's cold codec (kept: they took less memory). */
+    uint64_t recompression_saved_bytes; /* Bytes of compressed blobs those recompressions saved. */
+    uint64_t recompression_no_gain_count; /* Pages the cold codec tried and did not shrink to a smaller size class (left as they were). */
+    uint64_t cold_compression_count; /* Evictions of pages that were restored from a cold-codec copy, compressed straight with the cold codec (they went cold once). */
     /* END GENERATED FIELDS */
 } zpage_stats;
 

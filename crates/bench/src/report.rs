@@ -39,6 +39,10 @@ pub struct BenchResult {
     pub resident_max_bytes: u64,
     /// Compressed footprint at the end of the phase (zpage store, zram mem_used_total, zswap pool).
     pub compressed_bytes: u64,
+    /// Pages recompressed with zpage's cold codec (`--cold-codec`) by the
+    /// end of the phase, fill included (0 for other tiers).
+    #[serde(default)]
+    pub recompressed_pages: u64,
     /// Bytes on the tier below RAM's device at the end of the phase
     /// (`--backing`; 0 without one).
     pub backing_bytes: u64,
@@ -167,6 +171,7 @@ impl BenchResult {
             max_us: us(h.max_ns()),
             resident_max_bytes: outcome.resident_max_bytes,
             compressed_bytes: outcome.compressed_bytes,
+            recompressed_pages: outcome.recompressed_pages,
             backing_bytes: outcome.backing_bytes,
             tier_reads: outcome.tier_reads,
             tier_read_mean_us: if outcome.tier_reads == 0 {
@@ -398,6 +403,7 @@ mod tests {
             max_us: 500.0,
             resident_max_bytes: 100 << 20,
             compressed_bytes: 10 << 20,
+            recompressed_pages: 0,
             backing_bytes: 0,
             tier_reads: 0,
             tier_read_mean_us: 0.0,

@@ -275,6 +275,10 @@ pub trait MemoryProbe: Sync {
     fn tier(&self) -> TierSample {
         TierSample::default()
     }
+    /// Pages recompressed with a cold codec so far (0 where there is none).
+    fn recompressed_pages(&self) -> u64 {
+        0
+    }
 }
 
 /// What a tier below RAM holds and has read, at one moment.
@@ -506,6 +510,9 @@ pub struct PhaseOutcome {
     pub resident_max_bytes: u64,
     /// Compressed footprint at the end of the phase.
     pub compressed_bytes: u64,
+    /// Pages recompressed with the cold codec since the memory was made.
+    #[serde(default)]
+    pub recompressed_pages: u64,
     /// Faults during the warm-up touches (not in the other figures).
     #[serde(default)]
     pub warmup_faults: u64,
@@ -790,6 +797,7 @@ pub fn run_phase(
         elapsed,
         resident_max_bytes,
         compressed_bytes: probe.compressed_bytes(),
+        recompressed_pages: probe.recompressed_pages(),
         warmup_faults,
         backing_bytes: tier_after.backing_bytes,
         tier_reads: tier_after.reads.saturating_sub(tier_before.reads),

@@ -16,6 +16,11 @@ pub struct ZpageOptions {
     pub mode: FaultMode,
     /// Codec of evicted pages.
     pub codec: CodecSpec,
+    /// Codec pages are recompressed with once they have stayed compressed
+    /// `cold_after` (`None`: no cold recompression).
+    pub cold_codec: Option<CodecSpec>,
+    /// How long a page stays compressed before it is recompressed.
+    pub cold_after: std::time::Duration,
     /// Keep restored pages' compressed copies while they stay unwritten.
     pub keep_clean_copies: bool,
     /// Cap on the compressed pool; with `backing`, the oldest compressed
@@ -32,6 +37,8 @@ impl Default for ZpageOptions {
             aging: AgingPolicy::Refault,
             mode: FaultMode::Sigbus,
             codec: CodecSpec::lz4(),
+            cold_codec: None,
+            cold_after: std::time::Duration::from_secs(1),
             keep_clean_copies: false,
             pool_max_bytes: None,
             backing: None,
@@ -75,11 +82,17 @@ impl MemoryProbe for RegionProbe<'_> {
         let outside = self.memory.resident_bytes().unwrap_or(0) + stats.staged_bytes;
         outside.max(stats.resident_bytes) + self.library.map_or(0, |l| l.resident_bytes())
     }
+    /// The pool's memory (blobs and their fragmentation), as the kernel
+    /// tiers report zram's `mem_used_total`.
     fn compressed_bytes(&self) -> u64 {
-        self.region.stats().compressed_bytes
+        let stats = self.region.stats();
+        stats.pool_bytes
     }
     fn faults(&self) -> u64 {
         self.region.stats().fault_count
+    }
+    fn recompressed_pages(&self) -> u64 {
+        self.region.stats().recompression_count
     }
     fn tier(&self) -> crate::workload::TierSample {
         let Some(tier) = self.region.budget().store_stats().tier else {
@@ -111,6 +124,8 @@ pub fn create_region(
     config.aging = options.aging;
     config.mode = options.mode;
     config.codec = options.codec.clone();
+    config.cold_codec = options.cold_codec.clone();
+    config.cold_after = options.cold_after;
     config.keep_clean_copies = options.keep_clean_copies;
     config.max_pool_bytes = options.pool_max_bytes;
     if let Some(path) = &options.backing {

@@ -75,6 +75,14 @@ pub struct Args {
     /// Codec of the region's evicted pages (lz4, lz4-flex, zstd, zstd:LEVEL).
     #[arg(long, default_value = "lz4")]
     pub codec: String,
+    /// Cold recompression: pages that have stayed compressed --cold-after-ms are
+    /// recompressed with this codec (zstd, zstd:LEVEL, zstd-dict: a dictionary
+    /// trained from the region's own pages), kept when they take less memory.
+    #[arg(long, value_name = "CODEC")]
+    pub cold_codec: Option<String>,
+    /// Milliseconds a page stays compressed before cold recompression.
+    #[arg(long, default_value_t = 1000, requires = "cold_codec")]
+    pub cold_after_ms: u64,
     /// The region keeps a restored page's compressed copy while it stays
     /// unwritten (no compression when it is evicted again; more pool memory).
     #[arg(long)]
@@ -287,6 +295,14 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         .codec
         .parse()
         .map_err(|e| anyhow::anyhow!("--codec {}: {e}", args.codec))?;
+    let cold_codec = args
+        .cold_codec
+        .as_deref()
+        .map(|c| {
+            c.parse()
+                .map_err(|e| anyhow::anyhow!("--cold-codec {c}: {e}"))
+        })
+        .transpose()?;
     let mode = match args.fault_mode {
         FaultModeArg::Sigbus => FaultMode::Sigbus,
         FaultModeArg::HandlerThread => FaultMode::HandlerThread,
@@ -295,6 +311,8 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         aging: AgingPolicy::Refault,
         mode,
         codec,
+        cold_codec,
+        cold_after: std::time::Duration::from_millis(args.cold_after_ms),
         keep_clean_copies: args.keep_clean_copies,
         pool_max_bytes: args.pool_max,
         backing: args.backing.clone(),
@@ -324,13 +342,16 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
     say(
         args.json,
         &format!(
-            "zpage bench: data {} ({}), budget {}, {} touches per random phase, seed {}, codec {}, fault mode {:?}",
+            "zpage bench: data {} ({}), budget {}, {} touches per random phase, seed {}, codec {}{}, fault mode {:?}",
             mib(size),
             source.describe(),
             mib(budget),
             touches,
             args.seed,
             args.codec,
+            args.cold_codec
+                .as_deref()
+                .map_or(String::new(), |c| format!(" (cold: {c} after {} ms)", args.cold_after_ms)),
             args.fault_mode
         ),
     );
@@ -504,6 +525,42 @@ mod tests {
         }
         // --backing without --pool-max is refused by the parser.
         assert!(TestCli::try_parse_from(["bench", "--backing", "/tmp/x"]).is_err());
+    }
+
+    #[test]
+    fn a_cold_codec_recompresses_and_the_rows_say_how_many() {
+        let _watchdog =
+            zpage_bench::Watchdog::arm(std::time::Duration::from_secs(150), "cold bench");
+        let args = parse(&[
+            "--size",
+            "32M",
+            "--budget",
+            "4M",
+            "--cold-codec",
+            "zstd",
+            "--cold-after-ms",
+            "0",
+            "--touches",
+            "4000",
+            "--workload",
+            "replay",
+            "--phases",
+            "sequential-read,random-read",
+            "--no-fifo",
+        ]);
+        let results = measure(&args).unwrap();
+        let random = results
+            .iter()
+            .find(|r| r.tier == "zpage" && r.pattern == "random-read")
+            .unwrap();
+        assert!(random.recompressed_pages > 0, "{random:?}");
+        assert!(random.compressed_bytes > 0, "{random:?}");
+        let json = serde_json::to_string(&random).unwrap();
+        assert!(json.contains("\"recompressed_pages\""), "{json}");
+
+        let bad = parse(&["--size", "8M", "--cold-codec", "brotli"]);
+        let error = measure(&bad).unwrap_err().to_string();
+        assert!(error.contains("--cold-codec brotli"), "{error}");
     }
 
     #[test]

@@ -6,10 +6,10 @@
 
 use crate::same_filled::same_filled_word;
 use crate::{
-    CodecError, CodecFamily, CodecSpec, Corruption, Encoded, Page, RejectThreshold, Result,
-    PAGE_SIZE,
+    CodecError, CodecFamily, CodecSpec, Corruption, Dictionary, Encoded, Page, RejectThreshold,
+    Result, PAGE_SIZE,
 };
-use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, DParameter, FrameFormat};
+use zstd::zstd_safe::{self, CCtx, CParameter, DCtx, DDict, DParameter, FrameFormat};
 
 /// zstd's message for a destination buffer that is too small: a poor ratio, not a failure.
 const ZSTD_DST_TOO_SMALL: &str = "Destination buffer is too small";
@@ -178,9 +178,51 @@ impl std::fmt::Debug for Decoder {
     }
 }
 
+/// A zstd dictionary digested once for decoding and shared by every thread's
+/// [`Decoder`] (zstd's `DDict`): a dictionary that arrives after the
+/// decoders were made (one trained from the pages themselves) is published
+/// as one of these, and [`Decoder::decode_with_dictionary`] uses it without
+/// allocating.
+pub struct SharedDictionary {
+    dictionary: Dictionary,
+    ddict: DDict<'static>,
+}
+
+impl std::fmt::Debug for SharedDictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedDictionary")
+            .field("dictionary", &self.dictionary)
+            .finish()
+    }
+}
+
+impl SharedDictionary {
+    /// Digests `dictionary` (allocates: do it before any blob needs it).
+    pub fn new(dictionary: Dictionary) -> Self {
+        let ddict = DDict::create(dictionary.bytes());
+        Self { dictionary, ddict }
+    }
+
+    /// The dictionary itself (what an [`Encoder`] for the same blobs loads).
+    pub fn dictionary(&self) -> &Dictionary {
+        &self.dictionary
+    }
+}
+
 impl Decoder {
     /// Builds the decompressor state for `spec` (with its dictionary loaded, for `zstd-dict`).
     pub fn new(spec: &CodecSpec) -> Result<Self> {
+        Self::build(spec, true)
+    }
+
+    /// Builds the decompressor state for `spec` without loading a
+    /// dictionary: a `zstd-dict` decoder made this way decodes with
+    /// [`Decoder::decode_with_dictionary`], given the dictionary per call.
+    pub fn without_dictionary(spec: &CodecSpec) -> Result<Self> {
+        Self::build(spec, false)
+    }
+
+    fn build(spec: &CodecSpec, load_dictionary: bool) -> Result<Self> {
         let name = spec.family().name();
         let engine = match spec.family() {
             CodecFamily::Lz4 => DecoderEngine::Lz4,
@@ -189,7 +231,7 @@ impl Decoder {
                 let mut dctx = Box::new(DCtx::create());
                 dctx.set_parameter(DParameter::Format(FrameFormat::Magicless))
                     .map_err(|code| zstd_error(name, code))?;
-                if spec.family() == CodecFamily::ZstdDict {
+                if spec.family() == CodecFamily::ZstdDict && load_dictionary {
                     dctx.load_dictionary(spec.required_dictionary()?.bytes())
                         .map_err(|code| zstd_error(name, code))?;
                 }
@@ -200,6 +242,37 @@ impl Decoder {
             family: spec.family(),
             engine,
         })
+    }
+
+    /// [`Decoder::decode`] for a `zstd-dict` blob, with `dictionary` given
+    /// here rather than loaded when the decoder was made. Allocates nothing
+    /// (zstd copies the digested dictionary's tables into this decoder's
+    /// context). A decoder of another family refuses the blob as corrupt.
+    pub fn decode_with_dictionary(
+        &mut self,
+        blob: &[u8],
+        dictionary: &SharedDictionary,
+        dst: &mut Page,
+    ) -> Result<()> {
+        let corrupt = |reason| CodecError::Corrupt {
+            codec: self.family.name(),
+            blob_len: blob.len(),
+            reason,
+        };
+        let written = match &mut self.engine {
+            DecoderEngine::Zstd(dctx) => dctx
+                .decompress_using_ddict(&mut dst[..], blob, &dictionary.ddict)
+                .map_err(|code| corrupt(Corruption::Rejected(zstd_safe::get_error_name(code))))?,
+            DecoderEngine::Lz4 | DecoderEngine::Lz4Flex => {
+                return Err(corrupt(Corruption::Rejected(
+                    "an LZ4 decoder was given a zstd dictionary",
+                )))
+            }
+        };
+        if written != PAGE_SIZE {
+            return Err(corrupt(Corruption::WrongLength(written)));
+        }
+        Ok(())
     }
 
     /// Decodes `blob` into `dst`. Anything other than exactly one page of output is

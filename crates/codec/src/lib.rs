@@ -21,7 +21,7 @@ mod same_filled;
 mod spec;
 mod threshold;
 
-pub use engine::{Decoder, Encoder};
+pub use engine::{Decoder, Encoder, SharedDictionary};
 pub use error::{CodecError, Corruption, Result};
 pub use same_filled::{fill_page, same_filled_word};
 pub use spec::{CodecFamily, CodecSpec, Dictionary};

@@ -14,7 +14,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use zpage_codec::{
     CodecError, CodecSpec, Corruption, Decoder, Dictionary, Encoded, Encoder, Page,
-    RejectThreshold, PAGE_SIZE,
+    RejectThreshold, SharedDictionary, PAGE_SIZE,
 };
 
 thread_local! {
@@ -377,4 +377,48 @@ fn corrupt_errors_say_which_codec_how_long_and_why() {
         error.to_string(),
         "corrupt zstd blob of 12293 bytes: Destination buffer is too small"
     );
+}
+
+/// A dictionary that arrives after the decoder was made (one a region trains
+/// from its own pages) decodes good blobs exactly and refuses corrupt ones,
+/// with no allocation either way.
+#[test]
+fn a_shared_dictionary_given_per_call_decodes_without_allocating() {
+    let spec = zstd_dict_spec(1000);
+    let shared = SharedDictionary::new(spec.dictionary().unwrap().clone());
+    let mut encoder = Encoder::new(&spec, RejectThreshold::default()).unwrap();
+    let mut decoder = Decoder::without_dictionary(&spec).unwrap();
+    let mut out = Box::new([0u8; PAGE_SIZE]);
+    for seed in 0..8 {
+        let page = text_page(seed);
+        let mut blob = Box::new([0u8; PAGE_SIZE]);
+        let Encoded::Compressed(len) = encoder.encode(&page, &mut blob).unwrap() else {
+            panic!("text compresses")
+        };
+        let (result, calls) = allocator_calls_during(|| {
+            decoder.decode_with_dictionary(&blob[..len], &shared, &mut out)
+        });
+        result.unwrap();
+        assert_eq!(calls, AllocatorCalls::NONE);
+        assert_eq!(out.as_slice(), page.as_slice());
+        for cut in [0, 1, len / 2, len - 1] {
+            let (result, calls) = allocator_calls_during(|| {
+                decoder.decode_with_dictionary(&blob[..cut], &shared, &mut out)
+            });
+            assert!(
+                matches!(result, Err(CodecError::Corrupt { blob_len, .. }) if blob_len == cut),
+                "{result:?}"
+            );
+            assert_eq!(calls, AllocatorCalls::NONE);
+        }
+    }
+    // Another dictionary's digest does not turn these blobs into the page.
+    let other = SharedDictionary::new(zstd_dict_spec(5000).dictionary().unwrap().clone());
+    let page = text_page(3);
+    let mut blob = Box::new([0u8; PAGE_SIZE]);
+    let Encoded::Compressed(len) = encoder.encode(&page, &mut blob).unwrap() else {
+        panic!("text compresses")
+    };
+    let result = decoder.decode_with_dictionary(&blob[..len], &other, &mut out);
+    assert!(result.is_err() || out.as_slice() != page.as_slice());
 }

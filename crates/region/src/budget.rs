@@ -298,6 +298,8 @@ pub struct Shared {
     pub keep_clean_copies: bool,
     /// The writeback rate limit (pages per second).
     pub writeback_pages_per_sec: u32,
+    /// Cold recompression, when the budget has a cold codec.
+    pub cold: Option<crate::cold::ColdConfig>,
     pub store: PageStore,
     /// The regions' userfaultfd (every region of the budget is registered on it).
     pub uffd: Uffd,
@@ -377,6 +379,7 @@ impl Shared {
         )?;
         let store = PageStore::new(PageStoreConfig {
             codec: config.codec.clone(),
+            recompress_codec: config.cold_codec.clone(),
             threshold: config.threshold,
             pool: config.pool,
             max_pool_bytes: config.max_pool_bytes,
@@ -398,6 +401,10 @@ impl Shared {
             mode: config.mode,
             keep_clean_copies: config.keep_clean_copies,
             writeback_pages_per_sec: config.writeback_pages_per_sec,
+            cold: config.cold_codec.as_ref().map(|_| crate::cold::ColdConfig {
+                after: config.cold_after,
+                pages_per_sec: config.cold_pages_per_sec,
+            }),
             workers: WorkerSlots::new(workers),
             store,
             uffd,

@@ -46,6 +46,21 @@ pub struct BudgetConfig {
     pub budget_bytes: usize,
     /// Codec for evicted pages ("lz4" is the fastest to restore).
     pub codec: CodecSpec,
+    /// A stronger codec for pages that have stayed compressed a while (cold
+    /// recompression; `None`: off). The reclaimer, when it has no eviction to
+    /// do, recompresses the oldest compressed pages with it, and keeps a
+    /// result only when it takes a smaller 16-byte size class. `zstd-dict`
+    /// without a dictionary trains one from the budget's own pages once
+    /// [`COLD_DICTIONARY_SAMPLE_PAGES`](crate::COLD_DICTIONARY_SAMPLE_PAGES)
+    /// have been compressed, and keeps it for the budget's life. Restores of
+    /// recompressed pages decode with that codec in the fault handler
+    /// (zstd restores cost a few microseconds more than LZ4's).
+    pub cold_codec: Option<CodecSpec>,
+    /// A page is recompressed only once it has been compressed this long.
+    pub cold_after: std::time::Duration,
+    /// At most this many pages recompressed per second (a burst of one
+    /// second's worth), so recompression leaves the CPU to the program.
+    pub cold_pages_per_sec: u32,
     /// Pages that do not compress below this are stored raw.
     pub threshold: RejectThreshold,
     /// Allocator for compressed blobs.
@@ -94,6 +109,9 @@ impl BudgetConfig {
         BudgetConfig {
             budget_bytes,
             codec: CodecSpec::lz4(),
+            cold_codec: None,
+            cold_after: std::time::Duration::from_secs(1),
+            cold_pages_per_sec: 65536,
             threshold: RejectThreshold::default(),
             pool: PoolKind::SizeClass,
             max_pool_bytes: None,
@@ -137,6 +155,18 @@ impl BudgetConfig {
             if self.writeback_pages_per_sec == 0 {
                 return bad("writeback_pages_per_sec is 0: give a positive rate".into());
             }
+        }
+        if self.cold_codec.is_some() && self.cold_pages_per_sec == 0 {
+            return bad(
+                "cold_pages_per_sec is 0 with a cold_codec: give a positive rate, or no cold_codec"
+                    .into(),
+            );
+        }
+        if self.cold_codec.as_ref() == Some(&self.codec) {
+            return bad(format!(
+                "cold_codec is the codec itself ({}): give a stronger one (zstd, zstd-dict) or none",
+                self.codec
+            ));
         }
         if self.staging_pct > 25 {
             return bad(format!(

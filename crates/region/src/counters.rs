@@ -85,6 +85,15 @@ macro_rules! region_stat_fields {
                 hole_count,
                 /// Evicted pages dropped because the program discarded their range (MADV_DONTNEED).
                 discard_count,
+                /// Compressed pages recompressed with the budget's cold codec (kept: they took less memory).
+                recompression_count,
+                /// Bytes of compressed blobs those recompressions saved.
+                recompression_saved_bytes,
+                /// Pages the cold codec tried and did not shrink to a smaller size class (left as they were).
+                recompression_no_gain_count,
+                /// Evictions of pages that were restored from a cold-codec copy, compressed straight
+                /// with the cold codec (they went cold once).
+                cold_compression_count,
             }
         }
     };

@@ -27,7 +27,7 @@ use crate::page::{State, Tag};
 use crate::profile;
 use crate::queues::Record;
 use crate::sys::{self, Errno, PAGE_SIZE};
-use zpage_store::{CompressionTrigger, Put, Worker};
+use zpage_store::{CompressionTrigger, Page, Put, RefKind, Worker};
 
 /// Where code runs: the fault path may not free pool memory itself (the
 /// pool's `free` takes its lock and may give memory back to the allocator).
@@ -364,6 +364,116 @@ pub fn write_back(core: &RegionCore, page: usize) -> WriteBack {
     WriteBack::Skipped
 }
 
+/// What [`recompress`] did with one page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recompress {
+    /// Its blob is the cold codec's now; this many bytes were saved.
+    Saved(usize),
+    /// The cold codec did not shrink it to a smaller size class: left as it was.
+    NoGain,
+    /// Not a page of the fast codec in the pool (restored, discarded,
+    /// same-filled, raw, already recompressed, in the tier, held by another
+    /// thread): nothing to do.
+    Skipped,
+}
+
+/// Holds the stored page `page` as COMPRESSING while `work` runs on its
+/// reference (a fault on it waits, as for a writeback); `work` returns the
+/// reference to install instead, if any. The old one is freed once the new
+/// one is installed; a discard of the page meanwhile is honoured (both go).
+/// `None` when the page is not stored in the pool or another thread holds it.
+fn with_stored<T>(
+    core: &RegionCore,
+    page: usize,
+    work: impl FnOnce(zpage_store::PageRef) -> (T, Option<zpage_store::PageRef>),
+) -> Option<T> {
+    let budget = &*core.budget;
+    let slot = core.pages.get(page)?;
+    let s = slot.load();
+    if s.tag() != Tag::Stored || s.discarded() {
+        return None;
+    }
+    let held = s.with(Tag::Compressing);
+    if !slot.claim(s, held) {
+        return None;
+    }
+    let Some(old) = slot.page_ref().filter(|r| r.in_pool()) else {
+        slot.publish(s);
+        return None;
+    };
+    let (outcome, new) = work(old);
+    if let Some(new) = new {
+        slot.set_page_ref(Some(new));
+    }
+    if slot.claim(held, s) {
+        if new.is_some() {
+            budget.store.free(old);
+        }
+        return Some(outcome);
+    }
+    // The program discarded the page meanwhile: whatever it held goes.
+    if let Some(stale) = slot.take_page_ref() {
+        budget.store.free(stale);
+    }
+    if new.is_some() {
+        budget.store.free(old);
+    }
+    Counters::bump(&core.counters.discard_count);
+    slot.set(slot.load().emptied());
+    None
+}
+
+/// Recompresses the stored page `page` with the budget's cold codec (the
+/// reclaimer or `recompress_now`, with asynchronous signals blocked),
+/// keeping the result only when it takes a smaller size class. The new
+/// reference replaces the old one while the page is held, so a fault never
+/// sees a freed blob, and a page restored meanwhile is never touched (it is
+/// no longer STORED, so it is skipped).
+pub fn recompress(core: &RegionCore, page: usize, worker: &mut Worker) -> Recompress {
+    let store = &core.budget.store;
+    let outcome = with_stored(core, page, |old| {
+        if !matches!(old.kind(), RefKind::Compressed { codec: 0 }) {
+            return (Recompress::Skipped, None);
+        }
+        let Ok(old_bytes) = store.blob_bytes(old) else {
+            return (Recompress::Skipped, None);
+        };
+        match store.recompress(worker, old) {
+            Ok(Some(new)) => {
+                let new_bytes = store.blob_bytes(new).unwrap_or(old_bytes);
+                (
+                    Recompress::Saved(old_bytes.saturating_sub(new_bytes)),
+                    Some(new),
+                )
+            }
+            Ok(None) => (Recompress::NoGain, None),
+            Err(_) => (Recompress::Skipped, None),
+        }
+    })
+    .unwrap_or(Recompress::Skipped);
+    match outcome {
+        Recompress::Saved(bytes) => {
+            Counters::bump(&core.counters.recompression_count);
+            Counters::add(&core.counters.recompression_saved_bytes, bytes as u64);
+        }
+        Recompress::NoGain => Counters::bump(&core.counters.recompression_no_gain_count),
+        Recompress::Skipped => {}
+    }
+    outcome
+}
+
+/// Copies the stored page `page` into `out` when the fast codec compressed
+/// it (a sample for training the cold codec's dictionary); false otherwise.
+pub fn sample_stored(core: &RegionCore, page: usize, worker: &mut Worker, out: &mut Page) -> bool {
+    let store = &core.budget.store;
+    with_stored(core, page, |old| {
+        let sampled = matches!(old.kind(), RefKind::Compressed { codec: 0 })
+            && store.get(worker, old, out).is_ok();
+        (sampled, None)
+    })
+    .unwrap_or(false)
+}
+
 /// Why a page is being compressed (Zircon's triggers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {
@@ -398,9 +508,12 @@ pub fn compress(
         Trigger::Pressure => CompressionTrigger::MemoryPressure,
     };
     let timed = profile::start();
-    let put = budget
-        .store
-        .put(worker, budget.staging.page(staging_slot), store_trigger);
+    let staged = budget.staging.page(staging_slot);
+    let put = if s.cold() {
+        budget.store.put_cold(worker, staged, store_trigger)
+    } else {
+        budget.store.put(worker, staged, store_trigger)
+    };
     profile::end(profile::Part::Compress, timed, 1);
     match put {
         Ok(Put::Stored { page_ref, .. }) => {
@@ -418,6 +531,9 @@ pub fn compress(
             core.count_unstaged();
             budget.staging.discard_later(staging_slot, &budget.resident);
             Counters::bump(&core.counters.compression_count);
+            if matches!(page_ref.kind(), RefKind::Compressed { codec: 1 }) {
+                Counters::bump(&core.counters.cold_compression_count);
+            }
             Counters::bump(match trigger {
                 Trigger::Eager => &core.counters.eager_compression_count,
                 Trigger::Pressure => &core.counters.pressure_compression_count,

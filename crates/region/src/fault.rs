@@ -323,6 +323,7 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
             .abort()
     };
     let protect = budget.keep_clean_copies && !write;
+    let cold = page_ref.kind() == zpage_store::RefKind::Compressed { codec: 1 };
     let copied = budget.workers.with(|worker, buffer| {
         let timed = profile::start();
         let loaded =
@@ -385,7 +386,7 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
     }
     core.count_mapped();
     let activate = aging::on_refault(&budget.clock, &slot.aging);
-    slot.publish(s.with(Tag::Resident).set_clean(protect));
+    slot.publish(s.with(Tag::Resident).set_clean(protect).set_cold(cold));
     Counters::bump(&core.counters.restore_count);
     if activate {
         Counters::bump(&core.counters.activation_count);

@@ -142,7 +142,30 @@
 //! cannot give back (an I/O error, a truncated or modified file) ends the
 //! process with a message naming the page, the tier and the cause.
 //!
+//! # Cold recompression
+//!
+//! A budget with a cold codec ([`BudgetConfig::cold_codec`]: zstd, or
+//! zstd with a dictionary) recompresses pages that have stayed compressed
+//! [`BudgetConfig::cold_after`], oldest first (the order the reclaimer
+//! compressed them in), at most [`BudgetConfig::cold_pages_per_sec`]; a
+//! result is kept only when it takes a smaller 16-byte size class (zram's
+//! `recompress` rule). The reclaimer does it in batches when it has no
+//! eviction to do, and one batch after each eviction round, so eviction
+//! always comes first. Each page is held (COMPRESSING) while its reference
+//! is replaced, as in writeback: a fault on that page waits for one
+//! recompression, a page restored meanwhile is no longer STORED and is left
+//! alone, and the old blob is freed only after the new reference is in
+//! place. `zstd-dict` without a dictionary trains one (32 KiB) on a thread
+//! of its own from up to 4096 of the budget's oldest compressed pages, once
+//! [`COLD_DICTIONARY_SAMPLE_PAGES`] have been compressed. The store digests
+//! it once and publishes it before any blob refers to it; the fault
+//! handler's preallocated decoders take it per call (zstd's
+//! `decompress_usingDDict`, no allocation), and it never changes while the
+//! budget lives. [`Region::recompress_now`] does the same to a range on the
+//! calling thread.
+//!
 //! # Aging
+//!//! # Aging
 //!
 //! The kernel exposes no accessed bits here, so the policy works from faults:
 //! refault distance (as `mm/workingset.c`) with a threshold that follows the
@@ -230,10 +253,16 @@
 //!   compressed by `advise_cold` are not written back. A written-back page
 //!   is read back on every fault (exclusive loads free its tier copy).
 //!   Network tiers (Redis) are not usable by regions yet.
+//! - Cold recompression competes with eviction for the reclaimer's CPU: a
+//!   program faulting pages back as fast as they are evicted (random reads
+//!   over a region four times its budget) gets few pages recompressed until
+//!   it slows down, since a page restored gives its cold blob up and is
+//!   compressed with the fast codec again at its next eviction.
 #![deny(unsafe_code)]
 
 mod aging;
 mod budget;
+mod cold;
 mod config;
 mod core;
 mod counters;
@@ -256,6 +285,7 @@ mod table;
 mod workers;
 
 pub use budget::Budget;
+pub use cold::COLD_DICTIONARY_SAMPLE_PAGES;
 pub use config::{AgingPolicy, BudgetConfig, FaultMode, RegionConfig, MAX_REGION_BYTES};
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;

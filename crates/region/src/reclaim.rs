@@ -26,6 +26,7 @@
 
 use crate::aging::{Aging, Standing};
 use crate::budget::Shared;
+use crate::cold::{Cold, Tokens};
 use crate::core::RegionCore;
 use crate::error::RegionError;
 use crate::evict::{self, Evict, Trigger};
@@ -45,27 +46,6 @@ const WRITEBACK_START_PCT: u64 = 90;
 const WRITEBACK_TARGET_PCT: u64 = 80;
 /// Pages written back between two compactions of the pool.
 const WRITEBACK_BATCH: usize = 64;
-
-/// The rate limit on writeback: tokens of one page each, refilled at the
-/// configured rate, at most one second's worth banked.
-#[derive(Debug)]
-struct Tokens {
-    per_sec: f64,
-    banked: f64,
-    refilled: Instant,
-}
-
-impl Tokens {
-    fn take(&mut self, wanted: usize) -> usize {
-        let now = Instant::now();
-        let elapsed = now.duration_since(self.refilled).as_secs_f64();
-        self.refilled = now;
-        self.banked = (self.banked + elapsed * self.per_sec).min(self.per_sec);
-        let granted = (self.banked as usize).min(wanted);
-        self.banked -= granted as f64;
-        granted
-    }
-}
 
 /// Where a record stands, looked up in its region.
 fn standing(record: Record) -> Standing {
@@ -118,6 +98,8 @@ pub struct Reclaimer {
     /// a tier below RAM).
     compressed: VecDeque<Record>,
     writeback_tokens: Tokens,
+    /// Cold recompression, when the budget has a cold codec.
+    cold: Option<Cold>,
     /// When the tier's upkeep (garbage collection ahead of need) last ran.
     tier_upkeep: Instant,
 }
@@ -139,18 +121,14 @@ impl Reclaimer {
             budget.limits.budget_pages,
             budget.limits.staging_target,
         );
-        let rate = f64::from(budget.writeback_pages_per_sec);
         Ok(Reclaimer {
+            cold: Cold::new(&budget),
+            writeback_tokens: Tokens::new(budget.writeback_pages_per_sec),
             budget,
             worker,
             aging,
             staged: VecDeque::new(),
             compressed: VecDeque::new(),
-            writeback_tokens: Tokens {
-                per_sec: rate,
-                banked: 0.0,
-                refilled: Instant::now(),
-            },
             tier_upkeep: Instant::now(),
         })
     }
@@ -275,6 +253,12 @@ impl Reclaimer {
             });
             if stored == Some(true) {
                 done += 1;
+                if let Some(cold) = &mut self.cold {
+                    cold.compressed(
+                        record,
+                        2 * self.budget.region_pages.load(Ordering::Relaxed) + 1024,
+                    );
+                }
                 if self.budget.store.tier().is_some() {
                     self.compressed.push_back(record);
                     // Stale records (pages restored since) are dropped from
@@ -361,6 +345,10 @@ impl Reclaimer {
                 || (resident > limits.low_pages && resident >= limits.budget_pages)
             {
                 self.round();
+                // A busy reclaimer still recompresses: one batch per round
+                // (a round evicts thousands of pages), so pages faulted
+                // back and evicted again do not all stay with the fast codec.
+                self.cold_batch(crate::cold::BATCH_AFTER_ROUND);
                 continue;
             }
             if let Some(tier) = self.budget.store.tier() {
@@ -391,8 +379,27 @@ impl Reclaimer {
                     self.refill_victims();
                 }
             }
-            self.sleep(kick);
+            // Last, when nothing else is wanted: a batch of cold
+            // recompression; straight back for more (the loop looks at
+            // resident memory first) while more pages are cold.
+            if !self.cold_batch(crate::cold::BATCH) {
+                self.sleep(kick);
+            }
         }
+    }
+
+    /// One batch of cold recompression, when the budget has a cold codec;
+    /// true when more pages are cold.
+    fn cold_batch(&mut self, pages: usize) -> bool {
+        let Some(cold) = &mut self.cold else {
+            return false;
+        };
+        let budget = Arc::clone(&self.budget);
+        let _g = budget
+            .reclaim_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        cold.pass(&budget, &mut self.worker, pages)
     }
 
     /// The pool's cap and use in pages, when writeback applies.

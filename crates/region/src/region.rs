@@ -168,6 +168,19 @@ impl Region {
         reclaim::compress_now(&self.core, range)
     }
 
+    /// Recompresses the compressed pages of the range with the budget's cold
+    /// codec now, on the calling thread (the reclaimer does it by itself to
+    /// pages compressed `cold_after` ago), keeping each result only when it
+    /// takes less memory. A `zstd-dict` cold codec still without a dictionary
+    /// trains it from these pages first. Resident pages are left alone.
+    pub fn recompress_now(&self, offset: usize, len: usize) -> Result<(), RegionError> {
+        self.check_live()?;
+        let range = self.pages_of(offset, len)?;
+        // Holds store locks and claimed pages.
+        let _signals = SignalGuard::block_async();
+        crate::cold::recompress_now(&self.core, range)
+    }
+
     /// Restores the pages of the range ahead of use (they count against the
     /// budget like any resident page).
     pub fn advise_willneed(&self, offset: usize, len: usize) -> Result<(), RegionError> {

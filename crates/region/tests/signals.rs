@@ -60,26 +60,48 @@ fn pattern(page: usize, round: u64) -> u64 {
 
 #[test]
 fn the_fault_path_allocates_nothing() {
-    fault_path_allocates_nothing(false);
+    fault_path_allocates_nothing(false, None);
 }
 
 #[test]
 fn the_fault_path_allocates_nothing_keeping_clean_copies() {
-    fault_path_allocates_nothing(true);
+    fault_path_allocates_nothing(true, None);
 }
 
-fn fault_path_allocates_nothing(keep_clean_copies: bool) {
+/// Restores of pages recompressed with zstd and its dictionary trained after
+/// the fault handler's decoders were made.
+#[test]
+fn the_fault_path_allocates_nothing_restoring_recompressed_pages() {
+    fault_path_allocates_nothing(false, Some("zstd-dict"));
+}
+
+fn fault_path_allocates_nothing(keep_clean_copies: bool, cold_codec: Option<&str>) {
     let mut config = RegionConfig::new(32 * MIB, 4 * MIB);
     config.keep_clean_copies = keep_clean_copies;
+    config.cold_codec = cold_codec.map(|c| c.parse().expect("codec"));
     let region = Region::new(config).expect("region");
     let pages = region.len() / PAGE_SIZE;
-    // Half the pages written (the rest are never written: zero fills).
+    // Half the pages written (the rest are never written: zero fills); with
+    // a cold codec, text that it shrinks, word 0 as without.
     for p in (0..pages).step_by(2) {
+        if cold_codec.is_some() {
+            write_text_page(&region, p, 1);
+        }
         write(&region, p, 0, pattern(p, 1));
     }
     // Wait until the reclaimer has brought the region under its budget.
     while region.stats().budget_resident_bytes > region.stats().budget_bytes {
         std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    if cold_codec.is_some() {
+        region
+            .recompress_now(0, region.len())
+            .expect("recompress_now");
+        assert!(
+            region.stats().recompression_count > (pages / 4) as u64,
+            "{:#?}",
+            region.stats()
+        );
     }
     let before = region.stats();
     let faults_before = region.fault_count();
@@ -143,8 +165,25 @@ fn fault_path_allocates_nothing(keep_clean_copies: bool) {
 /// (the handler may be interrupting `malloc`).
 #[test]
 fn a_corrupt_blob_ends_the_process_naming_the_page() {
+    corrupt_blob_ends_the_process_naming_the_page(
+        "a_corrupt_blob_ends_the_process_naming_the_page",
+        None,
+    );
+}
+
+/// The same for a page recompressed with the cold codec: the message names
+/// that codec.
+#[test]
+fn a_corrupt_recompressed_blob_ends_the_process_naming_the_page() {
+    corrupt_blob_ends_the_process_naming_the_page(
+        "a_corrupt_recompressed_blob_ends_the_process_naming_the_page",
+        Some("zstd-dict"),
+    );
+}
+
+fn corrupt_blob_ends_the_process_naming_the_page(test: &str, cold_codec: Option<&str>) {
     if !is_child() {
-        let output = run_child_output("a_corrupt_blob_ends_the_process_naming_the_page");
+        let output = run_child_output(test);
         use std::os::unix::process::ExitStatusExt;
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(
@@ -155,20 +194,35 @@ fn a_corrupt_blob_ends_the_process_naming_the_page() {
         );
         assert!(
             stderr.contains("zpage: page 100 (address 0x")
-                && stderr.contains("cannot be restored: its lz4 blob of 300 bytes does not decode"),
+                && stderr.contains(&format!(
+                    "cannot be restored: its {} blob of 300 bytes does not decode",
+                    cold_codec.unwrap_or("lz4")
+                )),
             "{stderr}"
         );
         assert!(!stderr.contains("ALLOCATION ON THE FAULT PATH"), "{stderr}");
         assert!(!stderr.contains("READ BACK"), "{stderr}");
         return;
     }
-    let region = Region::new(RegionConfig::new(8 * MIB, MIB)).expect("region");
+    let mut config = RegionConfig::new(8 * MIB, MIB);
+    config.cold_codec = cold_codec.map(|c| c.parse().expect("codec"));
+    let region = Region::new(config).expect("region");
     for p in 0..region.len() / PAGE_SIZE {
-        for w in (0..PAGE_SIZE / 8).step_by(3) {
-            write(&region, p, w, pattern(p, w as u64));
+        if cold_codec.is_some() {
+            write_text_page(&region, p, 1);
+        } else {
+            for w in (0..PAGE_SIZE / 8).step_by(3) {
+                write(&region, p, w, pattern(p, w as u64));
+            }
         }
     }
     region.advise_cold(0, region.len()).expect("advise_cold");
+    if cold_codec.is_some() {
+        region
+            .recompress_now(0, region.len())
+            .expect("recompress_now");
+        assert!(region.stats().recompression_count > 0);
+    }
     let garbage: Vec<u8> = (0..300u32).map(|i| (i * 151 % 251) as u8).collect();
     region
         .corrupt_page_for_test(100 * PAGE_SIZE, &garbage)

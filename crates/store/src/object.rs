@@ -16,10 +16,11 @@ use crate::stats::{CompressionTrigger, Counters, EventCounts};
 use crate::{Result, StoreError};
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use zpage_codec::{
-    fill_page, CodecSpec, Decoder, Encoded, Encoder, Page, RejectThreshold, PAGE_SIZE,
+    fill_page, CodecFamily, CodecSpec, Decoder, Dictionary, Encoded, Encoder, Page,
+    RejectThreshold, SharedDictionary, PAGE_SIZE,
 };
 use zpage_pool::{CompactStats, Handle, Pool, PoolKind};
 use zpage_tier::{ReadFailure, Tier, TierRef, READ_BUFFER_BYTES};
@@ -32,7 +33,10 @@ pub struct PageStoreConfig {
     /// The codec new pages are compressed with.
     pub codec: CodecSpec,
     /// A stronger codec for old pages (zram's `recomp_algorithm`); a page's
-    /// reference records which of the two made its blob.
+    /// reference records which of the two made its blob. A `zstd-dict` codec
+    /// given without a dictionary gets one later, once, with
+    /// [`PageStore::set_recompress_dictionary`] (trained from the store's own
+    /// pages); until then nothing is recompressed.
     pub recompress_codec: Option<CodecSpec>,
     /// Blobs at or above this size are not kept compressed.
     pub threshold: RejectThreshold,
@@ -346,6 +350,12 @@ pub struct PageStore {
     config: PageStoreConfig,
     /// Codec number `i` as recorded in references; 0 is the configured codec.
     codecs: Vec<CodecSpec>,
+    /// The recompression codec is `zstd-dict` and its dictionary comes later.
+    recompress_dictionary_later: bool,
+    /// That dictionary, once set; never changed after (blobs refer to it).
+    /// Published before any reference to a blob made with it exists, so a
+    /// load that finds such a reference finds it set.
+    recompress_dictionary: OnceLock<SharedDictionary>,
     pools: Box<[RwLock<Box<dyn Pool>>]>,
     next_worker: AtomicUsize,
     pool_reached_full: AtomicBool,
@@ -379,8 +389,18 @@ impl PageStore {
         config.validate()?;
         // Build one encoder now so a bad codec is reported here, not on the first store.
         Encoder::new(&config.codec, config.threshold)?;
-        if let Some(codec) = &config.recompress_codec {
-            Encoder::new(codec, config.threshold)?;
+        let recompress_dictionary_later = config
+            .recompress_codec
+            .as_ref()
+            .is_some_and(|c| c.family() == CodecFamily::ZstdDict && c.dictionary().is_none());
+        match &config.recompress_codec {
+            Some(codec) if recompress_dictionary_later => {
+                Decoder::without_dictionary(codec)?;
+            }
+            Some(codec) => {
+                Encoder::new(codec, config.threshold)?;
+            }
+            None => {}
         }
         let pools = (0..config.pool_shards)
             .map(|_| RwLock::new(config.pool.build()))
@@ -390,6 +410,8 @@ impl PageStore {
             codecs: std::iter::once(config.codec.clone())
                 .chain(config.recompress_codec.clone())
                 .collect(),
+            recompress_dictionary_later,
+            recompress_dictionary: OnceLock::new(),
             pools,
             next_worker: AtomicUsize::new(0),
             pool_reached_full: AtomicBool::new(false),
@@ -414,17 +436,25 @@ impl PageStore {
         let decoders = self
             .codecs
             .iter()
-            .map(Decoder::new)
+            .enumerate()
+            .map(|(number, codec)| {
+                if number == 1 && self.recompress_dictionary_later {
+                    Decoder::without_dictionary(codec)
+                } else {
+                    Decoder::new(codec)
+                }
+            })
             .collect::<std::result::Result<_, _>>()?;
         Ok(Worker {
             store_id: self.id,
             encoder: Encoder::new(&self.config.codec, self.config.threshold)?,
-            recompressor: self
-                .config
-                .recompress_codec
-                .as_ref()
-                .map(|codec| Encoder::new(codec, self.config.threshold))
-                .transpose()?,
+            // With a dictionary still to come, made on first use after it.
+            recompressor: match &self.config.recompress_codec {
+                Some(codec) if !self.recompress_dictionary_later => {
+                    Some(Encoder::new(codec, self.config.threshold)?)
+                }
+                _ => None,
+            },
             decoders,
             buffer: zpage_codec::zeroed_page(),
             tier_buffer: vec![
@@ -438,6 +468,32 @@ impl PageStore {
             .into_boxed_slice(),
             pool_shard: self.next_worker.fetch_add(1, Relaxed) % self.pools.len(),
         })
+    }
+
+    /// True while the recompression codec waits for its dictionary
+    /// ([`PageStore::set_recompress_dictionary`]).
+    pub fn wants_recompress_dictionary(&self) -> bool {
+        self.recompress_dictionary_later && self.recompress_dictionary.get().is_none()
+    }
+
+    /// Gives the `zstd-dict` recompression codec its dictionary, once: from
+    /// then on [`PageStore::recompress`] uses it, and every worker decodes
+    /// with it (digested here, so loads stay allocation-free). Refused when
+    /// the store's recompression codec takes no late dictionary, or already
+    /// has one (blobs made with a dictionary need that very dictionary).
+    pub fn set_recompress_dictionary(&self, dictionary: Dictionary) -> Result<()> {
+        if !self.recompress_dictionary_later {
+            return Err(StoreError::InvalidConfig(
+                "a recompression dictionary is taken only by a zstd-dict recompress_codec given without one".into(),
+            ));
+        }
+        self.recompress_dictionary
+            .set(SharedDictionary::new(dictionary))
+            .map_err(|_| {
+                StoreError::InvalidConfig(
+                    "the recompression dictionary is already set and pages refer to it: it cannot change".into(),
+                )
+            })
     }
 
     pub(crate) fn check_worker(&self, worker: &Worker) -> Result<()> {
@@ -914,6 +970,15 @@ impl PageStore {
                 let codec = (kind == KIND_RECOMPRESSED) as usize;
                 let started = Instant::now();
                 let decoded = match decoders.get_mut(codec) {
+                    Some(decoder) if codec == 1 && self.recompress_dictionary_later => {
+                        // An acquire load: set before any reference to such a blob existed.
+                        match self.recompress_dictionary.get() {
+                            Some(dictionary) => decoder
+                                .decode_with_dictionary(blob, dictionary, dst)
+                                .is_ok(),
+                            None => false,
+                        }
+                    }
                     Some(decoder) => decoder.decode(blob, dst).is_ok(),
                     None => false,
                 };
@@ -1012,13 +1077,8 @@ impl PageStore {
         page: &Page,
         old_bytes: usize,
     ) -> Result<Option<PageRef>> {
-        let Some(recompressor) = worker.recompressor.as_mut() else {
-            return Err(StoreError::InvalidConfig(
-                "recompress needs a second codec: set recompress_codec".into(),
-            ));
-        };
         let size_class = |len: usize| len.div_ceil(16);
-        let len = match recompressor.compress(page, &mut worker.buffer)? {
+        let len = match self.cold_compress(worker, page)? {
             Encoded::Compressed(len) if size_class(len) < size_class(old_bytes) => len,
             _ => return Ok(None),
         };
@@ -1030,6 +1090,86 @@ impl PageStore {
                 Ok(Some(new_ref))
             }
             Err(_) => Ok(None),
+        }
+    }
+
+    /// Compresses `page` into the worker's buffer with the recompression
+    /// codec (its encoder made on first use once a late dictionary is set).
+    fn cold_compress(&self, worker: &mut Worker, page: &Page) -> Result<Encoded> {
+        if worker.recompressor.is_none() && self.recompress_dictionary_later {
+            let Some(dictionary) = self.recompress_dictionary.get() else {
+                return Err(StoreError::InvalidConfig(
+                    "the zstd-dict recompression codec has no dictionary yet: set it with PageStore::set_recompress_dictionary".into(),
+                ));
+            };
+            let codec = self.codecs[1]
+                .clone()
+                .with_dictionary(dictionary.dictionary().clone())?;
+            worker.recompressor = Some(Encoder::new(&codec, self.config.threshold)?);
+        }
+        let Worker {
+            recompressor: Some(recompressor),
+            buffer,
+            ..
+        } = worker
+        else {
+            return Err(StoreError::InvalidConfig(
+                "recompress needs a second codec: set recompress_codec".into(),
+            ));
+        };
+        Ok(recompressor.compress(page, buffer)?)
+    }
+
+    /// Stores `page` compressed with the recompression codec straight away
+    /// (a page known to be cold), as [`PageStore::put`] otherwise: when the
+    /// page is same-filled, when the codec is not ready (no dictionary yet)
+    /// or when it does not compress the page.
+    pub fn put_cold(
+        &self,
+        worker: &mut Worker,
+        page: &Page,
+        trigger: CompressionTrigger,
+    ) -> Result<Put> {
+        self.check_worker(worker)?;
+        if zpage_codec::same_filled_word(page).is_some() || self.wants_recompress_dictionary() {
+            return self.put(worker, page, trigger);
+        }
+        let started = Instant::now();
+        let Ok(Encoded::Compressed(len)) = self.cold_compress(worker, page) else {
+            return self.put(worker, page, trigger);
+        };
+        let counters = &self.counters;
+        Counters::add(&counters.store_attempts, 1);
+        Counters::add(
+            match trigger {
+                CompressionTrigger::Eager => &counters.eager_compressions,
+                CompressionTrigger::MemoryPressure => &counters.memory_pressure_compressions,
+                CompressionTrigger::CriticalMemory => &counters.critical_memory_compressions,
+            },
+            1,
+        );
+        Counters::add(
+            &counters.compression_time_ns,
+            started.elapsed().as_nanos() as u64,
+        );
+        let shard = worker.pool_shard;
+        worker.pool_shard = (shard + 1) % self.pools.len();
+        match self.place(shard, &worker.buffer[..len], || false) {
+            Ok(handle) => {
+                let page_ref = PageRef::pool_object(KIND_RECOMPRESSED, shard, handle);
+                self.count_in(page_ref, len as u64);
+                Counters::add(&counters.compressed_stores, 1);
+                Ok(Put::Stored {
+                    page_ref,
+                    blob_bytes: len,
+                })
+            }
+            Err(reason) => {
+                if reason == RejectReason::AllocFail {
+                    Counters::add(&counters.reject_alloc_fail_pages, 1);
+                }
+                Ok(Put::Rejected(reason))
+            }
         }
     }
 

@@ -76,3 +76,139 @@ fn recompress_without_a_second_codec_is_an_error_naming_the_setting() {
     assert!(matches!(error, StoreError::InvalidConfig(_)));
     assert!(error.to_string().contains("recompress_codec"), "{error}");
 }
+
+/// A `zstd-dict` recompression codec given without a dictionary: nothing is
+/// recompressed until the dictionary is set (once, trained from the store's
+/// own pages); workers made before it decode the new blobs; a corrupt blob
+/// of that codec is an error naming it.
+#[test]
+fn a_dictionary_trained_later_serves_workers_made_before_it() {
+    use zpage_codec::Dictionary;
+    use zpage_store::{CompressionTrigger, LoadError, PageStore, Put, RefKind};
+    let store = PageStore::new(PageStoreConfig {
+        recompress_codec: Some("zstd-dict".parse().unwrap()),
+        ..PageStoreConfig::default()
+    })
+    .unwrap();
+    let mut writer = store.worker().unwrap();
+    let mut reader = store.worker().unwrap();
+    let mut refs = Vec::new();
+    for key in 0..400 {
+        match store
+            .put(
+                &mut writer,
+                &pages::page_for(key, 1),
+                CompressionTrigger::MemoryPressure,
+            )
+            .unwrap()
+        {
+            Put::Stored { page_ref, .. } => refs.push((key, page_ref)),
+            Put::Rejected(reason) => panic!("key {key}: {reason:?}"),
+        }
+    }
+    let compressible = refs
+        .iter()
+        .find(|(_, r)| r.kind() == RefKind::Compressed { codec: 0 })
+        .unwrap()
+        .1;
+    assert!(store.wants_recompress_dictionary());
+    // A page put cold before the dictionary exists takes the fast codec.
+    let text = pages::page_for(1, 1);
+    let early = match store
+        .put_cold(&mut writer, &text, CompressionTrigger::MemoryPressure)
+        .unwrap()
+    {
+        Put::Stored { page_ref, .. } => page_ref,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(early.kind(), RefKind::Compressed { codec: 0 });
+    let error = store.recompress(&mut writer, compressible).unwrap_err();
+    assert!(error.to_string().contains("no dictionary yet"), "{error}");
+
+    let mut out = Box::new([0u8; PAGE_SIZE]);
+    let samples: Vec<Box<zpage_codec::Page>> = refs
+        .iter()
+        .map(|&(_, r)| {
+            store.get(&mut writer, r, &mut out).unwrap();
+            out.clone()
+        })
+        .collect();
+    let dictionary = Dictionary::train(samples.iter().map(|p| &**p), 16 * 1024).unwrap();
+    store.set_recompress_dictionary(dictionary.clone()).unwrap();
+    assert!(!store.wants_recompress_dictionary());
+    assert!(
+        store.set_recompress_dictionary(dictionary).is_err(),
+        "a dictionary pages refer to never changes"
+    );
+
+    let mut recompressed = 0;
+    for (_, page_ref) in refs.iter_mut() {
+        if let Some(new_ref) = store.recompress(&mut writer, *page_ref).unwrap() {
+            assert_eq!(new_ref.kind(), RefKind::Compressed { codec: 1 });
+            store.free(*page_ref);
+            *page_ref = new_ref;
+            recompressed += 1;
+        }
+    }
+    assert!(recompressed > 50, "only {recompressed} pages gained");
+    // Put cold once the dictionary exists: the cold codec straight away,
+    // except for same-filled pages.
+    for key in 0..20 {
+        let page = pages::page_for(key, 1);
+        let Put::Stored { page_ref, .. } = store
+            .put_cold(&mut writer, &page, CompressionTrigger::MemoryPressure)
+            .unwrap()
+        else {
+            panic!("key {key}: rejected")
+        };
+        match zpage_codec::same_filled_word(&page) {
+            Some(_) => assert_eq!(page_ref.kind(), RefKind::SameFilled),
+            None => assert!(
+                matches!(
+                    page_ref.kind(),
+                    RefKind::Compressed { codec: 1 } | RefKind::Raw
+                ),
+                "key {key}: {:?}",
+                page_ref.kind()
+            ),
+        }
+        store.get(&mut reader, page_ref, &mut out).unwrap();
+        assert_eq!(pages::identify(&out), Some((key, 1)), "key {key}");
+        store.free(page_ref);
+    }
+    store.get(&mut reader, early, &mut out).unwrap();
+    assert_eq!(pages::identify(&out), Some((1, 1)));
+    for &(key, page_ref) in &refs {
+        store.get(&mut reader, page_ref, &mut out).unwrap();
+        assert_eq!(pages::identify(&out), Some((key, 1)), "key {key}");
+    }
+
+    let like = refs
+        .iter()
+        .find(|(_, r)| r.kind() == RefKind::Compressed { codec: 1 })
+        .unwrap()
+        .1;
+    let corrupt = store
+        .put_blob_for_test(&writer, like, &[0x55; 100])
+        .unwrap();
+    assert_eq!(
+        store.get(&mut reader, corrupt, &mut out),
+        Err(LoadError::Corrupt {
+            codec: "zstd-dict",
+            blob_bytes: 100
+        })
+    );
+}
+
+#[test]
+fn only_a_zstd_dict_recompression_codec_takes_a_late_dictionary() {
+    let store = zpage_store::PageStore::new(PageStoreConfig {
+        recompress_codec: Some("zstd".parse().unwrap()),
+        ..PageStoreConfig::default()
+    })
+    .unwrap();
+    assert!(!store.wants_recompress_dictionary());
+    let dictionary = zpage_codec::Dictionary::from_bytes(vec![7; 64]);
+    let error = store.set_recompress_dictionary(dictionary).unwrap_err();
+    assert!(error.to_string().contains("zstd-dict"), "{error}");
+}

@@ -128,3 +128,55 @@ pub fn run_child_output(name: &str) -> std::process::Output {
 pub fn is_child() -> bool {
     std::env::var_os("ZPAGE_CHILD").is_some()
 }
+
+/// Word `w` of a text-like page `p` (version `round`): one of sixteen
+/// 8-byte tokens picked by a hash, the page's own number in word 1. LZ4
+/// finds the repeats; zstd's entropy coding shrinks them further, so cold
+/// recompression has something to gain.
+pub fn text_word(p: usize, w: usize, round: u64) -> u64 {
+    const TOKENS: [&[u8; 8]; 16] = [
+        b"memory  ",
+        b"{\"id\":  ",
+        b"null,   ",
+        b"\"name\": ",
+        b"page    ",
+        b"zram    ",
+        b"cold    ",
+        b"hot     ",
+        b"\n       ",
+        b"true,   ",
+        b"false,  ",
+        b"value   ",
+        b"key     ",
+        b"[1, 2,  ",
+        b"3, 4]   ",
+        b"}\n      ",
+    ];
+    if w == 1 {
+        return (p as u64) << 16 | round;
+    }
+    let mut x = (p as u64) << 24 ^ (w as u64) ^ round.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    x ^= x >> 29;
+    u64::from_le_bytes(*TOKENS[(x % 16) as usize])
+}
+
+/// Writes text page `p` (version `round`) into `region`.
+pub fn write_text_page(region: &Region, p: usize, round: u64) {
+    for w in 0..PAGE_SIZE / 8 {
+        write(region, p, w, text_word(p, w, round));
+    }
+}
+
+/// Panics unless page `p` of `region` is text page `p` version `round`.
+pub fn check_text_page(region: &Region, p: usize, round: u64) {
+    for w in 0..PAGE_SIZE / 8 {
+        let got = read(region, p, w);
+        assert_eq!(
+            got,
+            text_word(p, w, round),
+            "page {p} word {w} (version {round})"
+        );
+    }
+}

@@ -1,0 +1,252 @@
+//! Cold recompression: pages that have stayed compressed a while move from
+//! the budget's fast codec to its cold codec (zstd, or zstd with a
+//! dictionary trained from the budget's own pages), as zram's `recompress`
+//! does, kept only when they take a smaller size class.
+//!
+//! The reclaimer runs it when it has no eviction to do, oldest compressed
+//! page first (the order it compressed them in), in batches under a rate
+//! limit, and looks at resident memory between batches, so it never holds up
+//! eviction. Each page is held while its blob is replaced (`evict::recompress`),
+//! so a fault on it waits for that one page and a page restored meanwhile is
+//! left alone.
+//!
+//! A `zstd-dict` cold codec without a dictionary gets one trained on a
+//! thread of its own from a sample of the oldest compressed pages, once
+//! [`COLD_DICTIONARY_SAMPLE_PAGES`] have been compressed; the store publishes
+//! it before any blob refers to it and keeps it for the budget's life. Until
+//! then nothing is recompressed.
+//!
+//! Runs on the reclaimer or the caller of `Region::recompress_now`, with
+//! asynchronous signals blocked; never on the fault path.
+
+use crate::budget::Shared;
+use crate::core::RegionCore;
+use crate::error::RegionError;
+use crate::evict::{self, Recompress};
+use crate::queues::Record;
+use crate::sys;
+use crate::table;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::time::Instant;
+use zpage_codec::{Dictionary, Page};
+use zpage_store::Worker;
+
+/// Compressed pages a budget needs before it trains the cold codec's
+/// dictionary (a sample of that many pages at least).
+pub const COLD_DICTIONARY_SAMPLE_PAGES: usize = 1024;
+/// At most this many pages in a training sample (16 MiB).
+const MAX_SAMPLE_PAGES: usize = 4096;
+/// The trained dictionary's size: what `zpage analyze` trains for zstd-dict.
+const DICTIONARY_BYTES: usize = 32 * 1024;
+/// Pages recompressed between two looks at resident memory.
+pub(crate) const BATCH: usize = 64;
+/// Pages recompressed after each eviction round of a busy reclaimer (a
+/// round evicts thousands of pages).
+pub(crate) const BATCH_AFTER_ROUND: usize = 256;
+
+/// The rate limit: tokens of one page each, refilled at a fixed rate, at
+/// most one second's worth banked.
+#[derive(Debug)]
+pub(crate) struct Tokens {
+    per_sec: f64,
+    banked: f64,
+    refilled: Instant,
+}
+
+impl Tokens {
+    pub(crate) fn new(per_sec: u32) -> Self {
+        Tokens {
+            per_sec: f64::from(per_sec),
+            banked: 0.0,
+            refilled: Instant::now(),
+        }
+    }
+
+    pub(crate) fn take(&mut self, wanted: usize) -> usize {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.refilled).as_secs_f64();
+        self.refilled = now;
+        self.banked = (self.banked + elapsed * self.per_sec).min(self.per_sec);
+        let granted = (self.banked as usize).min(wanted);
+        self.banked -= granted as f64;
+        granted
+    }
+}
+
+/// Decoded sample pages for dictionary training, evenly spread over `pages`.
+fn sample_pages(pages: &[(Record, Instant)], worker: &mut Worker) -> Vec<Page> {
+    let step = (pages.len() / MAX_SAMPLE_PAGES).max(1);
+    let mut out = zpage_codec::zeroed_page();
+    let mut samples = Vec::new();
+    for (record, _) in pages.iter().step_by(step).take(MAX_SAMPLE_PAGES) {
+        let sampled = table::with_region(record.region(), |core| {
+            evict::sample_stored(core, record.page(), worker, &mut out)
+        });
+        if sampled == Some(true) {
+            samples.push(*out);
+        }
+    }
+    samples
+}
+
+/// A budget's cold recompression settings (from its `BudgetConfig`).
+#[derive(Clone, Copy, Debug)]
+pub struct ColdConfig {
+    pub after: std::time::Duration,
+    pub pages_per_sec: u32,
+}
+
+/// The reclaimer's cold recompression state.
+#[derive(Debug)]
+pub(crate) struct Cold {
+    /// Pages compressed, oldest first, with when they were.
+    queue: VecDeque<(Record, Instant)>,
+    tokens: Tokens,
+    after: std::time::Duration,
+    /// A dictionary being trained on its own thread.
+    training: Option<Receiver<Option<Dictionary>>>,
+    /// Compressed pages queued before the next training attempt.
+    train_at: usize,
+}
+
+impl Cold {
+    pub(crate) fn new(budget: &Shared) -> Option<Cold> {
+        let config = budget.cold.as_ref()?;
+        Some(Cold {
+            queue: VecDeque::new(),
+            tokens: Tokens::new(config.pages_per_sec),
+            after: config.after,
+            training: None,
+            train_at: COLD_DICTIONARY_SAMPLE_PAGES,
+        })
+    }
+
+    /// A page was compressed (and may be recompressed once it is cold).
+    pub(crate) fn compressed(&mut self, record: Record, bound: usize) {
+        self.queue.push_back((record, Instant::now()));
+        // Stale records (pages restored since) are dropped from the front as
+        // it is used; this bounds the rest.
+        while self.queue.len() > bound {
+            self.queue.pop_front();
+        }
+    }
+
+    /// Trains the dictionary (in the background) when one is wanted and
+    /// enough pages are compressed; installs it when it is ready.
+    fn train(&mut self, budget: &Shared, worker: &mut Worker) {
+        if let Some(training) = &self.training {
+            match training.try_recv() {
+                Ok(Some(dictionary)) => {
+                    // Refused only when `recompress_now` set one meanwhile.
+                    let _ = budget.store.set_recompress_dictionary(dictionary);
+                    self.training = None;
+                }
+                Ok(None) | Err(TryRecvError::Disconnected) => {
+                    // Too uniform a sample: try again with twice as many pages.
+                    self.train_at = self.queue.len().max(self.train_at) * 2;
+                    self.training = None;
+                }
+                Err(TryRecvError::Empty) => {}
+            }
+            return;
+        }
+        if self.queue.len() < self.train_at {
+            return;
+        }
+        let samples = sample_pages(self.queue.make_contiguous(), worker);
+        let (sender, receiver) = mpsc::channel();
+        let spawned = sys::spawn_blocking_signals(
+            "zpage-train",
+            Box::new(move || {
+                let _ = sender.send(Dictionary::train(samples.iter(), DICTIONARY_BYTES).ok());
+            }),
+        );
+        match spawned {
+            Ok(_detached) => self.training = Some(receiver),
+            Err(_) => self.train_at = self.queue.len() * 2,
+        }
+    }
+
+    /// One batch: recompresses the oldest pages compressed at least
+    /// `cold_after` ago, within the rate limit. True when more are waiting
+    /// (the caller comes back without sleeping if eviction lets it).
+    pub(crate) fn pass(&mut self, budget: &Shared, worker: &mut Worker, batch: usize) -> bool {
+        if budget.store.wants_recompress_dictionary() {
+            self.train(budget, worker);
+            return false;
+        }
+        let ready = |queue: &VecDeque<(Record, Instant)>, after| {
+            queue.front().is_some_and(|(_, at)| at.elapsed() >= after)
+        };
+        if !ready(&self.queue, self.after) {
+            return false;
+        }
+        let mut allowed = self.tokens.take(batch);
+        let mut saved = 0;
+        while allowed > 0 && ready(&self.queue, self.after) {
+            let Some((record, _)) = self.queue.pop_front() else {
+                break;
+            };
+            let outcome = table::with_region(record.region(), |core| {
+                let current = core.pages.get(record.page()).is_some_and(|slot| {
+                    record.is_generation(slot.aging.gen.load(Ordering::Acquire))
+                });
+                if current {
+                    evict::recompress(core, record.page(), worker)
+                } else {
+                    Recompress::Skipped
+                }
+            });
+            if matches!(outcome, Some(Recompress::Saved(_) | Recompress::NoGain)) {
+                allowed -= 1;
+            }
+            saved += usize::from(matches!(outcome, Some(Recompress::Saved(_))));
+        }
+        if saved > 0 {
+            // The freed blobs leave holes in the pool's pages: give them back.
+            budget.store.compact();
+        }
+        allowed == 0 && ready(&self.queue, self.after)
+    }
+}
+
+/// `Region::recompress_now`: recompresses the stored pages of `pages` of
+/// `core` with the cold codec now, on the calling thread, training the
+/// dictionary from them first if the codec still wants one. The caller
+/// blocks asynchronous signals.
+pub fn recompress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Result<(), RegionError> {
+    let budget = &*core.budget;
+    if budget.cold.is_none() {
+        return Err(RegionError::InvalidConfig(
+            "recompress_now needs a cold codec: set BudgetConfig::cold_codec".into(),
+        ));
+    }
+    let mut worker = budget.store.worker()?;
+    let _g = budget
+        .reclaim_lock
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if budget.store.wants_recompress_dictionary() {
+        let step = (pages.len() / MAX_SAMPLE_PAGES).max(1);
+        let mut out = zpage_codec::zeroed_page();
+        let mut samples = Vec::new();
+        for page in pages.clone().step_by(step) {
+            if evict::sample_stored(core, page, &mut worker, &mut out) {
+                samples.push(*out);
+            }
+        }
+        let dictionary = Dictionary::train(samples.iter(), DICTIONARY_BYTES)?;
+        if let Err(e) = budget.store.set_recompress_dictionary(dictionary) {
+            if budget.store.wants_recompress_dictionary() {
+                return Err(e.into());
+            }
+        }
+    }
+    for page in pages {
+        evict::recompress(core, page, &mut worker);
+    }
+    budget.store.compact();
+    Ok(())
+}
