@@ -51,11 +51,13 @@
 mod health;
 mod memory;
 mod packed;
+mod redis;
 mod seal;
 mod stats;
 
 pub use memory::{MemoryTier, MemoryTierConfig};
 pub use packed::{PackedConfig, PackedTier};
+pub use redis::{RedisConfig, RedisTier, CLUSTER_SCHEME};
 pub use seal::{KeySource, Sealer, KEY_BYTES, TAG_BYTES};
 pub use stats::TierStats;
 
@@ -116,6 +118,10 @@ pub enum ReadFailure {
     /// The caller's buffer is smaller than the blob and its tag.
     #[error("the read buffer is too small for the blob")]
     BufferTooSmall,
+    /// The tier answered but no longer holds the blob (a server restarted
+    /// without its data, or one that evicts keys under memory pressure).
+    #[error("the tier no longer holds the blob (restarted empty, or evicted it)")]
+    Missing,
 }
 
 impl ReadFailure {
@@ -130,6 +136,9 @@ impl ReadFailure {
             }
             ReadFailure::Stale => "the reference names no live blob of this page",
             ReadFailure::BufferTooSmall => "the read buffer is too small",
+            ReadFailure::Missing => {
+                "the tier no longer holds the blob (restarted empty, or evicted it)"
+            }
         }
     }
 }
