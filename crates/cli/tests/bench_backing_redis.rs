@@ -16,16 +16,16 @@ fn bench_json(backing: &str, scratch: &TempDir) -> Vec<serde_json::Value> {
         .args([
             "bench",
             "--size",
-            "32M",
+            "16M",
             "--budget",
             "4M",
             "--pool-max",
-            "2M",
+            "1M",
         ])
-        .args(["--backing", backing])
+        .args(["--backing", backing, "--phases", "random-read"])
         .args([
             "--touches",
-            "4000",
+            "2000",
             "--workload",
             "replay",
             "--no-fifo",
