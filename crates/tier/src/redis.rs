@@ -127,14 +127,14 @@ enum Client {
 
 enum Connection {
     Single(redis::Connection),
-    Cluster(redis::cluster::ClusterConnection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
 impl Connection {
     fn link(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Connection::Single(c) => c,
-            Connection::Cluster(c) => c,
+            Connection::Cluster(c) => &mut **c,
         }
     }
 }
@@ -287,7 +287,7 @@ impl RedisTier {
                 connection.set_write_timeout(Some(self.config.timeout))?;
                 Ok(Connection::Single(connection))
             }
-            Client::Cluster(client) => Ok(Connection::Cluster(client.get_connection()?)),
+            Client::Cluster(client) => Ok(Connection::Cluster(Box::new(client.get_connection()?))),
         }
     }
 
