@@ -5,9 +5,7 @@
 //! faulting thread allocates nothing on the way (a counting allocator that
 //! counts the test thread only). A server that dies under the region ends
 //! the process at the first fault on a page it held, naming the page and
-//! the cause, never zeros. A server that is not there when the region
-//! starts keeps pages in RAM, exact, until it is up; then writeback goes
-//! there. Skipped, with a message, where redis-server is
+//! the cause, never zeros. Skipped, with a message, where redis-server is
 //! not installed.
 //!
 //! Size: `ZPAGE_TEST_TIER_MIB` (default 32 MiB of region, 8 MiB budget,
@@ -147,39 +145,6 @@ fn faults_read_pages_back_from_redis_through_the_reader_thread_without_allocatin
     // A second pass: pages written back again and read again.
     assert_eq!(wrong_words(&region), 0);
     assert!(region.budget().store_stats().tier.unwrap().backing_bytes > 0);
-}
-
-#[test]
-fn a_server_missing_at_start_keeps_pages_in_ram_until_it_is_up() {
-    if !available("region redis missing") {
-        return;
-    }
-    let dir = TempDir::new("region-missing");
-    let mut server = RedisServer::start(&dir, &[]);
-    server.kill();
-    let (region, tier) = redis_region(&server.url(), 16 * MIB);
-    let stats = tier.stats();
-    assert!(!stats.available && stats.down_cause.is_some(), "{stats:?}");
-    fill(&region);
-    assert_eq!(wrong_words(&region), 0);
-    assert_eq!(
-        tier.stats().pages,
-        0,
-        "nothing can have gone to a dead server"
-    );
-    assert!(tier.stats().put_fail_io + tier.stats().put_fail_unavailable > 0);
-
-    server.restart();
-    std::thread::sleep(Duration::from_millis(150));
-    // Faults keep the reclaimer busy; its writebacks find the server again.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tier.stats().pages < 64 && Instant::now() < deadline {
-        assert_eq!(wrong_words(&region), 0);
-    }
-    assert!(tier.stats().pages >= 64, "{:?}", tier.stats());
-    assert!(tier.stats().available);
-    assert_eq!(wrong_words(&region), 0);
-    assert_eq!(tier.stats().get_failures(), 0);
 }
 
 #[test]
