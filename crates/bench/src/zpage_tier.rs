@@ -26,9 +26,11 @@ pub struct ZpageOptions {
     /// Cap on the compressed pool; with `backing`, the oldest compressed
     /// pages are written back to it as the pool nears the cap.
     pub pool_max_bytes: Option<u64>,
-    /// A packed file or block device for pages written back (a packed,
-    /// sealed tier bounded to the region's size).
-    pub backing: Option<std::path::PathBuf>,
+    /// Where pages are written back: a file or block device (a packed,
+    /// sealed tier bounded to the region's size), or a Redis URL
+    /// (`redis://HOST:PORT`, `redis+cluster://HOST:PORT,HOST:PORT,...`: a
+    /// sealed Redis tier, see `zpage_store::RedisTier`).
+    pub backing: Option<String>,
 }
 
 impl Default for ZpageOptions {
@@ -128,13 +130,25 @@ pub fn create_region(
     config.cold_after = options.cold_after;
     config.keep_clean_copies = options.keep_clean_copies;
     config.max_pool_bytes = options.pool_max_bytes;
-    if let Some(path) = &options.backing {
-        // Room for every page of the region at its raw size, and the
-        // segment garbage collection keeps free.
-        let bound = spec.size_bytes + spec.size_bytes / 8 + (8 << 20);
-        let tier = zpage_store::PackedTier::new(zpage_store::PackedConfig::new(path, bound))
-            .map_err(|e| BenchError::Invalid(format!("--backing {}: {e}", path.display())))?;
-        config.tier = Some(std::sync::Arc::new(tier));
+    if let Some(backing) = &options.backing {
+        let invalid =
+            |e: zpage_store::TierError| BenchError::Invalid(format!("--backing {backing}: {e}"));
+        let tier: std::sync::Arc<dyn zpage_store::Tier> =
+            if zpage_store::RedisConfig::is_redis_url(backing) {
+                std::sync::Arc::new(
+                    zpage_store::RedisTier::new(zpage_store::RedisConfig::new(backing.as_str()))
+                        .map_err(invalid)?,
+                )
+            } else {
+                // Room for every page of the region at its raw size, and the
+                // segment garbage collection keeps free.
+                let bound = spec.size_bytes + spec.size_bytes / 8 + (8 << 20);
+                std::sync::Arc::new(
+                    zpage_store::PackedTier::new(zpage_store::PackedConfig::new(backing, bound))
+                        .map_err(invalid)?,
+                )
+            };
+        config.tier = Some(tier);
     }
     Region::new(config).map_err(|e| BenchError::Region(e.to_string()))
 }

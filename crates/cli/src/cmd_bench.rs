@@ -94,11 +94,13 @@ pub struct Args {
     /// writes back to its swap file too.
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub pool_max: Option<u64>,
-    /// A file or block device the region writes its oldest compressed pages
-    /// back to (packed, encrypted and authenticated with a per-process key;
-    /// its contents are unreadable after the run). Needs --pool-max.
-    #[arg(long, value_name = "PATH", requires = "pool_max")]
-    pub backing: Option<PathBuf>,
+    /// Where the region writes its oldest compressed pages back: a file or
+    /// block device (PATH), a Redis server (redis://HOST:PORT[/DB]) or a
+    /// Redis Cluster (redis+cluster://HOST:PORT,HOST:PORT,...). Encrypted and
+    /// authenticated with a per-process key: unreadable after the run.
+    /// Needs --pool-max.
+    #[arg(long, value_name = "PATH|URL", requires = "pool_max")]
+    pub backing: Option<String>,
     /// swapdemo's library file size. Default: half the budget.
     #[arg(long, value_parser = parse_size)]
     pub library_size: Option<u64>,

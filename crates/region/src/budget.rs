@@ -14,6 +14,7 @@ use crate::core::RegionCore;
 use crate::error::RegionError;
 use crate::queues::{Record, Ring, VictimQueue};
 use crate::sys::{self, Errno, Mapping, PAGE_SIZE};
+use crate::tier_reader::TierReader;
 use crate::workers::WorkerSlots;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -305,6 +306,9 @@ pub struct Shared {
     pub uffd: Uffd,
     pub staging: Staging,
     pub workers: WorkerSlots,
+    /// Reads back pages from a tier that cannot be read in a signal handler
+    /// (a network tier); `None` when the tier can be (or there is none).
+    pub tier_reader: Option<Arc<TierReader>>,
     pub clock: AgingClock,
     /// "Page became resident" records, from the fault path to the reclaimer.
     pub admits: Ring,
@@ -395,7 +399,13 @@ impl Shared {
         let workers = (0..nworkers)
             .map(|_| store.worker())
             .collect::<Result<Vec<_>, _>>()?;
+        let tier_reader = config
+            .tier
+            .as_ref()
+            .filter(|tier| !tier.reads_are_async_signal_safe())
+            .map(|tier| Arc::new(TierReader::new(Arc::clone(tier), nworkers)));
         Ok(Shared {
+            tier_reader,
             id: NEXT_BUDGET_ID.fetch_add(1, Ordering::Relaxed),
             limits,
             mode: config.mode,
@@ -551,6 +561,9 @@ impl Drop for Owner {
     fn drop(&mut self) {
         let shared = &self.shared;
         shared.stop.store(true, Ordering::Release);
+        if let Some(reader) = &shared.tier_reader {
+            reader.stop();
+        }
         shared.kick_reclaimer();
         sys::futex_wake(&shared.kick);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
@@ -599,6 +612,10 @@ impl Budget {
             "zpage-events",
             Box::new(move || crate::event::run(events)),
         )?);
+        if let Some(reader) = &shared.tier_reader {
+            let reader = Arc::clone(reader);
+            threads.push(spawn("zpage-tier-read", Box::new(move || reader.run()))?);
+        }
         drop(threads);
         if std::env::var_os(crate::metrics::METRICS_DIR_ENV).is_some() {
             // Asked for by the environment; a failure to publish does not

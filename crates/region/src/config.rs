@@ -73,8 +73,10 @@ pub struct BudgetConfig {
     pub max_pool_bytes: Option<u64>,
     /// A tier below RAM for the oldest compressed pages when the pool nears
     /// `max_pool_bytes` (`zpage_store::PackedTier` on a file or device,
-    /// `zpage_store::MemoryTier`). Its reads must be async-signal-safe: a
-    /// fault on a written-back page is served from the SIGBUS handler.
+    /// `zpage_store::MemoryTier`, `zpage_store::RedisTier`). A fault on a
+    /// written-back page is served from the SIGBUS handler when the tier's
+    /// reads are async-signal-safe (file, memory), and handed to a zpage
+    /// thread that reads it when they are not (Redis).
     pub tier: Option<std::sync::Arc<dyn Tier>>,
     /// At most this many pages written back per second (a burst of one
     /// second's worth), so writeback does not flood the device.
@@ -140,13 +142,7 @@ impl BudgetConfig {
                 self.low_watermark_pct, self.high_watermark_pct
             ));
         }
-        if let Some(tier) = &self.tier {
-            if !tier.reads_are_async_signal_safe() {
-                return bad(format!(
-                    "tier {} cannot be read from a signal handler, which is where a region serves its faults: use a packed file or memory tier",
-                    tier.describe()
-                ));
-            }
+        if self.tier.is_some() {
             if self.max_pool_bytes.is_none() {
                 return bad(
                     "a tier is set without max_pool_bytes: writeback starts as the pool nears its cap, so give one".into(),

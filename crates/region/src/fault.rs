@@ -13,14 +13,17 @@
 //!   worker's preallocated buffer and its seal opened in place (the tier's
 //!   index lock is spun on, and its writers are zpage's threads or API
 //!   calls, which block asynchronous signals), so it is served here too,
-//!   with no thread to wake; references given
+//!   with no thread to wake; a page in a tier whose reads are not
+//!   async-signal-safe (Redis) is read by the tier reader thread instead,
+//!   handed over through a preallocated request slot and a futex (module
+//!   `tier_reader` argues it); references given
 //!   up go to a lock-free ring for the reclaimer to free (freeing takes the
 //!   pool's write lock); fatal messages are built in a stack buffer;
 //! - makes only async-signal-safe system calls: ioctl, madvise, futex,
 //!   sched_yield, nanosleep, clock_gettime, pread, write and abort. A
 //!   `pread` of a local file or block device returns or fails in bounded
 //!   time unless the device itself hangs (as the kernel's own swap-in would);
-//!   tiers whose reads could wait on a network are refused for regions;
+//!   a network tier's read is bounded by the tier's timeouts;
 //! - never waits for its own thread. The states it waits on (EVICTING,
 //!   COMPRESSING, RESTORING) and the pool write lock it may spin behind are
 //!   held only by zpage's own threads (which block asynchronous signals and
@@ -326,10 +329,20 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
     let cold = page_ref.kind() == zpage_store::RefKind::Compressed { codec: 1 };
     let copied = budget.workers.with(|worker, buffer| {
         let timed = profile::start();
-        let loaded =
-            budget
+        let identity = tier_identity(core, page);
+        let loaded = match &budget.tier_reader {
+            // A network tier: its read is handed to the tier reader thread.
+            Some(reader) => budget.store.get_page_in_handler_via(
+                worker,
+                page_ref,
+                identity,
+                buffer,
+                |tier_ref, page, buf| reader.read(tier_ref, page, buf),
+            ),
+            None => budget
                 .store
-                .get_page_in_handler(worker, page_ref, tier_identity(core, page), buffer);
+                .get_page_in_handler(worker, page_ref, identity, buffer),
+        };
         profile::end(profile::Part::Load, timed, 1);
         if let Err(e) = loaded {
             let message = about_page(core, page).text(" cannot be restored: ");

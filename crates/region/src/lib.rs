@@ -20,6 +20,7 @@
 //! | `budget` | what regions of one budget share: store, staging area, uffd, queues, limits |
 //! | `queues` | the lock-free rings between the fault path and the reclaimer, and the record naming a page in them |
 //! | `table` | the process-wide region table the signal handler and the reclaimer look regions up in |
+//! | `tier_reader` | the thread that reads pages back from a tier whose reads are not async-signal-safe (Redis), for the fault handler |
 //! | `event` | the event thread: the program's discards, unmaps and remaps (and faults in handler-thread mode) |
 //! | `signal`, `fork` | the SIGBUS handler and its chaining; the fork hooks |
 //! | `counters` | the one list of figures (`region_stat_fields!`): `RegionStats`, the C struct and the metrics come from it |
@@ -117,7 +118,8 @@
 //! # Below RAM: writeback to a tier
 //!
 //! A budget with a pool cap ([`BudgetConfig::max_pool_bytes`]) and a tier
-//! ([`BudgetConfig::tier`]: a packed, encrypted file or device, or memory)
+//! ([`BudgetConfig::tier`]: a packed, encrypted file or device, memory, or
+//! Redis)
 //! does not keep pages resident over budget when the pool fills: as the pool
 //! passes 90% of its cap, the reclaimer writes the oldest compressed pages
 //! (in the order it compressed them) back to the tier until the pool is
@@ -135,8 +137,18 @@
 //! writing only by zpage's threads and API calls, which block asynchronous
 //! signals) and costs no cross-thread wakeup. Its limit: a local device
 //! that hangs holds the faulting thread, as the kernel's swap-in would.
-//! Tiers whose reads could wait on a network are refused for regions (a
-//! zpage thread would have to bring their pages back; not built). A tier
+//!
+//! A tier whose reads are not async-signal-safe (Redis: its client
+//! allocates, locks and waits on the network) is read by the budget's tier
+//! reader thread instead (module `tier_reader`): the handler fills a
+//! preallocated request slot (reference, page identity, the worker's
+//! buffer), wakes the reader with a futex and sleeps on the slot's futex
+//! word until the reader has done the `get` (read and seal check) into that
+//! buffer; then it decodes and installs as for any page. The handler's side
+//! allocates nothing and makes only futex calls; the wait is bounded by the
+//! tier's own timeouts, and a page the tier lost (node down, value gone)
+//! ends the process naming it, as below. One reader thread serves every
+//! faulting thread of the budget. A tier
 //! that is full or down makes writeback stop (pages stay compressed in RAM;
 //! at the cap evictions are refused as without a tier); a page the tier
 //! cannot give back (an I/O error, a truncated or modified file) ends the
@@ -185,7 +197,7 @@
 //! | `mremap` | refused: `EVENT_REMAP` marks the region unmapped; an evicted page touched at the new address kills the process with SIGBUS (never wrong bytes) | `hazards::mremap_is_refused` |
 //! | uffd closed by the program | detected (`health_check`, the event thread): `UffdLost` from every call; an evicted page touched afterwards ends the process with a message (its poison marker faults), never reads zeros | `hazards::closed_uffd_is_detected`, `hazards::closed_uffd_never_reads_zeros` |
 //! | a corrupt compressed blob | the process ends with a message naming the page and the codec; nothing is allocated on the way | `signals::a_corrupt_blob_ends_the_process_naming_the_page`; the fuzz target `load_in_handler` (corrupt blobs through the handler's load) |
-//! | a written-back page the tier cannot give back (truncated, modified, I/O error) | the process ends with a message naming the page, the tier and the cause, never zeros; tier reads allocate nothing | `tier::a_page_the_tier_cannot_give_back_ends_the_process_naming_it`; the store's `no_alloc::tier_reads_neither_allocate_nor_free` |
+//! | a written-back page the tier cannot give back (truncated, modified, I/O error, a Redis node down) | the process ends with a message naming the page, the tier and the cause, never zeros; tier reads allocate nothing in the faulting thread | `tier::a_page_the_tier_cannot_give_back_ends_the_process_naming_it`, `tier_redis::a_dead_redis_server_ends_the_process_naming_the_page`; the store's `no_alloc::tier_reads_neither_allocate_nor_free`; `tier_redis::faults_read_pages_back_from_redis_through_the_reader_thread_without_allocating` |
 //! | the tier full or failing at writeback | pages stay compressed in RAM; the tier says so once and is retried | `tier::a_pool_cap_writes_back_to_a_packed_tier_and_every_page_reads_back` (the region side); the tier crate's failure tests |
 //! | SIGBUS blocked in the faulting thread | the kernel kills the process (never wrong bytes); `prefault`/`pin` or `HandlerThread` mode for such threads | `hazards::blocked_sigbus_kills_not_corrupts` |
 //! | THP | regions are `MADV_NOHUGEPAGE`; a program `MADV_HUGEPAGE` is still correct (MOVE splits) | `hazards::thp_is_avoided_and_safe` |
@@ -230,7 +242,8 @@
 //!
 //! `unsafe` lives in `sys` (system calls, ioctls, the mappings), `signal`
 //! (the handler, chaining), `table` (the region table's pointers), `workers`
-//! (the preallocated decompression workers) and `fork` (registering the
+//! (the preallocated decompression workers), `tier_reader` (the request
+//! slots handed to the tier reader thread) and `fork` (registering the
 //! atfork hooks); every block has a `SAFETY` comment. The rest of the crate
 //! is `deny(unsafe_code)`.
 //!
@@ -252,12 +265,13 @@
 //! - Writeback candidates are the pages the reclaimer compressed; pages
 //!   compressed by `advise_cold` are not written back. A written-back page
 //!   is read back on every fault (exclusive loads free its tier copy).
-//!   Network tiers (Redis) are not usable by regions yet.
 //! - Cold recompression competes with eviction for the reclaimer's CPU: a
 //!   program faulting pages back as fast as they are evicted (random reads
 //!   over a region four times its budget) gets few pages recompressed until
 //!   it slows down, since a page restored gives its cold blob up and is
 //!   compressed with the fast codec again at its next eviction.
+//! - One tier reader thread per budget serializes the reads of a network
+//!   tier: concurrent faults on pages in Redis wait one round trip each.
 #![deny(unsafe_code)]
 
 mod aging;
@@ -282,6 +296,7 @@ pub mod run_report;
 mod signal;
 mod sys;
 mod table;
+mod tier_reader;
 mod workers;
 
 pub use budget::Budget;

@@ -39,6 +39,6 @@ pub use store::{EntryInfo, EntryKind, RecompressStats, Store, StoreOutcome};
 pub use zpage_codec::{CodecSpec, Page, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;
 pub use zpage_tier::{
-    KeySource, MemoryTier, MemoryTierConfig, PackedConfig, PackedTier, ReadFailure, Tier,
-    TierError, TierStats,
+    KeySource, MemoryTier, MemoryTierConfig, PackedConfig, PackedTier, ReadFailure, RedisConfig,
+    RedisTier, Tier, TierError, TierRef, TierStats,
 };

@@ -834,6 +834,25 @@ impl PageStore {
         }
     }
 
+    /// [`PageStore::get_page_in_handler`] for a tier whose reads are not
+    /// async-signal-safe: `fetch` brings the sealed blob into the worker's
+    /// preallocated buffer instead of [`Tier::get`] (a region hands the read
+    /// to a thread of its own and waits); opening and decoding stay here,
+    /// allocation-free. `fetch` is called only for a page in the tier.
+    pub fn get_page_in_handler_via(
+        &self,
+        worker: &mut Worker,
+        page_ref: PageRef,
+        page: u64,
+        dst: &mut Page,
+        fetch: impl FnOnce(TierRef, u64, &mut [u8]) -> std::result::Result<usize, ReadFailure>,
+    ) -> std::result::Result<(), LoadError> {
+        match page_ref.tier_ref() {
+            Some(tier_ref) => self.read_tier_with(worker, page_ref, tier_ref, page, dst, fetch),
+            None => self.get_in_handler(worker, page_ref, dst),
+        }
+    }
+
     fn read_tier(
         &self,
         worker: &mut Worker,
@@ -842,10 +861,27 @@ impl PageStore {
         page: u64,
         dst: &mut Page,
     ) -> std::result::Result<(), LoadError> {
+        let Some(tier) = &self.config.tier else {
+            return Err(LoadError::Tier(ReadFailure::Unavailable));
+        };
+        self.read_tier_with(worker, page_ref, tier_ref, page, dst, |r, p, buf| {
+            tier.get(r, p, buf)
+        })
+    }
+
+    fn read_tier_with(
+        &self,
+        worker: &mut Worker,
+        page_ref: PageRef,
+        tier_ref: TierRef,
+        page: u64,
+        dst: &mut Page,
+        fetch: impl FnOnce(TierRef, u64, &mut [u8]) -> std::result::Result<usize, ReadFailure>,
+    ) -> std::result::Result<(), LoadError> {
         if worker.store_id != self.id {
             return Err(LoadError::ForeignWorker);
         }
-        let (Some(tier), Some(kind)) = (&self.config.tier, page_ref.blob_kind()) else {
+        let (Some(_), Some(kind)) = (&self.config.tier, page_ref.blob_kind()) else {
             return Err(LoadError::Tier(ReadFailure::Unavailable));
         };
         let Worker {
@@ -853,9 +889,7 @@ impl PageStore {
             decoders,
             ..
         } = worker;
-        let len = tier
-            .get(tier_ref, page, tier_buffer)
-            .map_err(LoadError::Tier)?;
+        let len = fetch(tier_ref, page, tier_buffer).map_err(LoadError::Tier)?;
         self.decode_with(decoders, kind, &tier_buffer[..len], dst)
     }
 

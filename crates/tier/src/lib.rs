@@ -3,7 +3,7 @@
 //! One interface, [`Tier`]: `put` a compressed blob for a page and get a
 //! [`TierRef`] (a number below 2^56, so it fits the reserved space of the
 //! store's one-word page reference), `get` it back into a caller's buffer,
-//! `free` it. Two implementations today:
+//! `free` it. Three implementations today:
 //!
 //! - [`MemoryTier`]: blobs in this process's heap. For tests, and the default
 //!   where no tier is configured.
@@ -13,6 +13,8 @@
 //!   length, page, version), a bound on space divides the device into
 //!   segments, and garbage collection copies the live blobs of the emptiest
 //!   segment forward into a reserved segment when no free one is left.
+//! - [`RedisTier`]: a Redis server or Redis Cluster (module `redis`: URL
+//!   syntax, keys, what a node that is down or a failover does).
 //!
 //! Every tier seals every blob (module `seal`): AES-256-GCM with a random
 //! per-process key (or a key file), nonces unique by construction, and
@@ -30,7 +32,8 @@
 //! and counts it in [`TierStats`]; the caller knows which page it asked for
 //! and reports it lost (the keyed store keeps a list, a region ends the
 //! process naming the page). A network tier fits the same interface: a node
-//! that is down is a `get` that fails with [`ReadFailure::Unavailable`].
+//! that is down is a `get` that fails with [`ReadFailure::Unavailable`], one
+//! that answers without the blob (restarted empty) [`ReadFailure::Missing`].
 //!
 //! # Reads from a signal handler
 //!
@@ -44,18 +47,20 @@
 //! do), the blob is read with `pread` into the caller's preallocated buffer,
 //! opened in place, and failures are small `Copy` values. `pread` of a local
 //! file or block device is bounded by the device's own error handling; a
-//! network tier's reads are not and would report `false` (a zpage thread
-//! brings such pages back; not built yet).
+//! network tier's reads are not: the Redis tier reports `false`, and a
+//! region hands its reads to a zpage thread.
 #![forbid(unsafe_code)]
 
 mod health;
 mod memory;
 mod packed;
+mod redis;
 mod seal;
 mod stats;
 
 pub use memory::{MemoryTier, MemoryTierConfig};
 pub use packed::{PackedConfig, PackedTier};
+pub use redis::{RedisConfig, RedisTier, CLUSTER_SCHEME};
 pub use seal::{KeySource, Sealer, KEY_BYTES, TAG_BYTES};
 pub use stats::TierStats;
 
@@ -116,6 +121,10 @@ pub enum ReadFailure {
     /// The caller's buffer is smaller than the blob and its tag.
     #[error("the read buffer is too small for the blob")]
     BufferTooSmall,
+    /// The tier answered but no longer holds the blob (a server restarted
+    /// without its data, or one that evicts keys under memory pressure).
+    #[error("the tier no longer holds the blob (restarted empty, or evicted it)")]
+    Missing,
 }
 
 impl ReadFailure {
@@ -130,6 +139,9 @@ impl ReadFailure {
             }
             ReadFailure::Stale => "the reference names no live blob of this page",
             ReadFailure::BufferTooSmall => "the read buffer is too small",
+            ReadFailure::Missing => {
+                "the tier no longer holds the blob (restarted empty, or evicted it)"
+            }
         }
     }
 }

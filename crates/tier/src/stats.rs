@@ -21,6 +21,7 @@ pub(crate) struct Counters {
     pub get_fail_truncated: AtomicU64,
     pub get_fail_authentication: AtomicU64,
     pub get_fail_stale: AtomicU64,
+    pub get_fail_missing: AtomicU64,
     pub gc_runs: AtomicU64,
     pub gc_moved_blobs: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
@@ -45,6 +46,7 @@ impl Counters {
             Truncated => &self.get_fail_truncated,
             Authentication => &self.get_fail_authentication,
             Stale | BufferTooSmall => &self.get_fail_stale,
+            Missing => &self.get_fail_missing,
         };
         Self::add(counter, 1);
     }
@@ -99,6 +101,9 @@ pub struct TierStats {
     pub get_fail_authentication: u64,
     /// Reads of a reference that names no live blob of that page.
     pub get_fail_stale: u64,
+    /// Reads the tier answered without the blob (a server restarted empty,
+    /// or one that evicted it).
+    pub get_fail_missing: u64,
     /// Segments reclaimed by garbage collection.
     pub gc_runs: u64,
     /// Live blobs copied forward by garbage collection.
@@ -129,6 +134,7 @@ impl TierStats {
             get_fail_truncated: get(&c.get_fail_truncated),
             get_fail_authentication: get(&c.get_fail_authentication),
             get_fail_stale: get(&c.get_fail_stale),
+            get_fail_missing: get(&c.get_fail_missing),
             gc_runs: get(&c.gc_runs),
             gc_moved_blobs: get(&c.gc_moved_blobs),
             gc_moved_bytes: get(&c.gc_moved_bytes),
@@ -144,6 +150,7 @@ impl TierStats {
             + self.get_fail_truncated
             + self.get_fail_authentication
             + self.get_fail_stale
+            + self.get_fail_missing
     }
 
     /// Mean latency of a successful read, nanoseconds (0 before any).

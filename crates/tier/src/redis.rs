@@ -1,0 +1,507 @@
+//! The Redis tier: sealed blobs as values in a Redis server or a Redis
+//! Cluster, so the cold pages of many processes (or machines) share one
+//! store that already exists, is already monitored and may be replicated.
+//!
+//! **Where it connects.** [`RedisConfig::url`] is either a Redis URL as the
+//! `redis` crate and `redis-cli -u` take it (`redis://[user:password@]host:port[/db]`,
+//! `redis+unix:///path/to/socket`) for one server, or
+//! `redis+cluster://[user:password@]host1:port1,host2:port2,...` for a
+//! cluster: any reachable subset of its nodes (the rest are learned from
+//! `CLUSTER SLOTS`).
+//!
+//! **Keys.** `zpage:<namespace>:<reference>`, both in hex; the namespace is
+//! 64 random bits drawn when the tier is made, so two processes (or two
+//! tiers of one process) sharing a server never touch each other's keys. No
+//! hash tag is used on purpose: the whole key is hashed, so a process's pages
+//! spread over every slot and every node of a cluster instead of all landing
+//! on one. Values are sealed blobs (the compressed page and its 16-byte tag):
+//! whoever can read the server sees ciphertext, and a value modified,
+//! swapped with another, or replayed from an older write of the same page
+//! fails its check on the way back (see module `seal`).
+//!
+//! **What stays here.** The index (reference to page, version and length)
+//! lives in this process; without it, and without the per-process key, the
+//! values cannot be opened. So a process's pages are garbage once it exits:
+//! dropping the tier deletes its keys, but a process that is killed leaves
+//! them behind (`redis-cli --scan --pattern 'zpage:*'` finds them; the
+//! namespace is in the tier's description). A key file
+//! ([`KeySource::File`]) does not change that: the index is still per
+//! process.
+//!
+//! **A node that is down.** Every command has a timeout (connect and
+//! response, [`RedisConfig::timeout`]): a dead server turns into a failed
+//! `put` (the caller keeps the page in RAM; the tier says once that it is
+//! down and is retried after `retry_interval`) or a [`ReadFailure::Unavailable`]
+//! `get` (the caller reports the page lost), never a hang and never wrong
+//! bytes. A server that comes back empty (restarted without persistence)
+//! answers with no value: [`ReadFailure::Missing`]. In a cluster only the
+//! pages whose slots the dead node served are affected, provided the nodes
+//! run with `cluster-require-full-coverage no` (with the default `yes`, a
+//! cluster missing one master refuses every key, so every page is lost).
+//! Replication changes this: a cluster with replicas promotes one when a
+//! master fails and its pages read back from there; Redis replicates
+//! asynchronously, so pages written shortly before the failover and not yet
+//! copied to the replica are lost (reported, as above), and a promoted
+//! replica never serves a stale value as current (its seal would not open).
+//!
+//! **Reads are not async-signal-safe**: the client allocates and the
+//! connection pool takes locks, so [`Tier::reads_are_async_signal_safe`] is
+//! false. The keyed store reads from its callers' threads; a region hands
+//! such reads to a zpage thread (see the region crate).
+//!
+//! **Full.** A server at its `maxmemory` with the `noeviction` policy
+//! answers `OOM`: the `put` fails with [`TierError::Full`] and the page stays
+//! in RAM. A server with an evicting policy (`allkeys-lru`, ...) drops values
+//! silently and they read back as [`ReadFailure::Missing`]: give zpage's keys
+//! a server (or database) with `noeviction`.
+
+use crate::health::Health;
+use crate::seal::{KeySource, Sealer};
+use crate::stats::{Counters, TierStats};
+use crate::{ReadFailure, Tier, TierError, TierRef, MAX_BLOB_BYTES, READ_BUFFER_BYTES, TAG_BYTES};
+use ::redis::ConnectionLike;
+use parking_lot::Mutex;
+use rand::RngCore;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// The URL scheme that names a cluster's seed nodes.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// Where and how a [`RedisTier`] connects.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// `redis://host:port[/db]`, `redis+unix:///socket`, or
+    /// `redis+cluster://host1:port1,host2:port2,...` (see the module docs).
+    pub url: String,
+    /// The key the blobs are sealed with.
+    pub key: KeySource,
+    /// Bound on connecting and on each command's response: past it the
+    /// node counts as down.
+    pub timeout: Duration,
+    /// How long a tier that failed waits before writes try it again.
+    pub retry_interval: Duration,
+    /// Connections kept open (each carries one command at a time).
+    pub connections: usize,
+}
+
+impl RedisConfig {
+    /// A tier at `url` with a per-process key, a 500 ms timeout, a one-second
+    /// retry and four connections.
+    pub fn new(url: impl Into<String>) -> RedisConfig {
+        RedisConfig {
+            url: url.into(),
+            key: KeySource::Ephemeral,
+            timeout: Duration::from_millis(500),
+            retry_interval: Duration::from_secs(1),
+            connections: 4,
+        }
+    }
+
+    /// Whether `text` names a Redis tier (rather than a file or device).
+    pub fn is_redis_url(text: &str) -> bool {
+        [
+            "redis://",
+            "rediss://",
+            "redis+unix://",
+            "unix://",
+            CLUSTER_SCHEME,
+        ]
+        .iter()
+        .any(|scheme| text.starts_with(scheme))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    page: u64,
+    version: u64,
+    sealed_len: u32,
+}
+
+enum Client {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+enum Connection {
+    Single(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Connection {
+    fn link(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Connection::Single(c) => c,
+            Connection::Cluster(c) => &mut **c,
+        }
+    }
+}
+
+/// Sealed blobs in Redis or a Redis Cluster. See the module documentation.
+pub struct RedisTier {
+    config: RedisConfig,
+    describe: String,
+    namespace: u64,
+    client: Client,
+    connections: Box<[Mutex<Option<Connection>>]>,
+    next_connection: AtomicUsize,
+    sealer: Sealer,
+    index: Mutex<HashMap<u64, Entry>>,
+    next_ref: AtomicU64,
+    /// References freed and not yet deleted on the server (deleted in batches).
+    pending_frees: Mutex<Vec<u64>>,
+    health: Health,
+    pages: AtomicU64,
+    stored_bytes: AtomicU64,
+    backing_bytes: AtomicU64,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for RedisTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTier")
+            .field("describe", &self.describe)
+            .field("pages", &self.pages.load(Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Frees are deleted on the server in pipelines of this many.
+const FREE_BATCH: usize = 64;
+
+fn invalid(why: String) -> TierError {
+    TierError::InvalidConfig(why)
+}
+
+fn build_client(config: &RedisConfig) -> Result<Client, TierError> {
+    if let Some(rest) = config.url.strip_prefix(CLUSTER_SCHEME) {
+        let (userinfo, hosts) = match rest.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, rest),
+        };
+        let hosts = hosts.trim_end_matches('/');
+        let seeds: Vec<String> = hosts
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(|host| match userinfo {
+                Some(u) => format!("redis://{u}@{host}"),
+                None => format!("redis://{host}"),
+            })
+            .collect();
+        if seeds.is_empty() {
+            return Err(invalid(format!(
+                "{}: name at least one node, as in {CLUSTER_SCHEME}10.0.0.1:7000,10.0.0.2:7000",
+                config.url
+            )));
+        }
+        let client = redis::cluster::ClusterClientBuilder::new(seeds)
+            .connection_timeout(config.timeout)
+            .response_timeout(config.timeout)
+            // A node that does not answer is a lost page now, not after
+            // rounds of back-off: the caller keeps or reports the page.
+            .retries(1)
+            .min_retry_wait(10)
+            .max_retry_wait(50)
+            .build()
+            .map_err(|e| invalid(format!("{}: {e}", config.url)))?;
+        Ok(Client::Cluster(client))
+    } else {
+        let client = redis::Client::open(config.url.as_str()).map_err(|e| {
+            invalid(format!(
+                "{}: {e} (give redis://HOST:PORT[/DB], redis+unix:///PATH or {CLUSTER_SCHEME}HOST:PORT,HOST:PORT,...)",
+                config.url
+            ))
+        })?;
+        Ok(Client::Single(client))
+    }
+}
+
+fn redis_io(error: &redis::RedisError) -> std::io::Error {
+    std::io::Error::other(error.to_string())
+}
+
+impl RedisTier {
+    /// A Redis tier. A URL that cannot be parsed is an error; a server that
+    /// cannot be reached is not: the tier starts down, says why on standard
+    /// error, and is retried on later writes (pages stay in memory).
+    pub fn new(config: RedisConfig) -> Result<RedisTier, TierError> {
+        if config.connections == 0 || config.connections > 256 {
+            return Err(invalid(format!(
+                "connections is {}: give 1 to 256",
+                config.connections
+            )));
+        }
+        if config.timeout.is_zero() {
+            return Err(invalid(
+                "timeout is 0: give the longest a command may take (e.g. 500 ms)".into(),
+            ));
+        }
+        let client = build_client(&config)?;
+        let namespace = rand::rngs::OsRng.next_u64();
+        let kind = match client {
+            Client::Single(_) => "redis",
+            Client::Cluster(_) => "redis cluster",
+        };
+        let describe = format!("{kind} {} (keys zpage:{namespace:016x}:*)", config.url);
+        let tier = RedisTier {
+            sealer: Sealer::new(&config.key)?,
+            health: Health::new(&describe, config.retry_interval),
+            describe,
+            namespace,
+            client,
+            connections: (0..config.connections).map(|_| Mutex::new(None)).collect(),
+            next_connection: AtomicUsize::new(0),
+            index: Mutex::new(HashMap::new()),
+            next_ref: AtomicU64::new(1),
+            pending_frees: Mutex::new(Vec::new()),
+            pages: AtomicU64::new(0),
+            stored_bytes: AtomicU64::new(0),
+            backing_bytes: AtomicU64::new(0),
+            counters: Counters::default(),
+            config,
+        };
+        // Learn now whether the server is there, so a wrong address is said
+        // at start rather than at the first writeback.
+        if let Err(error) = tier.with_connection(|c| redis::cmd("PING").query::<String>(c.link())) {
+            tier.health.failed(&tier.command_error("connect", &error));
+        }
+        Ok(tier)
+    }
+
+    /// The server key of `tier_ref`.
+    pub fn key_of(&self, tier_ref: TierRef) -> String {
+        self.key(tier_ref.to_raw())
+    }
+
+    fn key(&self, raw: u64) -> String {
+        format!("zpage:{:016x}:{raw:x}", self.namespace)
+    }
+
+    fn connect(&self) -> redis::RedisResult<Connection> {
+        match &self.client {
+            Client::Single(client) => {
+                let connection = client.get_connection_with_timeout(self.config.timeout)?;
+                connection.set_read_timeout(Some(self.config.timeout))?;
+                connection.set_write_timeout(Some(self.config.timeout))?;
+                Ok(Connection::Single(connection))
+            }
+            Client::Cluster(client) => Ok(Connection::Cluster(Box::new(client.get_connection()?))),
+        }
+    }
+
+    /// Runs `f` on one of the pooled connections, connecting first when it
+    /// has none. A connection that failed below the protocol (refused, timed
+    /// out, dropped) is closed, so the next use connects again: a stream
+    /// cut mid-reply must not hand the next command a stale answer.
+    fn with_connection<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
+        let n = self.connections.len();
+        let start = self.next_connection.fetch_add(1, Relaxed);
+        let mut guard = (0..n)
+            .find_map(|i| self.connections[(start + i) % n].try_lock())
+            .unwrap_or_else(|| self.connections[start % n].lock());
+        if guard.is_none() {
+            *guard = Some(self.connect()?);
+        }
+        let connection = guard.as_mut().expect("connected above");
+        let result = f(connection);
+        if let Err(error) = &result {
+            let broken = error.is_io_error()
+                || error.is_timeout()
+                || error.is_connection_dropped()
+                || error.is_connection_refusal();
+            if broken && matches!(connection, Connection::Single(_)) {
+                *guard = None;
+            }
+        }
+        result
+    }
+
+    fn command_error(&self, action: &'static str, error: &redis::RedisError) -> TierError {
+        if error.code() == Some("OOM") {
+            return TierError::Full {
+                tier: self.describe.clone(),
+                capacity_bytes: 0,
+            };
+        }
+        TierError::Io {
+            tier: self.describe.clone(),
+            action,
+            source: redis_io(error),
+        }
+    }
+
+    fn try_put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
+        self.health.may_try()?;
+        let raw = self.next_ref.fetch_add(1, Relaxed);
+        let tier_ref = TierRef::from_raw(raw).ok_or(TierError::VersionsExhausted)?;
+        let mut sealed = Vec::with_capacity(blob.len() + TAG_BYTES);
+        let version = self.sealer.seal(page, blob, &mut sealed)?;
+        let key = self.key(raw);
+        self.with_connection(|c| redis::cmd("SET").arg(&key).arg(&sealed).exec(c.link()))
+            .map_err(|e| self.command_error("SET", &e))?;
+        self.index.lock().insert(
+            raw,
+            Entry {
+                page,
+                version,
+                sealed_len: sealed.len() as u32,
+            },
+        );
+        self.backing_bytes.fetch_add(sealed.len() as u64, Relaxed);
+        Ok(tier_ref)
+    }
+
+    /// Deletes the freed keys waiting in the batch (a pipeline of `UNLINK`s;
+    /// a cluster pipeline sends each to its node). Best effort: a key on a
+    /// node that is down stays there (its page was freed all the same).
+    fn flush_frees(&self) {
+        let raws = std::mem::take(&mut *self.pending_frees.lock());
+        if raws.is_empty() {
+            return;
+        }
+        let _ = self.with_connection(|c| match c {
+            Connection::Single(connection) => {
+                let mut pipe = redis::pipe();
+                for &raw in &raws {
+                    pipe.cmd("UNLINK").arg(self.key(raw)).ignore();
+                }
+                pipe.exec(connection)
+            }
+            Connection::Cluster(connection) => {
+                let mut pipe = redis::cluster::cluster_pipe();
+                for &raw in &raws {
+                    pipe.cmd("UNLINK").arg(self.key(raw)).ignore();
+                }
+                pipe.exec(connection)
+            }
+        });
+    }
+
+    fn read(&self, tier_ref: TierRef, page: u64, buf: &mut [u8]) -> Result<usize, ReadFailure> {
+        let raw = tier_ref.to_raw();
+        let entry = *self.index.lock().get(&raw).ok_or(ReadFailure::Stale)?;
+        if entry.page != page {
+            return Err(ReadFailure::Stale);
+        }
+        if buf.len() < entry.sealed_len as usize {
+            return Err(ReadFailure::BufferTooSmall);
+        }
+        let key = self.key(raw);
+        let value: Option<Vec<u8>> = self
+            .with_connection(|c| redis::cmd("GET").arg(&key).query(c.link()))
+            .map_err(|_| ReadFailure::Unavailable)?;
+        let value = value.ok_or(ReadFailure::Missing)?;
+        // Longer than any blob, or than this one: not what was written.
+        if value.len() > READ_BUFFER_BYTES || value.len() > buf.len() {
+            return Err(ReadFailure::Authentication);
+        }
+        let dst = &mut buf[..value.len()];
+        dst.copy_from_slice(&value);
+        self.sealer.open(page, entry.version, dst)
+    }
+}
+
+impl Tier for RedisTier {
+    fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    fn put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
+        if blob.len() > MAX_BLOB_BYTES {
+            return Err(TierError::InvalidBlob {
+                len: blob.len(),
+                why: "larger than a page",
+            });
+        }
+        match self.try_put(page, blob) {
+            Ok(tier_ref) => {
+                self.health.succeeded();
+                self.pages.fetch_add(1, Relaxed);
+                self.stored_bytes.fetch_add(blob.len() as u64, Relaxed);
+                Counters::add(&self.counters.puts, 1);
+                Counters::add(&self.counters.put_bytes, blob.len() as u64);
+                if self.pending_frees.lock().len() >= FREE_BATCH {
+                    self.flush_frees();
+                }
+                Ok(tier_ref)
+            }
+            Err(error) => {
+                self.counters.count_put_failure(&error);
+                match &error {
+                    // A full server is not down: frees make room again.
+                    TierError::Full { .. } | TierError::Unavailable { .. } => {}
+                    _ => self.health.failed(&error),
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn get(&self, tier_ref: TierRef, page: u64, buf: &mut [u8]) -> Result<usize, ReadFailure> {
+        let started = Instant::now();
+        let result = self.read(tier_ref, page, buf);
+        match result {
+            Ok(_) => self.counters.count_get(started.elapsed().as_nanos() as u64),
+            Err(failure) => self.counters.count_read_failure(failure),
+        }
+        result
+    }
+
+    fn free(&self, tier_ref: TierRef) {
+        let raw = tier_ref.to_raw();
+        let Some(entry) = self.index.lock().remove(&raw) else {
+            return;
+        };
+        self.pages.fetch_sub(1, Relaxed);
+        self.stored_bytes
+            .fetch_sub(u64::from(entry.sealed_len) - TAG_BYTES as u64, Relaxed);
+        self.backing_bytes
+            .fetch_sub(u64::from(entry.sealed_len), Relaxed);
+        Counters::add(&self.counters.frees, 1);
+        let batch_full = {
+            let mut pending = self.pending_frees.lock();
+            pending.push(raw);
+            pending.len() >= FREE_BATCH
+        };
+        if batch_full {
+            self.flush_frees();
+        }
+    }
+
+    fn stats(&self) -> TierStats {
+        let down_cause = self.health.down_cause();
+        TierStats {
+            pages: self.pages.load(Relaxed),
+            stored_bytes: self.stored_bytes.load(Relaxed),
+            backing_bytes: self.backing_bytes.load(Relaxed),
+            available: down_cause.is_none(),
+            down_cause,
+            ..TierStats::from_counters(&self.counters)
+        }
+    }
+
+    fn reads_are_async_signal_safe(&self) -> bool {
+        false
+    }
+
+    fn maintain(&self) {
+        self.flush_frees();
+    }
+}
+
+impl Drop for RedisTier {
+    /// Deletes every key this tier still holds: nobody else can open them.
+    fn drop(&mut self) {
+        let live: Vec<u64> = self.index.lock().keys().copied().collect();
+        for chunk in live.chunks(1024) {
+            self.pending_frees.lock().extend_from_slice(chunk);
+            self.flush_frees();
+        }
+        self.flush_frees();
+    }
+}
