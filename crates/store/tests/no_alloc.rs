@@ -6,19 +6,29 @@
 mod pages;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use zpage_codec::PAGE_SIZE;
 use zpage_store::{CompressionTrigger, PageStore, PageStoreConfig, PoolKind, Put};
 
 struct CountingAllocator;
 
-static COUNTING: AtomicBool = AtomicBool::new(false);
+fn counting() -> bool {
+    // `try_with`: the allocator also runs while a thread's locals are torn down.
+    COUNTING.try_with(Cell::get).unwrap_or(false)
+}
+
+thread_local! {
+    /// Counting is per thread: the test harness's own threads (reporting
+    /// another test's result) allocate whenever they like.
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: forwards every call to the system allocator unchanged; it only counts.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counting() {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as ours, passed through.
@@ -26,7 +36,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counting() {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as ours, passed through.
@@ -76,7 +86,7 @@ fn loads_neither_allocate_nor_free() {
                     .get(&mut object_worker, refs[key as usize], &mut out)
                     .unwrap();
             }
-            COUNTING.store(true, Ordering::SeqCst);
+            COUNTING.with(|c| c.set(true));
             for key in 0..100 {
                 store.load(&mut worker, key, &mut out).unwrap();
                 objects
@@ -86,7 +96,7 @@ fn loads_neither_allocate_nor_free() {
                     .get_in_handler(&mut object_worker, refs[key as usize], &mut out)
                     .unwrap();
             }
-            COUNTING.store(false, Ordering::SeqCst);
+            COUNTING.with(|c| c.set(false));
             assert_eq!(ALLOCATIONS.swap(0, Ordering::SeqCst), 0, "{pool} {codec}");
             for key in 0..100u64 {
                 objects
@@ -143,7 +153,7 @@ fn tier_reads_neither_allocate_nor_free() {
         for &(key, r) in &refs {
             objects.get_page(&mut worker, r, key, &mut out).unwrap();
         }
-        COUNTING.store(true, Ordering::SeqCst);
+        COUNTING.with(|c| c.set(true));
         for &(key, r) in &refs {
             objects
                 .get_page_in_handler(&mut worker, r, key, &mut out)
@@ -153,7 +163,7 @@ fn tier_reads_neither_allocate_nor_free() {
                 .get_page_in_handler(&mut worker, r, key + 1000, &mut out)
                 .is_err());
         }
-        COUNTING.store(false, Ordering::SeqCst);
+        COUNTING.with(|c| c.set(false));
         assert_eq!(
             ALLOCATIONS.swap(0, Ordering::SeqCst),
             0,
