@@ -365,11 +365,31 @@ pub(crate) fn pin_pages(
         });
     }
     let _signals = SignalGuard::block_async();
-    for page in range {
+    // Which pages are mapped, a chunk at a time: a page RESIDENT in our books,
+    // writable and mapped needs no restore, and skipping `resolve` skips its
+    // `UFFDIO_COPY`, which only finds the page there (EEXIST). System call
+    // wrappers pin every buffer they pass, mostly resident ones.
+    let mut mapped = [0u8; 256];
+    let mut chunk = usize::MAX..usize::MAX;
+    for page in range.clone() {
+        if !chunk.contains(&page) {
+            let pages = mapped.len().min(range.end - page);
+            chunk = page..page + pages;
+            if sys::mincore(core.page_addr(page), &mut mapped[..pages]).is_err() {
+                mapped.fill(0);
+            }
+        }
+        let mut maybe_mapped = mapped[page - chunk.start] & 1 != 0;
         loop {
-            fault::resolve(core, page, Access::WRITABLE, Ctx::Api)
-                .map_err(|e| RegionError::sys("pin", e))?;
             let slot = &core.pages[page];
+            let seen = slot.load();
+            let in_place = maybe_mapped && seen.tag() == Tag::Resident && !seen.clean();
+            // Once a claim below fails, look again the slow way.
+            maybe_mapped = false;
+            if !in_place {
+                fault::resolve(core, page, Access::WRITABLE, Ctx::Api)
+                    .map_err(|e| RegionError::sys("pin", e))?;
+            }
             let s = slot.load();
             if s.tag() != Tag::Resident {
                 continue;

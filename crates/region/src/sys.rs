@@ -439,6 +439,25 @@ pub fn madvise_keep(addr: usize, len: usize, advice: i32) -> Result<(), Errno> {
     }
 }
 
+/// `mincore` of `pages.len()` pages from `addr`: bit 0 of each byte says
+/// whether that page is mapped now. Async-signal-safe, allocates nothing.
+pub fn mincore(addr: usize, pages: &mut [u8]) -> Result<(), Errno> {
+    // SAFETY: `addr` is page-aligned (callers pass region page addresses)
+    // and `pages` has one byte per page of the range.
+    let rc = unsafe {
+        libc::mincore(
+            addr as *mut c_void,
+            pages.len() * PAGE_SIZE,
+            pages.as_mut_ptr(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
 /// `MADV_DONTNEED` on part of the staging area: frees pages whose contents
 /// have already been compressed or copied elsewhere.
 pub fn discard(addr: usize, len: usize) -> Result<(), Errno> {
