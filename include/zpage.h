@@ -112,6 +112,9 @@ typedef struct zpage_stats {
     uint64_t recompression_saved_bytes; /* Bytes of compressed blobs those recompressions saved. */
     uint64_t recompression_no_gain_count; /* Pages the cold codec tried and did not shrink to a smaller size class (left as they were). */
     uint64_t cold_compression_count; /* Evictions of pages that were restored from a cold-codec copy, compressed straight with the cold codec (they went cold once). */
+    uint64_t dedup_hit_count; /* Evicted pages found identical to a stored page (dedup): they share its blob. */
+    uint64_t dedup_saved_bytes; /* Bytes of compressed blobs those pages would have taken stored on their own. */
+    uint64_t dedup_verify_mismatch_count; /* Pages whose hash matched a stored page's and whose bytes did not (kept apart). */
     /* END GENERATED FIELDS */
 } zpage_stats;
 

@@ -43,6 +43,10 @@ pub struct BenchResult {
     /// end of the phase, fill included (0 for other tiers).
     #[serde(default)]
     pub recompressed_pages: u64,
+    /// Evicted pages that shared an identical stored page's blob (zpage's
+    /// `--dedup`) by the end of the phase, fill included (0 for other tiers).
+    #[serde(default)]
+    pub deduplicated_pages: u64,
     /// Bytes on the tier below RAM's device at the end of the phase
     /// (`--backing`; 0 without one).
     pub backing_bytes: u64,
@@ -172,6 +176,7 @@ impl BenchResult {
             resident_max_bytes: outcome.resident_max_bytes,
             compressed_bytes: outcome.compressed_bytes,
             recompressed_pages: outcome.recompressed_pages,
+            deduplicated_pages: outcome.deduplicated_pages,
             backing_bytes: outcome.backing_bytes,
             tier_reads: outcome.tier_reads,
             tier_read_mean_us: if outcome.tier_reads == 0 {
@@ -404,6 +409,7 @@ mod tests {
             resident_max_bytes: 100 << 20,
             compressed_bytes: 10 << 20,
             recompressed_pages: 0,
+            deduplicated_pages: 0,
             backing_bytes: 0,
             tier_reads: 0,
             tier_read_mean_us: 0.0,

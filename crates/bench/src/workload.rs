@@ -279,6 +279,10 @@ pub trait MemoryProbe: Sync {
     fn recompressed_pages(&self) -> u64 {
         0
     }
+    /// Evicted pages that shared a stored page's blob so far (0 without dedup).
+    fn deduplicated_pages(&self) -> u64 {
+        0
+    }
 }
 
 /// What a tier below RAM holds and has read, at one moment.
@@ -513,6 +517,9 @@ pub struct PhaseOutcome {
     /// Pages recompressed with the cold codec since the memory was made.
     #[serde(default)]
     pub recompressed_pages: u64,
+    /// Evicted pages that shared a stored page's blob since the memory was made.
+    #[serde(default)]
+    pub deduplicated_pages: u64,
     /// Faults during the warm-up touches (not in the other figures).
     #[serde(default)]
     pub warmup_faults: u64,
@@ -798,6 +805,7 @@ pub fn run_phase(
         resident_max_bytes,
         compressed_bytes: probe.compressed_bytes(),
         recompressed_pages: probe.recompressed_pages(),
+        deduplicated_pages: probe.deduplicated_pages(),
         warmup_faults,
         backing_bytes: tier_after.backing_bytes,
         tier_reads: tier_after.reads.saturating_sub(tier_before.reads),

@@ -23,6 +23,8 @@ pub struct ZpageOptions {
     pub cold_after: std::time::Duration,
     /// Keep restored pages' compressed copies while they stay unwritten.
     pub keep_clean_copies: bool,
+    /// Store identical evicted pages once (`BudgetConfig::dedup`).
+    pub dedup: bool,
     /// Cap on the compressed pool; with `backing`, the oldest compressed
     /// pages are written back to it as the pool nears the cap.
     pub pool_max_bytes: Option<u64>,
@@ -42,6 +44,7 @@ impl Default for ZpageOptions {
             cold_codec: None,
             cold_after: std::time::Duration::from_secs(1),
             keep_clean_copies: false,
+            dedup: false,
             pool_max_bytes: None,
             backing: None,
         }
@@ -96,6 +99,9 @@ impl MemoryProbe for RegionProbe<'_> {
     fn recompressed_pages(&self) -> u64 {
         self.region.stats().recompression_count
     }
+    fn deduplicated_pages(&self) -> u64 {
+        self.region.stats().dedup_hit_count
+    }
     fn tier(&self) -> crate::workload::TierSample {
         let Some(tier) = self.region.budget().store_stats().tier else {
             return Default::default();
@@ -129,6 +135,7 @@ pub fn create_region(
     config.cold_codec = options.cold_codec.clone();
     config.cold_after = options.cold_after;
     config.keep_clean_copies = options.keep_clean_copies;
+    config.dedup = options.dedup;
     config.max_pool_bytes = options.pool_max_bytes;
     if let Some(backing) = &options.backing {
         let invalid =

@@ -87,6 +87,11 @@ pub struct Args {
     /// unwritten (no compression when it is evicted again; more pool memory).
     #[arg(long)]
     pub keep_clean_copies: bool,
+    /// The region stores identical evicted pages once (a content hash,
+    /// checked byte for byte; a write to a restored copy stays private).
+    /// Rows count the pages that shared a blob in `deduplicated_pages`.
+    #[arg(long)]
+    pub dedup: bool,
     /// Cap on the region's compressed pool (e.g. 128M). With --backing the
     /// oldest compressed pages are written back as the pool nears it;
     /// without, evictions at the cap are refused. With --vs-kernel, zswap's
@@ -316,6 +321,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         cold_codec,
         cold_after: std::time::Duration::from_millis(args.cold_after_ms),
         keep_clean_copies: args.keep_clean_copies,
+        dedup: args.dedup,
         pool_max_bytes: args.pool_max,
         backing: args.backing.clone(),
     };
@@ -344,7 +350,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
     say(
         args.json,
         &format!(
-            "zpage bench: data {} ({}), budget {}, {} touches per random phase, seed {}, codec {}{}, fault mode {:?}",
+            "zpage bench: data {} ({}), budget {}, {} touches per random phase, seed {}, codec {}{}{}, fault mode {:?}",
             mib(size),
             source.describe(),
             mib(budget),
@@ -354,6 +360,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
             args.cold_codec
                 .as_deref()
                 .map_or(String::new(), |c| format!(" (cold: {c} after {} ms)", args.cold_after_ms)),
+            if args.dedup { ", dedup" } else { "" },
             args.fault_mode
         ),
     );
@@ -563,6 +570,55 @@ mod tests {
         let bad = parse(&["--size", "8M", "--cold-codec", "brotli"]);
         let error = measure(&bad).unwrap_err().to_string();
         assert!(error.contains("--cold-codec brotli"), "{error}");
+    }
+
+    #[test]
+    fn dedup_stores_a_repeated_image_once_and_the_rows_say_how_many_pages_shared() {
+        let _watchdog =
+            zpage_bench::Watchdog::arm(std::time::Duration::from_secs(150), "dedup bench");
+        // A 4 MiB image of distinct pages, repeated four times over 16 MiB.
+        let image = std::env::temp_dir().join(format!("zpage-bench-dedup-{}", std::process::id()));
+        let pages: Vec<u8> = (0..1024u32)
+            .flat_map(|p| {
+                (0..zpage_bench::PAGE_SIZE as u32 / 4)
+                    .flat_map(move |w| (p.wrapping_mul(31) ^ (w % 97)).to_le_bytes())
+            })
+            .collect();
+        std::fs::write(&image, &pages).unwrap();
+        let run = |dedup: bool| {
+            let mut argv = vec![
+                "--image",
+                image.to_str().unwrap(),
+                "--size",
+                "16M",
+                "--budget",
+                "2M",
+                "--touches",
+                "2000",
+                "--phases",
+                "random-read",
+                "--no-fifo",
+            ];
+            if dedup {
+                argv.push("--dedup");
+            }
+            let results = measure(&parse(&argv)).unwrap();
+            results
+                .into_iter()
+                .find(|r| r.tier == "zpage" && r.pattern == "random-read")
+                .unwrap()
+        };
+        let plain = run(false);
+        let shared = run(true);
+        let _ = std::fs::remove_file(&image);
+        assert_eq!(plain.deduplicated_pages, 0, "{plain:?}");
+        assert!(shared.deduplicated_pages > 1024, "{shared:?}");
+        assert!(
+            shared.compressed_bytes * 2 < plain.compressed_bytes,
+            "with dedup {shared:?}\nwithout {plain:?}"
+        );
+        let json = serde_json::to_string(&shared).unwrap();
+        assert!(json.contains("\"deduplicated_pages\""), "{json}");
     }
 
     #[test]

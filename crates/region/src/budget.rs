@@ -302,6 +302,8 @@ pub struct Shared {
     /// Cold recompression, when the budget has a cold codec.
     pub cold: Option<crate::cold::ColdConfig>,
     pub store: PageStore,
+    /// Shared blobs of identical pages (`BudgetConfig::dedup`); `None`: off.
+    pub(crate) dedup: Option<crate::dedup::Dedup>,
     /// The regions' userfaultfd (every region of the budget is registered on it).
     pub uffd: Uffd,
     pub staging: Staging,
@@ -417,6 +419,7 @@ impl Shared {
             }),
             workers: WorkerSlots::new(workers),
             store,
+            dedup: config.dedup.then(crate::dedup::Dedup::new),
             uffd,
             staging,
             clock: AgingClock::new(config.aging, budget_pages),
@@ -512,6 +515,28 @@ impl Shared {
             self.room.fetch_add(1, Ordering::SeqCst);
             sys::futex_wake_all(&self.room);
         }
+    }
+
+    /// Gives up one page slot's reference: frees what it names unless other
+    /// pages share it (dedup). Off the fault path only (it takes the dedup
+    /// table's lock and the pool's); the fault path uses [`Shared::free_later`].
+    pub fn release(&self, page_ref: PageRef) {
+        if self.dedup.as_ref().is_none_or(|d| d.release(page_ref)) {
+            self.store.free(page_ref);
+        }
+    }
+
+    /// [`Shared::release`] for many references (emptied).
+    pub fn release_many(&self, refs: &mut Vec<PageRef>) {
+        if let Some(dedup) = &self.dedup {
+            refs.retain(|r| dedup.release(*r));
+        }
+        self.store.free_many(refs);
+    }
+
+    /// Whether other page slots share the blob `page_ref` names.
+    pub fn is_shared(&self, page_ref: PageRef) -> bool {
+        self.dedup.as_ref().is_some_and(|d| d.is_shared(page_ref))
     }
 
     /// Hands a compressed copy given up on the fault path to the reclaimer,

@@ -93,6 +93,13 @@ pub struct BudgetConfig {
     /// pool holds only what is evicted. In `Sigbus` mode the kernel cannot
     /// write a protected page either: `prefault` lifts the protection.
     pub keep_clean_copies: bool,
+    /// Store identical evicted pages once (of every region of the budget):
+    /// each compressed page is hashed, and a page whose bytes equal a stored
+    /// blob's shares it (a reference count frees the blob with its last
+    /// page). A write to a restored copy stays private to its region. Costs a
+    /// hash per compression, a decode per hit to check the bytes, and a
+    /// table entry per stored blob; off by default (then nothing is hashed).
+    pub dedup: bool,
     /// Aging policy.
     pub aging: AgingPolicy,
     /// The reclaimer starts when resident memory exceeds this percentage of the budget.
@@ -121,6 +128,7 @@ impl BudgetConfig {
             writeback_pages_per_sec: 16384,
             mode: FaultMode::Sigbus,
             keep_clean_copies: false,
+            dedup: false,
             aging: AgingPolicy::Refault,
             high_watermark_pct: 97,
             low_watermark_pct: 93,

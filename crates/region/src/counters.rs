@@ -94,6 +94,12 @@ macro_rules! region_stat_fields {
                 /// Evictions of pages that were restored from a cold-codec copy, compressed straight
                 /// with the cold codec (they went cold once).
                 cold_compression_count,
+                /// Evicted pages found identical to a stored page (dedup): they share its blob.
+                dedup_hit_count,
+                /// Bytes of compressed blobs those pages would have taken stored on their own.
+                dedup_saved_bytes,
+                /// Pages whose hash matched a stored page's and whose bytes did not (kept apart).
+                dedup_verify_mismatch_count,
             }
         }
     };

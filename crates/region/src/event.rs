@@ -21,8 +21,8 @@
 //! for step 3, and finds the page EMPTY: zeros.
 //!
 //! This thread never waits on a thread that waits for events to be read: it
-//! takes no lock but the pool's (whose holders never install while holding
-//! it), and it frees references itself rather than through a ring the
+//! takes no lock but the pool's and the dedup table's (whose holders never
+//! install while holding them), and it frees references itself rather than through a ring the
 //! reclaimer drains (the reclaimer may be spinning on an install that waits
 //! for this thread).
 //!
@@ -76,7 +76,7 @@ fn discard_page(core: &RegionCore, page: usize) {
             Tag::Stored => {
                 if slot.claim(s, s.with(Tag::Restoring)) {
                     if let Some(stale) = slot.take_page_ref() {
-                        budget.store.free(stale);
+                        budget.release(stale);
                     }
                     slot.set(s.emptied());
                     crate::counters::Counters::bump(&core.counters.discard_count);

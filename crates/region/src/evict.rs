@@ -23,6 +23,7 @@ use crate::aging;
 use crate::config::FaultMode;
 use crate::core::RegionCore;
 use crate::counters::Counters;
+use crate::dedup::{self, Lookup};
 use crate::page::{State, Tag};
 use crate::profile;
 use crate::queues::Record;
@@ -47,7 +48,7 @@ pub fn give_up_copy(core: &RegionCore, page: usize, path: Path) {
     match path {
         Path::Reclaim => {
             if let Some(stale) = slot.take_page_ref() {
-                budget.store.free(stale);
+                budget.release(stale);
             }
         }
         Path::Fault => {
@@ -333,7 +334,12 @@ pub fn write_back(core: &RegionCore, page: usize) -> WriteBack {
     if !slot.claim(s, held) {
         return WriteBack::Skipped;
     }
-    let Some(old) = slot.page_ref().filter(|r| r.in_pool()) else {
+    // A blob other pages share stays in the pool: moving it would store its
+    // content twice and free nothing.
+    let Some(old) = slot
+        .page_ref()
+        .filter(|r| r.in_pool() && !budget.is_shared(*r))
+    else {
         slot.publish(s);
         return WriteBack::Skipped;
     };
@@ -348,16 +354,16 @@ pub fn write_back(core: &RegionCore, page: usize) -> WriteBack {
     }
     if slot.claim(held, s) {
         if new.is_some() {
-            budget.store.free(old);
+            budget.release(old);
         }
         return outcome;
     }
     // The program discarded the page meanwhile: whatever it held goes.
     if let Some(stale) = slot.take_page_ref() {
-        budget.store.free(stale);
+        budget.release(stale);
     }
     if new.is_some() {
-        budget.store.free(old);
+        budget.release(old);
     }
     Counters::bump(&core.counters.discard_count);
     slot.set(slot.load().emptied());
@@ -407,16 +413,16 @@ fn with_stored<T>(
     }
     if slot.claim(held, s) {
         if new.is_some() {
-            budget.store.free(old);
+            budget.release(old);
         }
         return Some(outcome);
     }
     // The program discarded the page meanwhile: whatever it held goes.
     if let Some(stale) = slot.take_page_ref() {
-        budget.store.free(stale);
+        budget.release(stale);
     }
     if new.is_some() {
-        budget.store.free(old);
+        budget.release(old);
     }
     Counters::bump(&core.counters.discard_count);
     slot.set(slot.load().emptied());
@@ -432,7 +438,9 @@ fn with_stored<T>(
 pub fn recompress(core: &RegionCore, page: usize, worker: &mut Worker) -> Recompress {
     let store = &core.budget.store;
     let outcome = with_stored(core, page, |old| {
-        if !matches!(old.kind(), RefKind::Compressed { codec: 0 }) {
+        // A shared blob is left alone: recompressing one page's copy would
+        // store its content twice.
+        if !matches!(old.kind(), RefKind::Compressed { codec: 0 }) || core.budget.is_shared(old) {
             return (Recompress::Skipped, None);
         }
         let Ok(old_bytes) = store.blob_bytes(old) else {
@@ -509,10 +517,32 @@ pub fn compress(
     };
     let timed = profile::start();
     let staged = budget.staging.page(staging_slot);
-    let put = if s.cold() {
-        budget.store.put_cold(worker, staged, store_trigger)
-    } else {
-        budget.store.put(worker, staged, store_trigger)
+    let content_hash = budget.dedup.as_ref().map(|_| dedup::hash(staged));
+    let shared = match (&budget.dedup, content_hash) {
+        (Some(table), Some(hash)) => table.share(&budget.store, worker, hash, staged),
+        _ => Lookup::Miss,
+    };
+    let put = match shared {
+        Lookup::Shared(page_ref, blob_bytes) => Ok(Put::Stored {
+            page_ref,
+            blob_bytes,
+        }),
+        Lookup::Mismatch | Lookup::Miss => {
+            if shared == Lookup::Mismatch {
+                Counters::bump(&core.counters.dedup_verify_mismatch_count);
+            }
+            let put = if s.cold() {
+                budget.store.put_cold(worker, staged, store_trigger)
+            } else {
+                budget.store.put(worker, staged, store_trigger)
+            };
+            if let (Some(table), Some(hash), Ok(Put::Stored { page_ref, .. })) =
+                (&budget.dedup, content_hash, &put)
+            {
+                table.insert(hash, *page_ref);
+            }
+            put
+        }
     };
     profile::end(profile::Part::Compress, timed, 1);
     match put {
@@ -522,7 +552,7 @@ pub fn compress(
             if !slot.claim(compressing, s.with(Tag::Stored)) {
                 // The program discarded the page meanwhile.
                 if let Some(stale) = slot.take_page_ref() {
-                    budget.store.free(stale);
+                    budget.release(stale);
                 }
                 drop_staged(core, staging_slot);
                 slot.set(slot.load().emptied());
@@ -530,6 +560,12 @@ pub fn compress(
             }
             core.count_unstaged();
             budget.staging.discard_later(staging_slot, &budget.resident);
+            if let Lookup::Shared(_, blob_bytes) = shared {
+                // Nothing was compressed: the page shares a stored blob.
+                Counters::bump(&core.counters.dedup_hit_count);
+                Counters::add(&core.counters.dedup_saved_bytes, blob_bytes as u64);
+                return true;
+            }
             Counters::bump(&core.counters.compression_count);
             if matches!(page_ref.kind(), RefKind::Compressed { codec: 1 }) {
                 Counters::bump(&core.counters.cold_compression_count);

@@ -280,6 +280,7 @@ mod cold;
 mod config;
 mod core;
 mod counters;
+mod dedup;
 mod error;
 mod event;
 mod evict;

@@ -143,7 +143,7 @@ impl Reclaimer {
         while let Some(raw) = budget.freed_refs.pop() {
             freed.extend(zpage_store::PageRef::from_raw(raw));
         }
-        budget.store.free_many(&mut freed);
+        budget.release_many(&mut freed);
         budget.staging.discard_pending(&budget.resident);
         while let Some(record) = budget.returned.pop_record() {
             self.aging.retry_first(record);

@@ -322,7 +322,7 @@ impl Region {
                 Some(old) if old.in_pool() => {
                     let corrupt = budget.store.put_blob_for_test(&worker, old, garbage)?;
                     slot.set_page_ref(Some(corrupt));
-                    budget.store.free(old);
+                    budget.release(old);
                     Ok(())
                 }
                 _ => Err(RegionError::InvalidConfig(format!(
@@ -477,7 +477,7 @@ impl Drop for Region {
         for slot in core.pages.iter() {
             let s = slot.load();
             if let Some(page_ref) = slot.take_page_ref() {
-                budget.store.free(page_ref);
+                budget.release(page_ref);
             }
             if s.tag() == Tag::Staged {
                 budget.staging.discard_later(s.slot(), &budget.resident);

@@ -60,34 +60,43 @@ fn pattern(page: usize, round: u64) -> u64 {
 
 #[test]
 fn the_fault_path_allocates_nothing() {
-    fault_path_allocates_nothing(false, None);
+    fault_path_allocates_nothing(false, None, false);
 }
 
 #[test]
 fn the_fault_path_allocates_nothing_keeping_clean_copies() {
-    fault_path_allocates_nothing(true, None);
+    fault_path_allocates_nothing(true, None, false);
+}
+
+/// Restores of pages that share their blob with others (dedup).
+#[test]
+fn the_fault_path_allocates_nothing_restoring_shared_pages() {
+    fault_path_allocates_nothing(false, None, true);
 }
 
 /// Restores of pages recompressed with zstd and its dictionary trained after
 /// the fault handler's decoders were made.
 #[test]
 fn the_fault_path_allocates_nothing_restoring_recompressed_pages() {
-    fault_path_allocates_nothing(false, Some("zstd-dict"));
+    fault_path_allocates_nothing(false, Some("zstd-dict"), false);
 }
 
-fn fault_path_allocates_nothing(keep_clean_copies: bool, cold_codec: Option<&str>) {
+fn fault_path_allocates_nothing(keep_clean_copies: bool, cold_codec: Option<&str>, dedup: bool) {
     let mut config = RegionConfig::new(32 * MIB, 4 * MIB);
     config.keep_clean_copies = keep_clean_copies;
+    config.dedup = dedup;
     config.cold_codec = cold_codec.map(|c| c.parse().expect("codec"));
     let region = Region::new(config).expect("region");
     let pages = region.len() / PAGE_SIZE;
+    // With dedup, pages repeat with a period of 16, so most share a blob.
+    let key = |p: usize| if dedup { p % 16 } else { p };
     // Half the pages written (the rest are never written: zero fills); with
     // a cold codec, text that it shrinks, word 0 as without.
     for p in (0..pages).step_by(2) {
         if cold_codec.is_some() {
             write_text_page(&region, p, 1);
         }
-        write(&region, p, 0, pattern(p, 1));
+        write(&region, p, 0, pattern(key(p), 1));
     }
     // Wait until the reclaimer has brought the region under its budget.
     while region.stats().budget_resident_bytes > region.stats().budget_bytes {
@@ -116,12 +125,12 @@ fn fault_path_allocates_nothing(keep_clean_copies: bool, cold_codec: Option<&str
     for i in 0..200_000u64 {
         let p = rng.below(pages);
         let expected = if p.is_multiple_of(2) {
-            pattern(p, 1)
+            pattern(key(p), 1)
         } else {
             0
         };
         match i % 8 {
-            0 if p.is_multiple_of(2) => write(&region, p, 0, pattern(p, 1)),
+            0 if p.is_multiple_of(2) => write(&region, p, 0, pattern(key(p), 1)),
             _ => {
                 if read(&region, p, 0) != expected {
                     wrong += 1;
@@ -142,6 +151,9 @@ fn fault_path_allocates_nothing(keep_clean_copies: bool, cold_codec: Option<&str
         ("restores", after.restore_count > before.restore_count),
         ("zero fills", after.zero_fill_count > before.zero_fill_count),
     ];
+    if dedup {
+        paths.push(("shared blobs", before.dedup_hit_count > (pages / 8) as u64));
+    }
     if keep_clean_copies {
         paths.push((
             "first writes",
