@@ -1,6 +1,6 @@
 //! Free space of one arena region: page-aligned extents, first fit, merged
-//! with their neighbours when freed. Pure bookkeeping; the NumPy hook
-//! (module `numpy_hook`) owns the memory.
+//! with their neighbours when freed. Pure bookkeeping; the arena carver
+//! (module `arena`) owns the memory.
 
 use std::collections::BTreeMap;
 

@@ -1,45 +1,24 @@
 //! NumPy arrays in compressed memory: a NEP 49 allocator (`PyDataMem_Handler`)
 //! whose large allocations are carved from regions on one budget.
 //!
-//! # Design
-//!
-//! Allocations of at least `min_bytes` are carved, page-aligned, from arena
-//! regions of `arena_bytes` (256 MiB by default, larger for a larger array)
-//! drawn on the budget; smaller ones go to the handler that was current
-//! when the hook was made (NumPy's default, normally). One region per array
-//! was the alternative; it is not used because a process may hold at most
-//! `zpage_region::MAX_REGIONS` (1024) live regions and every region costs a
-//! `mmap`, a uffd registration and a table slot, while pandas and NumPy make
-//! thousands of temporary arrays. Arenas cost one region per 256 MiB.
-//!
-//! A free discards the extent (`MADV_DONTNEED`: the region drops its
-//! compressed copies, the pages read as zeros again) before it is reused, so
-//! frees return memory, and `calloc` (what `numpy.zeros` uses) is free: a
-//! carved extent is always zero. An arena left empty is unmapped (the
-//! newest one is kept for the next array).
+//! Allocations of at least `min_bytes` are carved from the block's arenas
+//! (module `arena`); smaller ones go to the handler that was current when
+//! the hook was made (NumPy's default, normally).
 //!
 //! NumPy keeps a reference to the handler's capsule in every array it
 //! allocates, and the capsule owns the allocator: arrays outliving the
 //! `with zpage.budget(...)` block stay valid, and the budget is released
 //! with the last of them.
 //!
-//! In a forked child, new arrays come from the fallback handler: the
-//! budget's machinery stays with the parent (every page was restored before
-//! the fork, so inherited arrays are plain memory in the child).
-//!
 //! The allocator functions may be called without the GIL (NumPy allows it):
-//! they touch no Python object, only the allocator's mutex.
+//! they touch no Python object, only the carver's mutex.
 
+use crate::arena::{round_to_pages, ArenaCarver, ArrayAllocator};
 use crate::errors::{error, ErrorKind};
-use crate::extents::Extents;
-use crate::region::Budget;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
-use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_uint, c_void};
-use std::sync::{Arc, Mutex, MutexGuard};
-use zpage_region::{Region, RegionError, PAGE_SIZE};
+use std::sync::Arc;
 
 /// `PyDataMemAllocator` (numpy/ndarraytypes.h).
 #[repr(C)]
@@ -69,49 +48,10 @@ const API_GET_HANDLER: usize = 305;
 /// The C-API feature version of NumPy 1.22, which added NEP 49.
 const NEP49_FEATURE_VERSION: c_uint = 0x0000_000f;
 
-/// Default size of an arena region.
-pub(crate) const DEFAULT_ARENA_BYTES: usize = 256 << 20;
-
-#[derive(Debug)]
-struct Arena {
-    region: Region,
-    extents: Extents,
-}
-
-/// One carved allocation.
-#[derive(Clone, Copy, Debug)]
-struct Carved {
-    /// Base address of its arena.
-    arena: usize,
-    /// Bytes taken (whole pages).
-    len: usize,
-    /// Bytes asked for (what `realloc` copies).
-    requested: usize,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// Arenas by base address.
-    arenas: BTreeMap<usize, Arena>,
-    /// Carved allocations by address.
-    live: HashMap<usize, Carved>,
-    carved_count: u64,
-    fallback_count: u64,
-    failed_count: u64,
-    last_error: Option<String>,
-}
-
 /// The allocator behind one `zpage.budget(...)` block.
 #[derive(Debug)]
 pub(crate) struct Allocator {
-    budget: zpage_region::Budget,
-    min_bytes: usize,
-    arena_bytes: usize,
-    /// The process that made the budget: a forked child allocates with the
-    /// fallback (the budget's machinery stays with the parent; the arenas it
-    /// inherited are plain memory there).
-    owner_pid: u32,
-    state: Mutex<State>,
+    carver: Arc<ArenaCarver>,
     /// The handler small allocations go to, and its capsule (kept alive).
     fallback: *const MemHandler,
     _fallback_capsule: Py<PyAny>,
@@ -120,93 +60,23 @@ pub(crate) struct Allocator {
 // SAFETY: `fallback` points into a capsule `_fallback_capsule` keeps alive;
 // NumPy's handlers may be called from any thread. Everything else is Send + Sync.
 unsafe impl Send for Allocator {}
-// SAFETY: as above; shared state is behind the mutex.
+// SAFETY: as above; shared state is behind the carver's mutex.
 unsafe impl Sync for Allocator {}
 
-fn round_to_pages(bytes: usize) -> Option<usize> {
-    bytes.checked_next_multiple_of(PAGE_SIZE)
-}
-
 impl Allocator {
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn fallback(&self) -> &MemAllocator {
         // SAFETY: the capsule holding the handler is kept alive by `self`.
         unsafe { &(*self.fallback).allocator }
     }
 
-    /// Carves `requested` bytes (zero-filled) from an arena, making one if
-    /// none has room. `None` when the budget cannot give another region.
-    fn carve(&self, requested: usize) -> Option<*mut c_void> {
-        let len = round_to_pages(requested.max(1))?;
-        let mut state = self.state();
-        for (&base, arena) in state.arenas.iter_mut() {
-            if let Some(offset) = arena.extents.alloc(len) {
-                return Some(record(&mut state, base, offset, len, requested));
-            }
-        }
-        drop(state);
-        // A new arena: made without the lock (it maps and registers memory).
-        let arena_len = len.max(self.arena_bytes);
-        crate::syscalls::wrap_new_objects();
-        let region = match Region::with_budget(&self.budget, arena_len) {
-            Ok(region) => region,
-            Err(e) => {
-                let mut state = self.state();
-                state.failed_count += 1;
-                state.last_error = Some(e.to_string());
-                return None;
-            }
-        };
-        let base = region.as_ptr() as usize;
-        let mut extents = Extents::new(region.len());
-        let offset = extents.alloc(len)?;
-        let mut state = self.state();
-        state.arenas.insert(base, Arena { region, extents });
-        Some(record(&mut state, base, offset, len, requested))
-    }
-
-    /// Whether `ptr` was carved here; forgets it and returns it if so.
-    fn take_carved(&self, ptr: usize) -> Option<Carved> {
-        self.state().live.remove(&ptr)
-    }
-
-    /// Returns a carved extent: discards its pages, then frees the extent.
-    fn give_back(&self, ptr: usize, carved: Carved) {
-        // Discard before the extent can be handed out again, so a new owner
-        // never has its writes zapped. The region sees the discard (a uffd
-        // remove event) and drops any compressed copies of these pages.
-        // SAFETY: [ptr, ptr + len) is a carved extent of a live arena that
-        // nothing references any more (NumPy freed it); discarding it is
-        // what the allocator wants.
-        let _ = unsafe { libc::madvise(ptr as *mut c_void, carved.len, libc::MADV_DONTNEED) };
-        let mut state = self.state();
-        let emptied = match state.arenas.get_mut(&carved.arena) {
-            Some(arena) => {
-                arena.extents.free(ptr - carved.arena, carved.len);
-                arena.extents.used() == 0
-            }
-            None => false,
-        };
-        let newest = state.arenas.keys().next_back().copied();
-        if emptied && state.arenas.len() > 1 && newest != Some(carved.arena) {
-            let arena = state.arenas.remove(&carved.arena);
-            drop(state);
-            drop(arena);
-        }
-    }
-
-    fn carves(&self, size: usize) -> bool {
-        size >= self.min_bytes && std::process::id() == self.owner_pid
-    }
-
     fn malloc(&self, size: usize) -> *mut c_void {
-        if self.carves(size) {
-            return self.carve(size).unwrap_or(std::ptr::null_mut());
+        if self.carver.carves(size) {
+            return self
+                .carver
+                .carve(size, false)
+                .unwrap_or(std::ptr::null_mut());
         }
-        self.state().fallback_count += 1;
+        self.carver.state().fallback_count += 1;
         let fallback = self.fallback();
         // SAFETY: the fallback handler's own function with its own context.
         unsafe { (fallback.malloc)(fallback.ctx, size) }
@@ -216,11 +86,14 @@ impl Allocator {
         let Some(size) = nelem.checked_mul(elsize) else {
             return std::ptr::null_mut();
         };
-        if self.carves(size) {
+        if self.carver.carves(size) {
             // Carved extents are always zero (fresh, or discarded on free).
-            return self.carve(size).unwrap_or(std::ptr::null_mut());
+            return self
+                .carver
+                .carve(size, false)
+                .unwrap_or(std::ptr::null_mut());
         }
-        self.state().fallback_count += 1;
+        self.carver.state().fallback_count += 1;
         let fallback = self.fallback();
         // SAFETY: the fallback handler's own function with its own context.
         unsafe { (fallback.calloc)(fallback.ctx, nelem, elsize) }
@@ -230,16 +103,14 @@ impl Allocator {
         if ptr.is_null() {
             return self.malloc(new_size);
         }
-        let Some(carved) = self.state().live.get(&(ptr as usize)).copied() else {
+        let Some(carved) = self.carver.carved_for(ptr as usize, false) else {
             // Not ours: the fallback keeps it (its old size is unknown here).
             let fallback = self.fallback();
             // SAFETY: `ptr` came from the fallback handler.
             return unsafe { (fallback.realloc)(fallback.ctx, ptr, new_size) };
         };
         if round_to_pages(new_size.max(1)) == Some(carved.len) {
-            if let Some(entry) = self.state().live.get_mut(&(ptr as usize)) {
-                entry.requested = new_size;
-            }
+            self.carver.resize_in_place(ptr as usize, new_size);
             return ptr;
         }
         let moved = self.malloc(new_size);
@@ -256,8 +127,8 @@ impl Allocator {
                 carved.requested.min(new_size),
             )
         };
-        if let Some(carved) = self.take_carved(ptr as usize) {
-            self.give_back(ptr as usize, carved);
+        if let Some(carved) = self.carver.take_carved(ptr as usize, false) {
+            self.carver.give_back(ptr as usize, carved);
         }
         moved
     }
@@ -266,8 +137,8 @@ impl Allocator {
         if ptr.is_null() {
             return;
         }
-        match self.take_carved(ptr as usize) {
-            Some(carved) => self.give_back(ptr as usize, carved),
+        match self.carver.take_carved(ptr as usize, false) {
+            Some(carved) => self.carver.give_back(ptr as usize, carved),
             None => {
                 let fallback = self.fallback();
                 // SAFETY: not carved here, so the fallback handler made it.
@@ -275,42 +146,6 @@ impl Allocator {
             }
         }
     }
-
-    /// The arena region holding `[address, address + len)`, with the offset.
-    fn with_arena<T>(
-        &self,
-        address: usize,
-        len: usize,
-        call: impl FnOnce(&Region, usize) -> Result<T, RegionError>,
-    ) -> Option<Result<T, RegionError>> {
-        let state = self.state();
-        let (&base, arena) = state.arenas.range(..=address).next_back()?;
-        let end = address.checked_add(len)?;
-        if end > base + arena.region.len() {
-            return None;
-        }
-        Some(call(&arena.region, address - base))
-    }
-}
-
-fn record(
-    state: &mut State,
-    arena: usize,
-    offset: usize,
-    len: usize,
-    requested: usize,
-) -> *mut c_void {
-    let address = arena + offset;
-    state.live.insert(
-        address,
-        Carved {
-            arena,
-            len,
-            requested,
-        },
-    );
-    state.carved_count += 1;
-    address as *mut c_void
 }
 
 /// Runs `call` on the allocator behind `ctx`; a panic becomes `failed`
@@ -402,136 +237,14 @@ pub(crate) fn set_numpy_handler<'py>(
     }
 }
 
-/// The allocator of one `zpage.budget(...)` block, for its figures and pins.
-#[pyclass(frozen, module = "zpage._zpage")]
-#[derive(Debug)]
-pub struct ArrayAllocator {
-    allocator: Arc<Allocator>,
-}
-
-#[pymethods]
-impl ArrayAllocator {
-    /// Figures: arenas, carved bytes and counts, small allocations passed on.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let state = self.allocator.state();
-        let dict = PyDict::new(py);
-        dict.set_item("arena_count", state.arenas.len())?;
-        dict.set_item(
-            "arena_bytes",
-            state.arenas.values().map(|a| a.region.len()).sum::<usize>(),
-        )?;
-        dict.set_item(
-            "carved_bytes",
-            state
-                .arenas
-                .values()
-                .map(|a| a.extents.used())
-                .sum::<usize>(),
-        )?;
-        dict.set_item(
-            "free_extent_count",
-            state
-                .arenas
-                .values()
-                .map(|a| a.extents.free_extents())
-                .sum::<usize>(),
-        )?;
-        dict.set_item("live_arrays", state.live.len())?;
-        dict.set_item("carved_count", state.carved_count)?;
-        dict.set_item("fallback_count", state.fallback_count)?;
-        dict.set_item("failed_count", state.failed_count)?;
-        dict.set_item("last_error", state.last_error.clone())?;
-        dict.set_item("budget_bytes", self.allocator.budget.budget_bytes())?;
-        dict.set_item("resident_bytes", self.allocator.budget.resident_bytes())?;
-        Ok(dict)
-    }
-
-    /// Whether `[address, address + length)` lies in this allocator's arenas.
-    fn owns(&self, address: usize, length: usize) -> bool {
-        self.allocator
-            .with_arena(address, length, |_, _| Ok(()))
-            .is_some()
-    }
-
-    /// Compresses the pages of the range now.
-    fn advise_cold(&self, py: Python<'_>, address: usize, length: usize) -> PyResult<()> {
-        self.region_call(py, address, length, |r, offset| {
-            r.advise_cold(offset, length)
-        })
-    }
-}
-
-impl ArrayAllocator {
-    fn region_call(
-        &self,
-        py: Python<'_>,
-        address: usize,
-        length: usize,
-        call: impl FnOnce(&Region, usize) -> Result<(), RegionError> + Send,
-    ) -> PyResult<()> {
-        py.detach(|| match self.allocator.with_arena(address, length, call) {
-            Some(result) => result.map_err(crate::errors::region_error),
-            None => Err(error(
-                ErrorKind::Config,
-                format!("{length} bytes at {address:#x} are not memory of this zpage budget (was the array made inside its `with zpage.budget(...)` block?)"),
-            )),
-        })
-    }
-}
-
-/// Every allocator alive, so `zpage.resident(array)` finds the one that
-/// carved an array from its address alone.
-static ALLOCATORS: Mutex<Vec<std::sync::Weak<Allocator>>> = Mutex::new(Vec::new());
-
-/// Runs `call` on the arena region holding `[address, address + length)`,
-/// whichever live allocator carved it, with the GIL released.
-fn on_array_memory(
-    py: Python<'_>,
-    address: usize,
-    length: usize,
-    call: impl Fn(&Region, usize) -> Result<(), RegionError> + Send + Sync,
-) -> PyResult<()> {
-    let live: Vec<Arc<Allocator>> = {
-        let mut list = ALLOCATORS.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|weak| weak.strong_count() > 0);
-        list.iter().filter_map(std::sync::Weak::upgrade).collect()
-    };
-    py.detach(|| {
-        for allocator in &live {
-            if let Some(result) = allocator.with_arena(address, length, &call) {
-                return result.map_err(crate::errors::region_error);
-            }
-        }
-        Err(error(
-            ErrorKind::Config,
-            format!("{length} bytes at {address:#x} are not in memory of a zpage.budget() block (for an array viewing a zpage.Region, use region.pin()/unpin())"),
-        ))
-    })
-}
-
-/// Pins the pages under `[address, address + length)`, memory of a budget block.
+/// Makes the NEP 49 handler of a budget block: a "mem_handler" capsule
+/// carving from `allocator`. Small allocations go to the handler current
+/// now (from `PyDataMem_GetHandler`).
 #[pyfunction]
-pub(crate) fn pin_memory(py: Python<'_>, address: usize, length: usize) -> PyResult<()> {
-    on_array_memory(py, address, length, |r, offset| r.pin(offset, length))
-}
-
-/// Undoes one `pin_memory`.
-#[pyfunction]
-pub(crate) fn unpin_memory(py: Python<'_>, address: usize, length: usize) -> PyResult<()> {
-    on_array_memory(py, address, length, |r, offset| r.unpin(offset, length))
-}
-
-/// Makes the NEP 49 handler of a budget: a "mem_handler" capsule, and the
-/// allocator object for its figures. `fallback` is the handler small
-/// allocations go to (the current one, from `PyDataMem_GetHandler`).
-#[pyfunction]
-#[pyo3(signature = (api, budget, min_bytes, arena_bytes=DEFAULT_ARENA_BYTES))]
 pub(crate) fn make_numpy_handler<'py>(
     api: &Bound<'py, PyAny>,
-    budget: &Bound<'py, Budget>,
-    min_bytes: usize,
-    arena_bytes: usize,
-) -> PyResult<(Bound<'py, PyAny>, ArrayAllocator)> {
+    allocator: &Bound<'py, ArrayAllocator>,
+) -> PyResult<Bound<'py, PyAny>> {
     let py = api.py();
     let table = api_table(api)?;
     // SAFETY: from feature version 0x0f slot 305 is
@@ -549,25 +262,11 @@ pub(crate) fn make_numpy_handler<'py>(
     if fallback.is_null() {
         return Err(PyErr::fetch(py));
     }
-    if arena_bytes < PAGE_SIZE || min_bytes == 0 {
-        return Err(error(
-            ErrorKind::Config,
-            format!("min_bytes ({min_bytes}) must be at least 1 and arena_bytes ({arena_bytes}) at least one page"),
-        ));
-    }
     let allocator = Arc::new(Allocator {
-        budget: budget.get().inner.clone(),
-        min_bytes,
-        owner_pid: std::process::id(),
-        arena_bytes: round_to_pages(arena_bytes).unwrap_or(DEFAULT_ARENA_BYTES),
-        state: Mutex::new(State::default()),
+        carver: Arc::clone(&allocator.get().carver),
         fallback,
         _fallback_capsule: fallback_capsule.unbind(),
     });
-    ALLOCATORS
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(Arc::downgrade(&allocator));
     let mut name = [0 as c_char; 127];
     for (slot, byte) in name.iter_mut().zip(b"zpage") {
         *slot = *byte as c_char;
@@ -599,5 +298,5 @@ pub(crate) fn make_numpy_handler<'py>(
         }
         Bound::from_owned_ptr(py, raw)
     };
-    Ok((capsule, ArrayAllocator { allocator }))
+    Ok(capsule)
 }

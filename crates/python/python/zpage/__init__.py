@@ -10,7 +10,9 @@ transparently on the next access.
 - :class:`Budget` -- one resident limit shared by several regions.
 - :func:`budget` -- ``with zpage.budget("1G"): a = numpy.zeros(...)``:
   NumPy arrays created in the block live in compressed memory under one
-  budget, and remain ordinary ndarrays.
+  budget, and remain ordinary ndarrays; with ``python_objects=True`` so
+  do large ``bytes`` and ``bytearray`` objects (:func:`owns` tells which
+  objects are).
 - :func:`analyze` and :func:`kernel_status` -- the documents ``zpage analyze
   --json`` and ``zpage kernel status --json`` print, as Python objects.
 
@@ -47,7 +49,7 @@ from ._errors import (
     UnavailableError,
     ZpageError,
 )
-from ._arrays import ArrayBudget, budget, resident
+from ._arrays import ArrayBudget, budget, owns, resident
 from ._syscalls import chunks, load, save, sendall
 from ._zpage import PAGE_SIZE, Budget, Region
 from ._zpage import analyze as _analyze
@@ -59,6 +61,7 @@ __all__ = [
     "Region",
     "ArrayBudget",
     "budget",
+    "owns",
     "resident",
     "save",
     "load",

@@ -1,4 +1,5 @@
-"""NumPy arrays in compressed memory: ``with zpage.budget("1G"): ...``."""
+"""NumPy arrays and large Python buffers in compressed memory:
+``with zpage.budget("1G"): ...``."""
 
 from __future__ import annotations
 
@@ -6,11 +7,21 @@ import contextlib
 from typing import Any, Dict, Iterator, Optional, Union
 
 from ._errors import ConfigError, NumpyHookError
-from ._zpage import Budget, make_numpy_handler, pin_memory, set_numpy_handler, unpin_memory
+from ._zpage import (
+    ArrayAllocator,
+    Budget,
+    enter_python_objects,
+    exit_python_objects,
+    make_numpy_handler,
+    pin_memory,
+    set_numpy_handler,
+    unpin_memory,
+)
+from ._zpage import owns as _owns
 
-__all__ = ["ArrayBudget", "budget", "resident"]
+__all__ = ["ArrayBudget", "budget", "owns", "resident"]
 
-#: Arrays smaller than this go to NumPy's own allocator.
+#: Arrays and buffers smaller than this go to NumPy's or Python's allocator.
 DEFAULT_MIN_BYTES = 256 * 1024
 #: Address space of one arena region carved into arrays.
 DEFAULT_ARENA_BYTES = 256 * 1024 * 1024
@@ -33,8 +44,8 @@ def _numpy_api() -> Any:
 
 class ArrayBudget:
     """The budget of a ``with zpage.budget(...)`` block: its
-    :class:`Budget`, and the allocator that carves arrays from its regions.
-    It stays alive while arrays made in the block do."""
+    :class:`Budget`, and the allocator that carves arrays and buffers from
+    its regions. It stays alive while arrays and buffers made in the block do."""
 
     def __init__(self, shared: Budget, allocator: Any, handler: Any) -> None:
         self.budget = shared
@@ -43,15 +54,17 @@ class ArrayBudget:
 
     def stats(self) -> Dict[str, Any]:
         """Figures: ``arena_count``, ``arena_bytes`` (address space),
-        ``carved_bytes`` (live arrays, whole pages), ``live_arrays``,
-        ``carved_count``, ``fallback_count`` (small allocations passed to
+        ``carved_bytes`` (live arrays and buffers, whole pages),
+        ``live_arrays``, ``live_buffers`` (``bytes``, ``bytearray`` and other
+        Python objects' memory), ``carved_count``, ``fallback_count`` (small allocations passed to
         NumPy's allocator), ``failed_count`` and ``last_error``,
         ``budget_bytes``, ``resident_bytes``."""
         stats: Dict[str, Any] = self._allocator.stats()
         return stats
 
     def owns(self, array: Any) -> bool:
-        """Whether ``array``'s memory was carved from this budget."""
+        """Whether the memory of ``array`` (an ndarray or a buffer such as
+        ``bytes`` or ``bytearray``) was carved from this budget."""
         address, length = _extent(array)
         return bool(self._allocator.owns(address, length))
 
@@ -75,14 +88,27 @@ def _extent(array: Any) -> "tuple[int, int]":
         address = interface["data"][0]
         length = array.nbytes
     except AttributeError:
-        view = memoryview(array)
         import ctypes
 
+        view = memoryview(array)
         length = view.nbytes
-        if view.readonly:
-            raise ConfigError("zpage.resident() needs writable memory (a NumPy array or a region)")
-        address = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        if isinstance(array, bytes):
+            # A bytes object's own buffer, not a copy.
+            address = ctypes.cast(ctypes.c_char_p(array), ctypes.c_void_p).value or 0
+        elif view.readonly:
+            raise ConfigError(
+                "zpage.resident() needs an ndarray, bytes or writable memory (a bytearray or a region)"
+            )
+        else:
+            address = ctypes.addressof(ctypes.c_char.from_buffer(view))
     return address, length
+
+
+def owns(obj: Any) -> bool:
+    """Whether the memory of ``obj`` (an ndarray, ``bytes``, ``bytearray`` or
+    other buffer) is compressed memory of a live :func:`budget` block."""
+    address, length = _extent(obj)
+    return bool(_owns(address, length))
 
 
 @contextlib.contextmanager
@@ -92,9 +118,11 @@ def budget(
     *,
     min_bytes: int = DEFAULT_MIN_BYTES,
     arena_bytes: int = DEFAULT_ARENA_BYTES,
+    python_objects: bool = False,
     **options: Any,
 ) -> Iterator[ArrayBudget]:
-    """Puts NumPy arrays created in the block in compressed memory.
+    """Puts NumPy arrays and large Python buffers created in the block in
+    compressed memory.
 
     ``with zpage.budget("1G"): a = numpy.zeros(...)``: every array of at
     least ``min_bytes`` created in the block (by this thread's context) is
@@ -108,8 +136,21 @@ def budget(
     Uses NumPy's allocator hook (NEP 49, NumPy >= 1.22), which is per
     context: threads started in the block use NumPy's allocator unless they
     enter a block of their own. Covered: NumPy arrays (and pandas columns
-    backed by them). Not covered: ``bytes``, ``bytearray`` and other Python
-    objects (they use Python's allocator).
+    backed by them).
+
+    With ``python_objects=True``, the memory of Python objects of at least
+    ``min_bytes`` made in the block by this thread is carved too:
+    ``bytes``, ``bytearray`` (also one grown past ``min_bytes`` in the
+    block), ``str`` and the item arrays of large lists and dicts -- whatever
+    CPython takes from its raw memory domain, which zpage wraps from the
+    first such block on. It follows the thread, not the context: a
+    coroutine suspended inside the block leaves it active for the others the
+    thread runs. Not covered: smaller objects (CPython's own allocator), and
+    memory of C libraries that call ``malloc`` themselves. Off by default:
+    once installed, the hook adds a check to every raw allocation of the
+    process, in or out of a block (measured within noise on mixed code, and
+    possibly about 10% on a loop doing nothing but allocate 600-byte
+    buffers; ``bench/raw_hook_overhead.py``).
 
     System calls on such arrays (``numpy.save``/``tofile``/``socket.send``)
     work in every fault mode: the wrappers zpage installs at import pin what
@@ -119,12 +160,16 @@ def budget(
     """
     api = _numpy_api()
     shared = Budget(size, codec, **options)
-    handler, allocator = make_numpy_handler(api, shared, min_bytes, arena_bytes)
+    allocator = ArrayAllocator(shared, min_bytes, arena_bytes)
+    handler = make_numpy_handler(api, allocator)
     state = ArrayBudget(shared, allocator, handler)
     previous = set_numpy_handler(api, handler)
+    previous_block = enter_python_objects(allocator) if python_objects else None
     try:
         yield state
     finally:
+        if previous_block is not None:
+            exit_python_objects(allocator, previous_block)
         set_numpy_handler(api, previous)
 
 
