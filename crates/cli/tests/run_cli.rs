@@ -124,6 +124,40 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The descriptors a Python program sees among its own (`os.listdir` of
+/// `/proc/self/fd`, each link read), after allocating `mib` MiB.
+fn own_descriptors_under_zpage(mib: u32) -> String {
+    let script = format!(
+        "import os\nkeep = bytearray({mib} << 20)\n\
+         print(sorted(os.readlink('/proc/self/fd/' + f) for f in os.listdir('/proc/self/fd') if os.path.exists('/proc/self/fd/' + f)))"
+    );
+    let out = zpage_run(&["--budget", "16M"], &["python3", "-c", &script]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Programs that list their own descriptors (CPython's `test_subprocess`
+/// checks that a child has exactly the ones it passed) see none of zpage's
+/// until zpage has placed memory: the budget, its userfaultfd and threads
+/// start with the first region.
+#[test]
+fn the_budget_starts_with_the_first_region() {
+    let none_placed = own_descriptors_under_zpage(0);
+    assert!(
+        !none_placed.contains("userfaultfd"),
+        "a program that placed nothing sees zpage's descriptors: {none_placed}"
+    );
+    let placed = own_descriptors_under_zpage(64);
+    assert!(
+        placed.contains("userfaultfd"),
+        "64 MiB placed in a region, yet no userfaultfd: {placed}"
+    );
+}
+
 #[test]
 fn a_signal_death_is_128_plus_the_signal() {
     let out = zpage_run(&["--budget", "8M"], &["sh", "-c", "kill -KILL $$"]);

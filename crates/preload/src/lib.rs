@@ -15,6 +15,12 @@
 //! | stacks (`MAP_STACK`, `MAP_GROWSDOWN`), `MAP_SHARED`, file mappings, `PROT_EXEC` | no | shared and file pages belong to the page cache; stacks must never fault into a handler on the stack they grow |
 //! | `MAP_POPULATE`, `MAP_LOCKED`, `MAP_HUGETLB` | no | the program asked for memory that is present at once |
 //!
+//! The budget (its threads and userfaultfd) starts with the first region: a
+//! process that never places memory in one, such as most short-lived
+//! children, has none of zpage's threads or descriptors (programs that list
+//! their own descriptors, as CPython's `test_subprocess` does, see only
+//! theirs).
+//!
 //! # What the program may do to region memory
 //!
 //! | call | what happens |
@@ -103,7 +109,8 @@ extern "C" fn start() {
     let _inside = sys::Inside::enter();
     real::resolve();
     io::resolve();
-    // Registered before the budget registers the region layer's own hooks:
+    // Registered before the budget (started with the first region)
+    // registers the region layer's own hooks:
     // prepare hooks run in reverse order, so the region layer restores every
     // page (with the help of zpage's threads, which allocate) before these
     // take the private heap's and the region list's locks.
@@ -120,10 +127,11 @@ extern "C" fn start() {
             false,
         ),
         Err(why) => inactive(why, true),
-        Ok(Some(config)) => match state::start(config) {
-            Ok(()) => report::start_sampler(),
-            Err(why) => inactive(why, true),
-        },
+        Ok(Some(config)) => {
+            if let Err(why) = state::start(config) {
+                inactive(why, true);
+            }
+        }
     }
     // SAFETY: registers a function that lives as long as the process.
     unsafe {

@@ -15,6 +15,19 @@ pub fn resident_bytes() -> u64 {
         .map_or(0, |pages| pages * zpage_codec::PAGE_SIZE as u64)
 }
 
+/// The kernel's high-water mark of this process's resident set
+/// (`VmHWM` in `/proc/self/status`): exact where sampling can miss a
+/// short peak.
+pub fn peak_resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
 /// Starts the sampling thread (asynchronous signals blocked: the program's
 /// handlers never run on it).
 pub fn start_sampler() {
@@ -49,10 +62,10 @@ pub fn current() -> ProcessReport {
         None => {
             let mut r = ProcessReport::new(pid, String::new());
             r.inactive_reason = INACTIVE.get().cloned();
-            r.peak_rss_bytes = resident_bytes();
             r
         }
     };
+    r.peak_rss_bytes = r.peak_rss_bytes.max(peak_resident_bytes());
     r.pid = pid;
     r.program = program();
     r

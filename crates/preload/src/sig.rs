@@ -4,10 +4,13 @@
 //! zpage resolves faults on evicted pages in its SIGBUS handler. A program
 //! that installs its own SIGBUS handler (CPython's faulthandler, crash
 //! reporters, JVMs) would put it in front and die at the first evicted page.
-//! So while the library is active the program's action is recorded as the
-//! one zpage chains to for faults that are not its own, and zpage's handler
-//! stays installed; the program reads back the action it set, as without
-//! zpage.
+//! So once zpage's handler is installed (the budget starts with the first
+//! region) the program's action is recorded as the one zpage chains to for
+//! faults that are not its own, and zpage's handler stays installed; the
+//! program reads back the action it set, as without zpage. Before that the
+//! program's action goes to the kernel, and the handler chains to it when
+//! it is installed. zpage's own calls (inside an interposer) always go
+//! straight to the C library.
 //!
 //! **Masks that block SIGBUS.** A thread that faults while SIGBUS is blocked
 //! is killed by the kernel, handler or not (it resets the action to the
@@ -40,7 +43,8 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> c_int {
-    if sig == libc::SIGBUS && active() {
+    let ours = crate::sys::inside();
+    if sig == libc::SIGBUS && !ours && active() && zpage_region::sigbus_handler_installed() {
         // What the program set last (or what was there before zpage).
         let previous = if act.is_null() {
             zpage_region::chained_sigbus()
@@ -56,7 +60,7 @@ pub unsafe extern "C" fn sigaction(
     }
     let mut unblocked: libc::sigaction;
     let mut act = act;
-    if active() && !act.is_null() {
+    if !ours && active() && !act.is_null() {
         // SAFETY: the caller passes a valid action; it is copied, not changed.
         unblocked = unsafe { *act };
         if without_sigbus(&mut unblocked.sa_mask) {
@@ -78,7 +82,8 @@ pub unsafe extern "C" fn sigaction(
 /// `signal(2)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if sig == libc::SIGBUS && active() {
+    let ours = crate::sys::inside();
+    if sig == libc::SIGBUS && !ours && active() && zpage_region::sigbus_handler_installed() {
         // SAFETY: a zeroed sigaction is valid; BSD semantics as glibc's signal().
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
         act.sa_sigaction = handler;

@@ -36,7 +36,11 @@ pub enum Made {
 #[derive(Debug)]
 pub struct State {
     pub config: Config,
-    pub budget: Budget,
+    /// Started when the first region is made, not when the library loads:
+    /// a process that never places memory in a region (most short-lived
+    /// children: shells, `python -c`) gets none of zpage's threads and no
+    /// userfaultfd among its descriptors. `None` once starting failed.
+    budget: OnceLock<Option<Budget>>,
     pub pid: i32,
     pub regions: Mutex<Vec<Placed>>,
     /// `malloc` allocations whose region was made plain memory (the program
@@ -113,15 +117,13 @@ pub fn placing() -> Option<&'static State> {
     STATE.get()
 }
 
-/// Starts the budget.
+/// Sets the library up; the budget itself starts with the first region
+/// (see [`State::budget`]).
 pub fn start(config: Config) -> Result<(), String> {
-    let mut bc = BudgetConfig::new(config.budget_bytes);
-    bc.codec = config.codec.clone();
-    let budget = Budget::new(bc).map_err(|e| format!("zpage could not start its budget: {e}"))?;
     let report = ProcessReport::new(0, String::new());
     let state = State {
         config,
-        budget,
+        budget: OnceLock::new(),
         pid: std::process::id() as i32,
         regions: Mutex::new(Vec::new()),
         plain: Mutex::new(Vec::new()),
@@ -174,11 +176,44 @@ impl State {
         }
     }
 
+    /// The budget, started on first use. If it cannot start, the program
+    /// is told once and runs on with plain memory (every placement is then
+    /// counted as refused). The caller is inside zpage.
+    fn budget(&self) -> Option<&Budget> {
+        self.budget
+            .get_or_init(|| {
+                let mut bc = BudgetConfig::new(self.config.budget_bytes);
+                bc.codec = self.config.codec.clone();
+                match Budget::new(bc) {
+                    Ok(budget) => {
+                        crate::report::start_sampler();
+                        Some(budget)
+                    }
+                    Err(e) => {
+                        sys::stderr_line(&format!(
+                            "zpage: could not start its budget: {e}; the program runs on with plain memory\n"
+                        ));
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// The budget if it has started.
+    fn started_budget(&self) -> Option<&Budget> {
+        self.budget.get().and_then(Option::as_ref)
+    }
+
     /// Makes a region of `len` bytes; `None` (counted) if none can be made.
     /// The caller is inside zpage.
     pub fn place(&self, len: usize, from_malloc: bool) -> Option<usize> {
-        match Region::with_budget(&self.budget, len) {
-            Ok(region) => {
+        let made = match self.budget() {
+            Some(budget) => Region::with_budget(budget, len).ok(),
+            None => None,
+        };
+        match made {
+            Some(region) => {
                 let (base, len) = (region.as_ptr() as usize, region.len());
                 let mut regions = self.lock();
                 let at = regions.partition_point(|p| p.base < base);
@@ -202,7 +237,7 @@ impl State {
                     .regions_made += 1;
                 Some(base)
             }
-            Err(_) => {
+            None => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 self.refused_bytes.fetch_add(len as u64, Ordering::Relaxed);
                 None
@@ -341,7 +376,10 @@ impl State {
             r.add_region_counters(&placed.region.stats());
         }
         drop(regions);
-        let store = self.budget.store_stats();
+        let store = self
+            .started_budget()
+            .map(Budget::store_stats)
+            .unwrap_or_default();
         r.pid = self.pid;
         r.active = true;
         r.budget_bytes = self.config.budget_bytes as u64;
@@ -366,7 +404,10 @@ impl State {
     pub fn sample(&self) {
         let _inside = Inside::enter();
         let rss = crate::report::resident_bytes();
-        let store = self.budget.store_stats();
+        let store = self
+            .started_budget()
+            .map(Budget::store_stats)
+            .unwrap_or_default();
         let stored = store.contents.stored_pages;
         let evicted_bytes = stored * zpage_codec::PAGE_SIZE as u64;
         let estimate = (rss + evicted_bytes).saturating_sub(store.contents.pool_memory_used_bytes);

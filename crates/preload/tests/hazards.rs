@@ -218,6 +218,17 @@ fn threads_and_handlers_that_block_every_signal_read_evicted_pages() {
     assert!(r.report.restore_count > 0, "{:?}", r.report);
 }
 
+/// The budget (and zpage's SIGBUS handler) starts with the first region: a
+/// handler the program set before then is in the kernel, and zpage chains
+/// genuine SIGBUSes to it once its own handler is in front; one set later
+/// is recorded and chained to.
+#[test]
+fn the_programs_sigbus_handlers_get_genuine_faults_before_and_after_the_first_region() {
+    let r = run("sigbus_handlers");
+    assert_ok("sigbus_handlers", &r);
+    assert!(r.report.restore_count > 0, "{:?}", r.report);
+}
+
 #[test]
 fn an_unwrapped_raw_syscall_fails_and_is_named() {
     let r = run("unsupported");

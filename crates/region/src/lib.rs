@@ -314,7 +314,9 @@ pub use profile::{fault_profile, reset_fault_profile};
 pub use profile::{Part as FaultPart, PARTS as FAULT_PARTS};
 pub use range::{overlaps_any_region, pin_range, prefault_range, unpin_range};
 pub use region::Region;
-pub use signal::{chain_to as chain_sigbus_to, chained as chained_sigbus};
+pub use signal::{
+    chain_to as chain_sigbus_to, chained as chained_sigbus, installed as sigbus_handler_installed,
+};
 /// For front ends that run zpage code inside the program (the preload
 /// library): the same signal discipline as the region's own threads.
 pub use sys::{spawn_blocking_signals, SignalGuard};

@@ -84,6 +84,13 @@ pub fn install() -> Result<(), sys::Errno> {
     Ok(())
 }
 
+/// True once zpage's handler has been installed in this process (the first
+/// budget started). Before that, a program's SIGBUS action belongs in the
+/// kernel, not in zpage's chain.
+pub fn installed() -> bool {
+    INSTALLED.load(Ordering::Acquire)
+}
+
 /// Puts zpage's handler back in front if someone replaced it (runtimes and
 /// crash reporters that install SIGBUS handlers after zpage). The replaced
 /// handler is not recorded: chaining goes to the original one.

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -411,6 +412,55 @@ static int mode_masked(void) {
     return masked_bad;
 }
 
+/* The program's own SIGBUS handlers, set before zpage made any region (the
+ * budget and zpage's handler start with the first region) and after: a
+ * genuine SIGBUS (a file mapping past the file's end) reaches the handler
+ * the program set last, while faults on evicted pages stay zpage's. */
+static sigjmp_buf bus_jump;
+static volatile int bus_seen_by;
+static void bus_handler_a(int sig) { (void)sig; bus_seen_by = 'A'; siglongjmp(bus_jump, 1); }
+static void bus_handler_b(int sig) { (void)sig; bus_seen_by = 'B'; siglongjmp(bus_jump, 1); }
+/* Touches a page past the end of a one-page file; returns who handled it. */
+static int genuine_sigbus(void) {
+    char path[] = "/tmp/zpage-hazards-bus-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) { perror("file"); exit(2); }
+    unlink(path);
+    volatile unsigned char *m = mmap(NULL, 2 * 4096, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) { perror("mmap file"); exit(2); }
+    bus_seen_by = 0;
+    if (sigsetjmp(bus_jump, 1) == 0) (void)m[4096];
+    munmap((void *)m, 2 * 4096);
+    close(fd);
+    return bus_seen_by;
+}
+static int set_bus_handler(void (*h)(int), struct sigaction *old) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = h;
+    return sigaction(SIGBUS, &sa, old);
+}
+static int mode_sigbus_handlers(void) {
+    int bad = 0;
+    set_bus_handler(bus_handler_a, NULL);
+    int who = genuine_sigbus();
+    if (who != 'A') { printf("before any region: SIGBUS went to %d, not A\n", who); bad = 1; }
+    unsigned char *data = map(SIZE);
+    fill(data, SIZE, 16, 0);
+    if (absent_pages(data, SIZE) == 0) { puts("nothing evicted"); return 1; }
+    bad |= check("region with the program's handler set first", data, SIZE, 16, 0);
+    who = genuine_sigbus();
+    if (who != 'A') { printf("after the first region: SIGBUS went to %d, not A\n", who); bad = 1; }
+    struct sigaction old;
+    set_bus_handler(bus_handler_b, &old);
+    if (old.sa_handler != bus_handler_a) { puts("sigaction did not give back handler A"); bad = 1; }
+    who = genuine_sigbus();
+    if (who != 'B') { printf("after setting B: SIGBUS went to %d, not B\n", who); bad = 1; }
+    bad |= check("region after the program set handler B", data, SIZE, 16, 0);
+    munmap(data, SIZE);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: hazards MODE [SIZE_MIB]\n"); return 2; }
     if (argc > 2) SIZE = strtoul(argv[2], NULL, 10) * MiB;
@@ -426,6 +476,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "vfork")) bad = mode_vfork();
     else if (!strcmp(mode, "unsupported")) bad = mode_unsupported();
     else if (!strcmp(mode, "masked")) bad = mode_masked();
+    else if (!strcmp(mode, "sigbus_handlers")) bad = mode_sigbus_handlers();
     else { fprintf(stderr, "unknown mode %s\n", mode); return 2; }
     printf("%s %s\n", bad ? "FAILED" : "ok", mode);
     return bad;
