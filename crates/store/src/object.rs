@@ -1229,6 +1229,13 @@ impl PageStore {
         self.gauges.pool_pages.load(Relaxed) * PAGE_SIZE as u64
     }
 
+    /// Bytes of the blobs (and raw pages) held in the pools now: what
+    /// [`pool_memory_used_bytes`](Self::pool_memory_used_bytes) would be
+    /// with no fragmentation.
+    pub fn blob_bytes_held(&self) -> u64 {
+        self.gauges.compressed_bytes.load(Relaxed)
+    }
+
     /// Bytes of per-object metadata the pools keep outside their pages.
     pub(crate) fn pool_metadata_bytes(&self) -> u64 {
         self.pools
