@@ -346,6 +346,8 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
         "all" => ALL_MODULES.iter().map(|s| s.to_string()).collect(),
         list => list.split_whitespace().map(String::from).collect(),
     };
+    // `ZPAGE_PYTHON_TESTS_MIN_MAPPING=1M` puts CPython's arenas in regions too.
+    let min_mapping = std::env::var("ZPAGE_PYTHON_TESTS_MIN_MAPPING").ok();
     let mut failures = Vec::new();
     let mut table = vec![
         "module | peak without zpage | budget | peak under zpage | evictions | result".to_string(),
@@ -355,13 +357,18 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
         let budget = (peak_kib * 1024 / 4).max(1 << 20);
         let dir = tempdir(&format!("py-{module}"));
         let json = dir.join("summary.json");
+        let budget_text = budget.to_string();
+        let mut args = vec![
+            "--budget",
+            budget_text.as_str(),
+            "--summary-json",
+            json.to_str().unwrap(),
+        ];
+        if let Some(min) = min_mapping.as_deref() {
+            args.extend(["--min-mapping", min]);
+        }
         let zp = zpage_run(
-            &[
-                "--budget",
-                &budget.to_string(),
-                "--summary-json",
-                json.to_str().unwrap(),
-            ],
+            &args,
             &[&python, "-m", "test", "-q", REGRTEST_TIMEOUT, module],
         );
         let summary: serde_json::Value = std::fs::read_to_string(&json)
