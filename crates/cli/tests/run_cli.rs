@@ -312,6 +312,15 @@ fn outcome(out: &Output) -> String {
         .join("\n")
 }
 
+/// regrtest's verdict ("SUCCESS", "FAILURE", ...) from its "Result:" line.
+fn regrtest_result(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .filter_map(|l| l.strip_prefix("Result:"))
+        .last()
+        .map_or_else(|| "none".to_string(), |r| r.trim().to_string())
+}
+
 fn peak_kib_without_zpage(python: &str, module: &str) -> (Output, u64) {
     let dir = tempdir(&format!("peak-{module}"));
     let file = dir.join("rss");
@@ -350,7 +359,7 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
     let min_mapping = std::env::var("ZPAGE_PYTHON_TESTS_MIN_MAPPING").ok();
     let mut failures = Vec::new();
     let mut table = vec![
-        "module | peak without zpage | budget | peak under zpage | evictions | result".to_string(),
+        "module | peak without zpage | budget | peak under zpage | evictions | regrtest's result without zpage | under zpage".to_string(),
     ];
     for module in &modules {
         let (plain, peak_kib) = peak_kib_without_zpage(&python, module);
@@ -378,11 +387,12 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
         let _ = std::fs::remove_dir_all(&dir);
         let same = plain.status.code() == zp.status.code() && outcome(&plain) == outcome(&zp);
         let line = format!(
-            "{module} | {} KiB | {} KiB | {} KiB | {} | {}",
+            "{module} | {} KiB | {} KiB | {} KiB | {} | {} | {}",
             peak_kib,
             budget / 1024,
             summary["peak_resident_bytes"].as_u64().unwrap_or(0) / 1024,
             summary["evictions"].as_u64().unwrap_or(0),
+            regrtest_result(&plain),
             if same { "same" } else { "DIFFERENT" }
         );
         eprintln!("{line}");
