@@ -295,30 +295,47 @@ impl RedisTier {
     /// has none. A connection that failed below the protocol (refused, timed
     /// out, dropped) is closed, so the next use connects again: a stream
     /// cut mid-reply must not hand the next command a stale answer.
+    ///
+    /// A cluster connection that failed so is also tried once more, on a
+    /// new one: the `redis` crate refreshes its slot map when a node answers
+    /// `MOVED`, but a master that died never answers, so after its replica
+    /// is promoted the old connection would keep sending that master's slots
+    /// to a dead address. A new connection reads `CLUSTER SLOTS` afresh: the
+    /// first read after a failover finds the promoted replica, and during the
+    /// failover the read fails as before, after at most twice the timeouts.
     fn with_connection<T>(
         &self,
-        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
         let n = self.connections.len();
         let start = self.next_connection.fetch_add(1, Relaxed);
         let mut guard = (0..n)
             .find_map(|i| self.connections[(start + i) % n].try_lock())
             .unwrap_or_else(|| self.connections[start % n].lock());
-        if guard.is_none() {
-            *guard = Some(self.connect()?);
-        }
-        let connection = guard.as_mut().expect("connected above");
-        let result = f(connection);
-        if let Err(error) = &result {
+        let mut fresh = false;
+        loop {
+            if guard.is_none() {
+                *guard = Some(self.connect()?);
+                fresh = true;
+            }
+            let connection = guard.as_mut().expect("connected above");
+            let result = f(connection);
+            let Err(error) = &result else {
+                return result;
+            };
             let broken = error.is_io_error()
                 || error.is_timeout()
                 || error.is_connection_dropped()
                 || error.is_connection_refusal();
-            if broken && matches!(connection, Connection::Single(_)) {
-                *guard = None;
+            if !broken {
+                return result;
+            }
+            let cluster = matches!(connection, Connection::Cluster(_));
+            *guard = None;
+            if !cluster || fresh {
+                return result;
             }
         }
-        result
     }
 
     fn command_error(&self, action: &'static str, error: &redis::RedisError) -> TierError {
