@@ -305,7 +305,12 @@ fn writes_not_yet_replicated_when_the_master_dies_are_reported_missing_never_wro
     }
     cluster.nodes[victim].kill();
     signal(replica_pid, "-CONT");
+    let killed = Instant::now();
     cluster.wait_serves(replica, &victim_slots);
+    eprintln!(
+        "the replica took over {:?} after its master was killed (cluster-node-timeout 1000 ms)",
+        killed.elapsed()
+    );
 
     let (exact, lost) = read_all(&tier, &early);
     assert_eq!(
