@@ -313,7 +313,18 @@ impl Store {
             Location::Memory(page_ref) => Ok(self.pages.get(worker, page_ref, dst)?),
             Location::WrittenBack(page_ref) => {
                 match self.pages.get_page(worker, page_ref, key, dst) {
-                    Ok(()) => Ok(()),
+                    Ok(()) => {
+                        // Reported lost while its tier was unreachable (a
+                        // node down, a cluster failing over) and read back
+                        // exact now: no longer lost.
+                        if self.lost.lock().remove(&key).is_some() {
+                            let tier = self.pages.tier().map_or("the tier", |t| t.describe());
+                            eprintln!(
+                                "zpage: store page under key {key}, reported lost, read back from {tier}"
+                            );
+                        }
+                        Ok(())
+                    }
                     Err(crate::LoadError::Tier(cause)) => {
                         Counters::add(&self.counters().decompress_fail_count, 1);
                         let tier = self
@@ -333,7 +344,9 @@ impl Store {
     }
 
     /// Keys whose written-back page could not be read back, with the cause,
-    /// in key order (until the key is stored again or removed).
+    /// in key order (until the key is stored again or removed, or its page
+    /// reads back after all: a tier that was unreachable for a while, as a
+    /// Redis Cluster while a replica takes over a dead master).
     pub fn lost_pages(&self) -> Vec<(u64, zpage_tier::ReadFailure)> {
         self.lost.lock().iter().map(|(&k, &c)| (k, c)).collect()
     }

@@ -96,7 +96,7 @@ impl TierRef {
 
 /// Why a blob could not be read back. `Copy` and allocation-free, so a
 /// fault handler can report it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum ReadFailure {
     /// The tier is down (a device that failed and was not reopened, a node
     /// that does not answer).

@@ -38,11 +38,44 @@
 //! pages whose slots the dead node served are affected, provided the nodes
 //! run with `cluster-require-full-coverage no` (with the default `yes`, a
 //! cluster missing one master refuses every key, so every page is lost).
-//! Replication changes this: a cluster with replicas promotes one when a
-//! master fails and its pages read back from there; Redis replicates
-//! asynchronously, so pages written shortly before the failover and not yet
-//! copied to the replica are lost (reported, as above), and a promoted
-//! replica never serves a stale value as current (its seal would not open).
+//! What the caller does with a lost page: the keyed store returns an
+//! error naming the key and lists it (`Store::lost_pages`); a region ends
+//! the process naming the page, but only when the program touches one of
+//! those pages; everything else keeps running.
+//!
+//! **Replicas and failover.** A cluster whose masters have replicas loses
+//! nothing it had replicated when a master dies. For `cluster-node-timeout`
+//! plus the election (the replica waits half a second to a second more,
+//! then asks the other masters for their votes) the dead master's slots
+//! have no server: reads of its pages fail with
+//! [`ReadFailure::Unavailable`], each within about twice the tier's timeouts
+//! (see below), and writes to its slots fail (the pages stay in RAM; the
+//! tier is retried after `retry_interval`). Once the replica is promoted,
+//! the same pages read back exact through the same tier. The `redis` crate
+//! refreshes its slot map when a node answers `MOVED`, which a killed
+//! master never does, so a cluster connection that fails below the protocol
+//! (refused, timed out, dropped) is closed and the command tried once more
+//! on a new one, which reads `CLUSTER SLOTS` afresh and finds the promoted
+//! replica. A page reported lost during the election is only lost for the
+//! caller that asked then: the tier forgets nothing, and the keyed store
+//! takes a page that reads back off its lost list. A region cannot wait
+//! out an election (a faulting thread needs the bytes now): touching such
+//! a page during it ends the process, so keep `cluster-node-timeout` short
+//! where regions write back to a cluster.
+//!
+//! **Writes acknowledged but not replicated.** Redis replicates
+//! asynchronously: a `SET` is acknowledged once the master has it, before
+//! its replica does. A master that dies in between takes those values with
+//! it; after the failover their pages read back as [`ReadFailure::Missing`]
+//! (reported lost, as above), never as wrong bytes: every write is a new
+//! key, and a value from another write fails its seal. The tier does not
+//! send `WAIT` after its writes: it would cost a round trip to the replica
+//! for every page written back, and even `WAIT` does not make Redis lose
+//! nothing in a failover (with several replicas, one without the write may
+//! still be elected). To bound the loss, run the masters with
+//! `min-replicas-to-write 1` and `min-replicas-max-lag SECONDS`: a master
+//! whose replica has not acknowledged for that long refuses writes (the
+//! tier takes it as down; the pages stay in RAM).
 //!
 //! **Reads are not async-signal-safe**: the client allocates and the
 //! connection pool takes locks, so [`Tier::reads_are_async_signal_safe`] is
@@ -295,30 +328,47 @@ impl RedisTier {
     /// has none. A connection that failed below the protocol (refused, timed
     /// out, dropped) is closed, so the next use connects again: a stream
     /// cut mid-reply must not hand the next command a stale answer.
+    ///
+    /// A cluster connection that failed so is also tried once more, on a
+    /// new one: the `redis` crate refreshes its slot map when a node answers
+    /// `MOVED`, but a master that died never answers, so after its replica
+    /// is promoted the old connection would keep sending that master's slots
+    /// to a dead address. A new connection reads `CLUSTER SLOTS` afresh: the
+    /// first read after a failover finds the promoted replica, and during the
+    /// failover the read fails as before, after at most twice the timeouts.
     fn with_connection<T>(
         &self,
-        f: impl FnOnce(&mut Connection) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut Connection) -> redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
         let n = self.connections.len();
         let start = self.next_connection.fetch_add(1, Relaxed);
         let mut guard = (0..n)
             .find_map(|i| self.connections[(start + i) % n].try_lock())
             .unwrap_or_else(|| self.connections[start % n].lock());
-        if guard.is_none() {
-            *guard = Some(self.connect()?);
-        }
-        let connection = guard.as_mut().expect("connected above");
-        let result = f(connection);
-        if let Err(error) = &result {
+        let mut fresh = false;
+        loop {
+            if guard.is_none() {
+                *guard = Some(self.connect()?);
+                fresh = true;
+            }
+            let connection = guard.as_mut().expect("connected above");
+            let result = f(connection);
+            let Err(error) = &result else {
+                return result;
+            };
             let broken = error.is_io_error()
                 || error.is_timeout()
                 || error.is_connection_dropped()
                 || error.is_connection_refusal();
-            if broken && matches!(connection, Connection::Single(_)) {
-                *guard = None;
+            if !broken {
+                return result;
+            }
+            let cluster = matches!(connection, Connection::Cluster(_));
+            *guard = None;
+            if !cluster || fresh {
+                return result;
             }
         }
-        result
     }
 
     fn command_error(&self, action: &'static str, error: &redis::RedisError) -> TierError {
