@@ -1,5 +1,8 @@
 //! What the tests of several zpage crates share, kept in one place:
 //!
+//! - [`installed`]: whether a program a test needs (a `redis-server`, a
+//!   `node`) is installed, skipping the test with a message where it is not,
+//!   and failing it on CI, which installs everything `.ci/apt-packages` lists;
 //! - [`alloc`]: a global allocator that counts the calls each thread makes,
 //!   for the tests that prove a path (a region's fault path, a store load, a
 //!   decode) allocates nothing.
@@ -8,3 +11,30 @@
 //! it depends on no zpage crate, so every layer can use it without a cycle.
 
 pub mod alloc;
+
+use std::process::Command;
+
+/// Whether `program --version` runs and succeeds here.
+pub fn runs(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether `program` (from the Debian package `debian_package`), which the
+/// test `test` needs, is installed. Where it is not, the test should return
+/// early: this says so on standard output (`SKIP ...`), so a skipped test is
+/// visible. On CI (the `CI` variable set), where every package in
+/// `.ci/apt-packages` is installed, a missing program is a failure instead.
+pub fn installed(test: &str, program: &str, debian_package: &str) -> bool {
+    if runs(program) {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: {program} is not installed (apt-get install {debian_package}; .ci/apt-packages lists it)"
+    );
+    println!("SKIP {test}: {program} is not installed (apt-get install {debian_package})");
+    false
+}

@@ -9,23 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Whether `redis-server` (and `redis-cli`, for clusters) can run here; when
-/// not, says why on standard error so a skipped test is visible.
+/// not, the test is skipped, saying so (a failure on CI, which installs
+/// both).
 pub fn available(test: &str) -> bool {
-    let found = |program: &str| {
-        Command::new(program)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if found("redis-server") && found("redis-cli") {
-        return true;
-    }
-    eprintln!(
-        "{test}: SKIPPED: redis-server or redis-cli is not installed (Debian: apt-get install redis-server redis-tools; CI installs them)"
-    );
-    false
+    zpage_testsupport::installed(test, "redis-server", "redis-server")
+        && zpage_testsupport::installed(test, "redis-cli", "redis-tools")
 }
 
 /// A port whose cluster bus port (port + 10000) is free too.
