@@ -121,15 +121,8 @@ fn a_dead_redis_server_ends_the_process_naming_the_page() {
         let server = RedisServer::start(&dir, &[]);
         // Read by the child process, which the server outlives.
         std::env::set_var(URL_ENV, server.url());
-        let output = run_child_output("a_dead_redis_server_ends_the_process_naming_the_page");
-        use std::os::unix::process::ExitStatusExt;
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(
-            output.status.signal(),
-            Some(libc::SIGABRT),
-            "{:?}\n{stderr}",
-            output.status
-        );
+        let stderr =
+            run_child_expecting_abort("a_dead_redis_server_ends_the_process_naming_the_page");
         assert!(
             stderr.contains("zpage: page ")
                 && stderr.contains("cannot be restored: it was written back to redis")
