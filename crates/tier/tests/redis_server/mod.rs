@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use zpage_testsupport::TempDir;
+
 /// Whether `redis-server` (and `redis-cli`, for clusters) can run here; when
 /// not, the test is skipped, saying so (a failure on CI, which installs
 /// both).
@@ -24,27 +26,6 @@ fn free_port() -> u16 {
         if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
             return port;
         }
-    }
-}
-
-/// A temporary directory, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "zpage-redis-{name}-{}-{}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
