@@ -5,26 +5,13 @@
 //! its budget. Size from ZPAGE_REDIS_TEST_SIZE (default 32M).
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use zpage_bench::redis_load::{run_redis_bench, RedisBenchOptions, ServerSource};
 use zpage_bench::workload::QuietObserver;
 use zpage_kernel::run::RunOptions;
 
 fn redis_server_present(test: &str) -> bool {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        // CI lists redis-server in .ci/apt-packages: missing there is a failure.
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test}: redis-server is not installed (apt-get install redis-server)"
-        );
-        println!("SKIP {test}: redis-server is not installed (apt-get install redis-server)");
-    }
-    found
+    zpage_testsupport::installed(test, "redis-server", "redis-server")
 }
 
 fn test_size() -> u64 {

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
+use zpage_testsupport::TempDir;
 
 fn zpage(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zpage"))
@@ -12,22 +13,6 @@ fn zpage(args: &[&str]) -> Output {
 
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("zpage-cli-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// 64 pages: 8 zero pages, then text with a little noise.
@@ -48,7 +33,7 @@ fn write_image(dir: &TempDir, extra_bytes: usize) -> PathBuf {
 
 #[test]
 fn json_report_has_the_documented_fields() {
-    let dir = TempDir::new("json");
+    let dir = TempDir::new("cli-json");
     let image = write_image(&dir, 0);
     let output = zpage(&[
         "analyze",
@@ -73,7 +58,7 @@ fn json_report_has_the_documented_fields() {
 
 #[test]
 fn csv_and_human_output() {
-    let dir = TempDir::new("csv");
+    let dir = TempDir::new("cli-csv");
     let image = write_image(&dir, 0);
     let output = zpage(&[
         "analyze",
@@ -120,7 +105,7 @@ fn csv_and_human_output() {
 
 #[test]
 fn a_partial_last_page_is_skipped_with_a_warning() {
-    let dir = TempDir::new("partial");
+    let dir = TempDir::new("cli-partial");
     let image = write_image(&dir, 1000);
     let output = zpage(&[
         "analyze",
@@ -142,7 +127,7 @@ fn a_partial_last_page_is_skipped_with_a_warning() {
 
 #[test]
 fn bad_input_fails_with_errors_that_name_the_problem() {
-    let dir = TempDir::new("errors");
+    let dir = TempDir::new("cli-errors");
     let missing = dir.0.join("nope.img");
     let output = zpage(&["analyze", missing.to_str().unwrap()]);
     assert!(!output.status.success());
@@ -336,7 +321,7 @@ fn kernel_side_by_side_streams_the_image_into_zram_and_restores_it() {
     ) {
         return;
     }
-    let dir = TempDir::new("kernel");
+    let dir = TempDir::new("cli-kernel");
     let image = write_image(&dir, 0);
     let disksize = || std::fs::read_to_string("/sys/block/zram0/disksize").ok();
     let before = disksize();

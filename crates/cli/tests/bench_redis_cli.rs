@@ -5,18 +5,7 @@
 use std::process::Command;
 
 fn redis_server_present(test: &str) -> bool {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test}: redis-server is not installed (apt-get install redis-server)"
-        );
-        println!("SKIP {test}: redis-server is not installed");
-    }
-    found
+    zpage_testsupport::installed(test, "redis-server", "redis-server")
 }
 
 fn zpage() -> Command {

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+use zpage_testsupport::installed;
 
 /// The preload library next to the zpage binary, built now: `cargo test`
 /// does not build a `cdylib` nothing links (and `cargo test -p zpage-cli`
@@ -413,24 +414,6 @@ fn cpython_regression_tests_pass_with_a_quarter_of_their_peak() {
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
-/// True if `program --version` runs; false (the test is skipped, saying
-/// so) on a developer's machine without it. CI installs every program the
-/// tests use, so there a missing one fails the test.
-fn installed(program: &str, debian_package: &str) -> bool {
-    let found = Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{program} is not installed (apt-get install {debian_package})"
-        );
-        println!("SKIP: {program} is not installed");
-    }
-    found
-}
-
 /// Debian's redis-server links jemalloc, whose extents `--min-mapping 1M`
 /// puts in regions: loaded past its budget over a pipeline (SETs of real
 /// text), every value reads back, and the RDB a `BGSAVE` writes loads with
@@ -440,7 +423,11 @@ fn installed(program: &str, debian_package: &str) -> bool {
 /// evicted page.
 #[test]
 fn redis_server_with_jemalloc_extents_in_regions_keeps_every_value() {
-    if !installed("redis-server", "redis-server") {
+    if !installed(
+        "redis_server_with_jemalloc_extents_in_regions_keeps_every_value",
+        "redis-server",
+        "redis-server",
+    ) {
         return;
     }
     let zpage = env!("CARGO_BIN_EXE_zpage");
@@ -485,7 +472,11 @@ fn redis_server_with_jemalloc_extents_in_regions_keeps_every_value() {
 /// Size from ZPAGE_NODE_TEST_MIB (default 64).
 #[test]
 fn node_runs_a_verified_workload_four_times_its_budget() {
-    if !installed("node", "nodejs") {
+    if !installed(
+        "node_runs_a_verified_workload_four_times_its_budget",
+        "node",
+        "nodejs",
+    ) {
         return;
     }
     let mib: u64 = std::env::var("ZPAGE_NODE_TEST_MIB")

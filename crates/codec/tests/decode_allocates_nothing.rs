@@ -10,60 +10,27 @@
 //! counters do see allocations, so a zero from them means something.
 
 use rand::{rngs::StdRng, Rng, SeedableRng};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use zpage_codec::{
     CodecError, CodecSpec, Corruption, Decoder, Dictionary, Encoded, Encoder, Page,
     RejectThreshold, SharedDictionary, PAGE_SIZE,
 };
+use zpage_testsupport::alloc::{self, PerThreadCounter};
+
+#[global_allocator]
+static ALLOCATOR: PerThreadCounter = PerThreadCounter;
 
 thread_local! {
-    // Per thread, so the harness's other threads (and tests running in
-    // parallel) neither count nor get counted. Const-initialised and without
-    // a destructor, so reading them from inside the allocator never allocates.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static RUST_CALLS: Cell<usize> = const { Cell::new(0) };
+    // Per thread, as the Rust allocator's count, so the harness's other
+    // threads (and tests running in parallel) neither count nor get counted.
+    // Const-initialised and without a destructor, so reading it from inside
+    // the allocator never allocates.
     static C_CALLS: Cell<usize> = const { Cell::new(0) };
 }
 
-fn note(calls: &'static std::thread::LocalKey<Cell<usize>>) {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        let _ = calls.try_with(|c| c.set(c.get() + 1));
-    }
+fn note_c_call() {
+    let _ = C_CALLS.try_with(|c| c.set(c.get() + 1));
 }
-
-struct CountingAllocator;
-
-// SAFETY: every method forwards to `System` with the caller's arguments
-// unchanged; counting touches only const thread-locals, which never allocate.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(&RUST_CALLS);
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(&RUST_CALLS);
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(&RUST_CALLS);
-        // SAFETY: forwarded unchanged; `ptr` came from `System` through this allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note(&RUST_CALLS);
-        // SAFETY: forwarded unchanged; `ptr` came from `System` through this allocator.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 /// The C allocator, interposed: these definitions in the executable take the
 /// place of glibc's for every caller in the process (liblz4 and zstd are
@@ -72,7 +39,7 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 /// returns to one allocator.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod c_allocator {
-    use super::{note, C_CALLS};
+    use super::note_c_call;
     use std::ffi::c_void;
 
     extern "C" {
@@ -84,28 +51,28 @@ mod c_allocator {
 
     #[no_mangle]
     extern "C" fn malloc(size: usize) -> *mut c_void {
-        note(&C_CALLS);
+        note_c_call();
         // SAFETY: glibc's malloc accepts any size.
         unsafe { __libc_malloc(size) }
     }
 
     #[no_mangle]
     extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
-        note(&C_CALLS);
+        note_c_call();
         // SAFETY: glibc's calloc accepts any count and size (it checks the product).
         unsafe { __libc_calloc(count, size) }
     }
 
     #[no_mangle]
     unsafe extern "C" fn realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
-        note(&C_CALLS);
+        note_c_call();
         // SAFETY: C callers pass null or a pointer from this allocator family, as realloc(3) requires.
         unsafe { __libc_realloc(ptr, size) }
     }
 
     #[no_mangle]
     unsafe extern "C" fn free(ptr: *mut c_void) {
-        note(&C_CALLS);
+        note_c_call();
         // SAFETY: C callers pass null or a pointer from this allocator family, as free(3) requires.
         unsafe { __libc_free(ptr) }
     }
@@ -116,7 +83,7 @@ const C_COUNTED: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct AllocatorCalls {
-    rust: usize,
+    rust: u64,
     c: usize,
 }
 
@@ -125,14 +92,14 @@ impl AllocatorCalls {
 }
 
 fn allocator_calls_during<R>(f: impl FnOnce() -> R) -> (R, AllocatorCalls) {
-    RUST_CALLS.set(0);
-    C_CALLS.set(0);
-    COUNTING.set(true);
+    // Rust first: its first reading allocates once, to check the counting
+    // allocator is installed, and that `malloc` must not count here.
+    let rust_before = alloc::calls_here();
+    let c_before = C_CALLS.get();
     let result = f();
-    COUNTING.set(false);
     let calls = AllocatorCalls {
-        rust: RUST_CALLS.get(),
-        c: C_CALLS.get(),
+        c: C_CALLS.get() - c_before,
+        rust: alloc::calls_here() - rust_before,
     };
     (result, calls)
 }

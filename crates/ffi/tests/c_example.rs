@@ -23,13 +23,6 @@ fn repo_root() -> PathBuf {
         .unwrap()
 }
 
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn run(command: &mut Command) -> String {
     let output = command
         .output()
@@ -92,7 +85,7 @@ fn compile_and_run_example(
 
 #[test]
 fn c_example_builds_and_runs() {
-    if !have("cc") || !have("pkg-config") {
+    if !zpage_testsupport::runs("cc") || !zpage_testsupport::runs("pkg-config") {
         panic!("the C example needs cc and pkg-config (listed in .ci/apt-packages)");
     }
     for lib in ["libzpage.so", "libzpage.a"] {

@@ -53,43 +53,30 @@ pub fn inside() -> bool {
 
 /// Marks the thread as inside zpage until dropped; blocks asynchronous
 /// signals meanwhile (a program handler that calls `write` or `malloc`
-/// could otherwise wait on a lock this thread holds).
+/// could otherwise wait on a lock this thread holds). The region crate's
+/// guard does the blocking: the same set its own threads block, kept in the
+/// guard on the stack (nothing allocated inside the program's `malloc`), the
+/// old mask restored on drop after the flag.
 pub struct Inside {
     was: bool,
-    old_mask: libc::sigset_t,
+    _signals: zpage_region::SignalGuard,
 }
 
 impl Inside {
     pub fn enter() -> Inside {
-        // SAFETY: plain sigset_t manipulation; the old mask goes into our struct.
-        let old_mask = unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut set);
-            for sig in [
-                libc::SIGBUS,
-                libc::SIGSEGV,
-                libc::SIGILL,
-                libc::SIGFPE,
-                libc::SIGTRAP,
-            ] {
-                libc::sigdelset(&mut set, sig);
-            }
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            old
-        };
+        let signals = zpage_region::SignalGuard::block_async();
         let was = INSIDE.with(|c| c.replace(true));
-        Inside { was, old_mask }
+        Inside {
+            was,
+            _signals: signals,
+        }
     }
 }
 
 impl Drop for Inside {
     fn drop(&mut self) {
+        // The guard, a field, restores the signal mask after this.
         INSIDE.with(|c| c.set(self.was));
-        // SAFETY: restores the mask saved at construction.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut());
-        }
     }
 }
 

@@ -6,52 +6,12 @@
 mod common;
 
 use common::*;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use zpage_region::{Budget, BudgetConfig, Region, RegionConfig, PAGE_SIZE};
-
-/// Counts the allocations and frees each thread makes, and tells on any made
-/// while a thread is [`ARMED`].
-struct PerThreadCounter;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-}
-
-fn tell_if_armed() {
-    if ARMED.try_with(|a| a.get()).unwrap_or(false) {
-        let message = b"ALLOCATION ON THE FAULT PATH\n";
-        // SAFETY: write(2) of a static buffer.
-        unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
-    }
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; it only
-// counts, in a const-initialised thread-local that needs no allocation.
-unsafe impl GlobalAlloc for PerThreadCounter {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        tell_if_armed();
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        tell_if_armed();
-        let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use zpage_testsupport::alloc::{self, PerThreadCounter, ALLOCATION_ALARM};
 
 #[global_allocator]
-static GLOBAL: PerThreadCounter = PerThreadCounter;
-
-fn allocations_here() -> u64 {
-    ALLOCATIONS.with(|c| c.get())
-}
+static ALLOCATOR: PerThreadCounter = PerThreadCounter;
 
 fn pattern(page: usize, round: u64) -> u64 {
     (page as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ round.wrapping_mul(0xD6E8_FEB8_6659_FD93)
@@ -114,7 +74,7 @@ fn fault_path_allocates_nothing(keep_clean_copies: bool, cold_codec: Option<&str
     }
     let before = region.stats();
     let faults_before = region.fault_count();
-    let allocations_before = allocations_here();
+    let allocations_before = alloc::calls_here();
     // Every kind of fault, on this thread only, with nothing else allocating
     // here: restores (giving their copy up, or, keeping clean copies, read
     // faults restoring write-protected), zero fills, and, keeping clean
@@ -138,7 +98,7 @@ fn fault_path_allocates_nothing(keep_clean_copies: bool, cold_codec: Option<&str
             }
         }
     }
-    let allocations = allocations_here() - allocations_before;
+    let allocations = alloc::calls_here() - allocations_before;
     let faults = region.fault_count() - faults_before;
     let after = region.stats();
     assert_eq!(wrong, 0);
@@ -195,15 +155,7 @@ fn a_corrupt_recompressed_blob_ends_the_process_naming_the_page() {
 
 fn corrupt_blob_ends_the_process_naming_the_page(test: &str, cold_codec: Option<&str>) {
     if !is_child() {
-        let output = run_child_output(test);
-        use std::os::unix::process::ExitStatusExt;
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(
-            output.status.signal(),
-            Some(libc::SIGABRT),
-            "{:?}\n{stderr}",
-            output.status
-        );
+        let stderr = run_child_expecting_abort(test);
         assert!(
             stderr.contains("zpage: page 100 (address 0x")
                 && stderr.contains(&format!(
@@ -212,7 +164,7 @@ fn corrupt_blob_ends_the_process_naming_the_page(test: &str, cold_codec: Option<
                 )),
             "{stderr}"
         );
-        assert!(!stderr.contains("ALLOCATION ON THE FAULT PATH"), "{stderr}");
+        assert!(!stderr.contains(ALLOCATION_ALARM), "{stderr}");
         assert!(!stderr.contains("READ BACK"), "{stderr}");
         return;
     }
@@ -239,9 +191,9 @@ fn corrupt_blob_ends_the_process_naming_the_page(test: &str, cold_codec: Option<
     region
         .corrupt_page_for_test(100 * PAGE_SIZE, &garbage)
         .expect("corrupt");
-    ARMED.with(|a| a.set(true));
+    alloc::alarm(true);
     let value = read(&region, 100, 0);
-    ARMED.with(|a| a.set(false));
+    alloc::alarm(false);
     eprintln!("page 100 READ BACK {value:#x}");
     std::process::exit(0);
 }

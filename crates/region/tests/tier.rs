@@ -9,10 +9,10 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
 use std::sync::Arc;
 use zpage_region::{Budget, Region, RegionConfig, PAGE_SIZE};
 use zpage_store::{PackedConfig, PackedTier, Tier};
+use zpage_testsupport::TempDir;
 
 fn pattern(page: usize, word: usize, round: u64) -> u64 {
     let mut x = (page as u64) << 20 ^ (word as u64) << 4 ^ round;
@@ -42,22 +42,6 @@ fn check_page(region: &Region, page: usize, round: u64) {
     }
 }
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("zpage-region-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn capped_region(dir: &TempDir, size: usize) -> (Region, Arc<dyn Tier>, u64) {
     let pool_cap = (4 * MIB) as u64;
     let tier: Arc<dyn Tier> = Arc::new(
@@ -78,7 +62,7 @@ fn region_mib() -> usize {
 
 #[test]
 fn a_pool_cap_writes_back_to_a_packed_tier_and_every_page_reads_back() {
-    let dir = TempDir::new("capped");
+    let dir = TempDir::new("region-capped");
     let size = region_mib() * MIB;
     let (region, tier, pool_cap) = capped_region(&dir, size);
     let pages = size / PAGE_SIZE;
@@ -125,15 +109,8 @@ fn a_pool_cap_writes_back_to_a_packed_tier_and_every_page_reads_back() {
 #[test]
 fn a_page_the_tier_cannot_give_back_ends_the_process_naming_it() {
     if !is_child() {
-        let output =
-            run_child_output("a_page_the_tier_cannot_give_back_ends_the_process_naming_it");
-        use std::os::unix::process::ExitStatusExt;
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(
-            output.status.signal(),
-            Some(libc::SIGABRT),
-            "{:?}\n{stderr}",
-            output.status
+        let stderr = run_child_expecting_abort(
+            "a_page_the_tier_cannot_give_back_ends_the_process_naming_it",
         );
         assert!(
             stderr.contains("zpage: page ")
@@ -146,7 +123,7 @@ fn a_page_the_tier_cannot_give_back_ends_the_process_naming_it() {
         assert!(!stderr.contains("READ BACK"), "{stderr}");
         return;
     }
-    let dir = TempDir::new("cut");
+    let dir = TempDir::new("region-cut");
     let size = 32 * MIB;
     let (region, tier, _) = capped_region(&dir, size);
     for p in 0..size / PAGE_SIZE {

@@ -17,47 +17,14 @@ mod redis_server;
 
 use common::*;
 use redis_server::{available, RedisServer, TempDir};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zpage_region::{Region, RegionConfig, PAGE_SIZE};
 use zpage_store::{RedisConfig, RedisTier, Tier};
-
-struct CountingAllocator;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-fn counting() -> bool {
-    COUNTING.try_with(|c| c.get()).unwrap_or(false)
-}
-
-// SAFETY: forwards every call to the system allocator unchanged; it only
-// counts, on threads that asked to be counted.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use zpage_testsupport::alloc::{self, PerThreadCounter};
 
 #[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
+static ALLOCATOR: PerThreadCounter = PerThreadCounter;
 
 const URL_ENV: &str = "ZPAGE_TEST_REGION_REDIS_URL";
 
@@ -129,10 +96,7 @@ fn faults_read_pages_back_from_redis_through_the_reader_thread_without_allocatin
     wait_written_back(&*tier, (size / PAGE_SIZE / 4) as u64);
     // Warm what is built on first use (the test's own code paths).
     let _ = read(&region, 0, 0);
-    COUNTING.with(|c| c.set(true));
-    let wrong = wrong_words(&region);
-    COUNTING.with(|c| c.set(false));
-    let allocations = ALLOCATIONS.swap(0, Ordering::SeqCst);
+    let (wrong, allocations) = alloc::calls_during(|| wrong_words(&region));
     let stats = tier.stats();
     eprintln!("{stats:#?}");
     assert_eq!(wrong, 0, "wrong words");
@@ -157,15 +121,8 @@ fn a_dead_redis_server_ends_the_process_naming_the_page() {
         let server = RedisServer::start(&dir, &[]);
         // Read by the child process, which the server outlives.
         std::env::set_var(URL_ENV, server.url());
-        let output = run_child_output("a_dead_redis_server_ends_the_process_naming_the_page");
-        use std::os::unix::process::ExitStatusExt;
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(
-            output.status.signal(),
-            Some(libc::SIGABRT),
-            "{:?}\n{stderr}",
-            output.status
-        );
+        let stderr =
+            run_child_expecting_abort("a_dead_redis_server_ends_the_process_naming_the_page");
         assert!(
             stderr.contains("zpage: page ")
                 && stderr.contains("cannot be restored: it was written back to redis")

@@ -5,54 +5,15 @@
 #[path = "pages_support/mod.rs"]
 mod pages;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 use zpage_codec::PAGE_SIZE;
 use zpage_store::{CompressionTrigger, PageStore, PageStoreConfig, PoolKind, Put};
-
-struct CountingAllocator;
-
-fn counting() -> bool {
-    // `try_with`: the allocator also runs while a thread's locals are torn down.
-    COUNTING.try_with(Cell::get).unwrap_or(false)
-}
-
-thread_local! {
-    /// Counting is per thread: the test harness's own threads (reporting
-    /// another test's result) allocate whenever they like.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator unchanged; it only counts.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if counting() {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as ours, passed through.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use zpage_testsupport::alloc::{self, PerThreadCounter};
 
 #[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
-
-/// The counter is global: the tests count one at a time.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static ALLOCATOR: PerThreadCounter = PerThreadCounter;
 
 #[test]
 fn loads_neither_allocate_nor_free() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for pool in PoolKind::all() {
         for codec in ["lz4", "lz4-flex", "zstd:3"] {
             let (store, mut worker) = pages::filled_store(pool, codec, 100, 0);
@@ -86,18 +47,18 @@ fn loads_neither_allocate_nor_free() {
                     .get(&mut object_worker, refs[key as usize], &mut out)
                     .unwrap();
             }
-            COUNTING.with(|c| c.set(true));
-            for key in 0..100 {
-                store.load(&mut worker, key, &mut out).unwrap();
-                objects
-                    .get(&mut object_worker, refs[key as usize], &mut out)
-                    .unwrap();
-                objects
-                    .get_in_handler(&mut object_worker, refs[key as usize], &mut out)
-                    .unwrap();
-            }
-            COUNTING.with(|c| c.set(false));
-            assert_eq!(ALLOCATIONS.swap(0, Ordering::SeqCst), 0, "{pool} {codec}");
+            let ((), allocations) = alloc::calls_during(|| {
+                for key in 0..100 {
+                    store.load(&mut worker, key, &mut out).unwrap();
+                    objects
+                        .get(&mut object_worker, refs[key as usize], &mut out)
+                        .unwrap();
+                    objects
+                        .get_in_handler(&mut object_worker, refs[key as usize], &mut out)
+                        .unwrap();
+                }
+            });
+            assert_eq!(allocations, 0, "{pool} {codec}");
             for key in 0..100u64 {
                 objects
                     .get(&mut object_worker, refs[key as usize], &mut out)
@@ -114,7 +75,6 @@ fn loads_neither_allocate_nor_free() {
 /// its authentication.
 #[test]
 fn tier_reads_neither_allocate_nor_free() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let path = std::env::temp_dir().join(format!("zpage-noalloc-tier-{}", std::process::id()));
     let tiers: Vec<std::sync::Arc<dyn zpage_store::Tier>> = vec![
         std::sync::Arc::new(
@@ -153,23 +113,18 @@ fn tier_reads_neither_allocate_nor_free() {
         for &(key, r) in &refs {
             objects.get_page(&mut worker, r, key, &mut out).unwrap();
         }
-        COUNTING.with(|c| c.set(true));
-        for &(key, r) in &refs {
-            objects
-                .get_page_in_handler(&mut worker, r, key, &mut out)
-                .unwrap();
-            // Asked for as another page: refused, still without allocating.
-            assert!(objects
-                .get_page_in_handler(&mut worker, r, key + 1000, &mut out)
-                .is_err());
-        }
-        COUNTING.with(|c| c.set(false));
-        assert_eq!(
-            ALLOCATIONS.swap(0, Ordering::SeqCst),
-            0,
-            "{}",
-            tier.describe()
-        );
+        let ((), allocations) = alloc::calls_during(|| {
+            for &(key, r) in &refs {
+                objects
+                    .get_page_in_handler(&mut worker, r, key, &mut out)
+                    .unwrap();
+                // Asked for as another page: refused, still without allocating.
+                assert!(objects
+                    .get_page_in_handler(&mut worker, r, key + 1000, &mut out)
+                    .is_err());
+            }
+        });
+        assert_eq!(allocations, 0, "{}", tier.describe());
         for &(key, r) in &refs {
             objects.get_page(&mut worker, r, key, &mut out).unwrap();
             assert_eq!(pages::identify(&out), Some((key, 0)));

@@ -41,6 +41,26 @@ fn evicted(size: usize, budget: usize) -> Region {
     region
 }
 
+/// A destination the kernel must write into evicted pages: the first `len`
+/// bytes of `region` zeroed, then every page evicted.
+fn zero_and_evict(region: &mut Region, len: usize) {
+    region.as_mut_slice()[..len].fill(0);
+    region.advise_cold(0, region.len()).expect("cold");
+}
+
+/// Every byte of `bytes` is the pattern (from offset 0).
+fn holds_pattern(bytes: &[u8]) -> bool {
+    bytes.iter().enumerate().all(|(i, &b)| b == pattern(i))
+}
+
+/// The first `len` bytes of `region`, checked after evicting every page
+/// again: what a call wrote there was kept by the region, not just by the
+/// page tables.
+fn evict_and_check(region: &Region, len: usize) {
+    region.advise_cold(0, region.len()).expect("cold");
+    assert!(holds_pattern(&region.as_slice()[..len]));
+}
+
 fn write_fn() -> Option<calls::signature::write> {
     Some(libc::write)
 }
@@ -77,12 +97,11 @@ fn wrapped_write_and_read_move_every_byte() {
     let mut back = Vec::new();
     file.rewind().unwrap();
     file.read_to_end(&mut back).unwrap();
-    assert!(back.iter().enumerate().all(|(i, &b)| b == pattern(i)));
+    assert!(holds_pattern(&back));
 
     // Into evicted pages: the kernel writes them, the region keeps them.
     let mut region = region;
-    region.as_mut_slice()[..MIB].fill(0);
-    region.advise_cold(0, region.len()).unwrap();
+    zero_and_evict(&mut region, MIB);
     file.rewind().unwrap();
     // SAFETY: as above.
     let n = unsafe {
@@ -95,11 +114,7 @@ fn wrapped_write_and_read_move_every_byte() {
         )
     };
     assert_eq!(n, MIB as isize);
-    region.advise_cold(0, region.len()).unwrap();
-    assert!(region.as_slice()[..MIB]
-        .iter()
-        .enumerate()
-        .all(|(i, &b)| b == pattern(i)));
+    evict_and_check(&region, MIB);
 }
 
 #[test]
@@ -122,12 +137,12 @@ fn a_buffer_larger_than_half_the_budget_goes_in_pieces() {
     let mut back = Vec::new();
     file.read_to_end(&mut back).unwrap();
     assert_eq!(back.len(), region.len());
-    assert!(back.iter().enumerate().all(|(i, &b)| b == pattern(i)));
+    assert!(holds_pattern(&back));
 
     // fread into the evicted region, 8-byte items.
     let mut region = region;
-    region.as_mut_slice().fill(0);
-    region.advise_cold(0, region.len()).unwrap();
+    let len = region.len();
+    zero_and_evict(&mut region, len);
     let path = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).unwrap();
     // SAFETY: valid NUL-terminated strings.
     let stream = unsafe { libc::fopen(path.as_ptr(), c"r".as_ptr()) };
@@ -147,19 +162,13 @@ fn a_buffer_larger_than_half_the_budget_goes_in_pieces() {
     // SAFETY: the stream opened above.
     unsafe { libc::fclose(stream) };
     assert_eq!(got, items);
-    region.advise_cold(0, region.len()).unwrap();
-    assert!(region
-        .as_slice()
-        .iter()
-        .enumerate()
-        .all(|(i, &b)| b == pattern(i)));
+    evict_and_check(&region, region.len());
 }
 
 #[test]
 fn a_socket_receive_into_evicted_pages_is_one_piece_and_exact() {
     let mut region = evicted(4 * MIB, 2 * MIB);
-    region.as_mut_slice()[..64 * 1024].fill(0);
-    region.advise_cold(0, region.len()).unwrap();
+    zero_and_evict(&mut region, 64 * 1024);
     let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
     let sent: Vec<u8> = (0..64 * 1024).map(|i| pattern(i + 7)).collect();
     a.write_all(&sent).unwrap();

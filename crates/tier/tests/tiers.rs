@@ -7,33 +7,13 @@
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use zpage_testsupport::TempDir;
 use zpage_tier::{
     MemoryTier, MemoryTierConfig, PackedConfig, PackedTier, ReadFailure, Tier, TierError, TierRef,
     READ_BUFFER_BYTES, TAG_BYTES,
 };
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "zpage-tier-{name}-{}-{}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A blob that looks like a compressed page: `len` bytes of a seeded pattern.
 fn blob(seed: u64, len: usize) -> Vec<u8> {
@@ -57,7 +37,7 @@ fn packed(dir: &TempDir, max_bytes: u64, segment_bytes: u64) -> PackedTier {
 
 #[test]
 fn packed_round_trip_takes_compressed_size_on_disk() {
-    let dir = TempDir::new("round");
+    let dir = TempDir::new("tier-round");
     let tier = packed(&dir, 64 << 20, 1 << 20);
     let mut shadow = HashMap::new();
     for page in 0..2000u64 {
@@ -84,7 +64,7 @@ fn packed_round_trip_takes_compressed_size_on_disk() {
 
 #[test]
 fn garbage_collection_keeps_every_live_blob_under_the_space_bound() {
-    let dir = TempDir::new("gc");
+    let dir = TempDir::new("tier-gc");
     // Four segments of 64 KiB: 192 KiB usable, one kept for collection.
     let tier = packed(&dir, 256 << 10, 64 << 10);
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
@@ -133,7 +113,7 @@ fn garbage_collection_keeps_every_live_blob_under_the_space_bound() {
 
 #[test]
 fn reads_race_with_garbage_collection_and_never_fail() {
-    let dir = TempDir::new("race");
+    let dir = TempDir::new("tier-race");
     let tier = Arc::new(packed(&dir, 512 << 10, 64 << 10));
     // Stable pages the readers check, and churn that forces collections.
     let stable: Vec<(u64, TierRef, Vec<u8>)> = (0..40u64)
@@ -192,7 +172,7 @@ fn flip_bit(path: &std::path::Path, at: u64) {
 
 #[test]
 fn tampered_packed_blobs_are_rejected_and_counted() {
-    let dir = TempDir::new("tamper");
+    let dir = TempDir::new("tier-tamper");
     let path = dir.0.join("tier");
     let tier = packed(&dir, 8 << 20, 1 << 20);
     let pages: Vec<(u64, TierRef, Vec<u8>)> = (0..6u64)
@@ -277,7 +257,7 @@ fn tampered_memory_blobs_are_rejected_and_counted() {
 
 #[test]
 fn a_tier_missing_at_start_is_used_once_it_appears() {
-    let dir = TempDir::new("missing");
+    let dir = TempDir::new("tier-missing");
     let missing = dir.0.join("not-yet");
     let mut config = PackedConfig::new(missing.join("tier"), 4 << 20);
     config.retry_interval = Duration::from_millis(50);
@@ -321,7 +301,7 @@ fn a_full_device_refuses_writes_and_keeps_what_it_holds() {
     // A file tier whose device becomes /dev/full mid-run: earlier pages
     // read back (through the file they were written to, reopened), new
     // writes fail and are counted, and the tier comes back when writes work.
-    let dir = TempDir::new("full");
+    let dir = TempDir::new("tier-full");
     let tier = packed(&dir, 4 << 20, 1 << 20);
     let kept = tier.put(1, &blob(1, 700)).unwrap();
     tier.replace_device_for_test(
@@ -350,7 +330,7 @@ fn a_full_device_refuses_writes_and_keeps_what_it_holds() {
 
 #[test]
 fn a_deleted_file_keeps_its_pages_readable() {
-    let dir = TempDir::new("deleted");
+    let dir = TempDir::new("tier-deleted");
     let tier = packed(&dir, 4 << 20, 1 << 20);
     let refs: Vec<_> = (0..50u64)
         .map(|p| (p, tier.put(p, &blob(p, 1200)).unwrap()))
@@ -366,7 +346,7 @@ fn a_deleted_file_keeps_its_pages_readable() {
 
 #[test]
 fn upkeep_collects_dead_blobs_so_disk_bytes_stay_near_stored_bytes() {
-    let dir = TempDir::new("upkeep");
+    let dir = TempDir::new("tier-upkeep");
     let tier = packed(&dir, 16 << 20, 64 << 10);
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     let mut live = Vec::new();

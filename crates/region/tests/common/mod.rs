@@ -69,16 +69,22 @@ impl Rng {
     }
 }
 
+/// This test binary, to run the test named `name` alone in a child process
+/// with `ZPAGE_CHILD=1` (see [`is_child`]).
+fn child_command(name: &str) -> std::process::Command {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut command = std::process::Command::new(exe);
+    command
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env("ZPAGE_CHILD", "1");
+    command
+}
+
 /// Runs the test named `name` of this test binary in a child process with
 /// `ZPAGE_CHILD=1`, returning its exit status.
 /// A child that does not finish within 60 s is killed and reported as hung.
 pub fn run_child(name: &str) -> std::process::ExitStatus {
-    let exe = std::env::current_exe().expect("test binary");
-    let mut child = std::process::Command::new(exe)
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env("ZPAGE_CHILD", "1")
-        .spawn()
-        .expect("spawn child");
+    let mut child = child_command(name).spawn().expect("spawn child");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         if let Some(status) = child.try_wait().expect("wait child") {
@@ -94,10 +100,7 @@ pub fn run_child(name: &str) -> std::process::ExitStatus {
 
 /// Like [`run_child`], with the child's stderr captured.
 pub fn run_child_output(name: &str) -> std::process::Output {
-    let exe = std::env::current_exe().expect("test binary");
-    let child = std::process::Command::new(exe)
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env("ZPAGE_CHILD", "1")
+    let child = child_command(name)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -123,6 +126,23 @@ pub fn run_child_output(name: &str) -> std::process::Output {
     done.store(true, Ordering::Release);
     watchdog.join().expect("watchdog");
     output
+}
+
+/// Runs the test named `name` in a child process (as [`run_child_output`])
+/// that must end by `abort` (SIGABRT: how the fault path ends the process
+/// for a page it cannot give back); returns the child's stderr, for the
+/// caller to check what the message names.
+pub fn run_child_expecting_abort(name: &str) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let output = run_child_output(name);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(
+        output.status.signal(),
+        Some(libc::SIGABRT),
+        "{:?}\n{stderr}",
+        output.status
+    );
+    stderr
 }
 
 pub fn is_child() -> bool {

@@ -8,24 +8,14 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use zpage_testsupport::TempDir;
+
 /// Whether `redis-server` (and `redis-cli`, for clusters) can run here; when
-/// not, says why on standard error so a skipped test is visible.
+/// not, the test is skipped, saying so (a failure on CI, which installs
+/// both).
 pub fn available(test: &str) -> bool {
-    let found = |program: &str| {
-        Command::new(program)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if found("redis-server") && found("redis-cli") {
-        return true;
-    }
-    eprintln!(
-        "{test}: SKIPPED: redis-server or redis-cli is not installed (Debian: apt-get install redis-server redis-tools; CI installs them)"
-    );
-    false
+    zpage_testsupport::installed(test, "redis-server", "redis-server")
+        && zpage_testsupport::installed(test, "redis-cli", "redis-tools")
 }
 
 /// A port whose cluster bus port (port + 10000) is free too.
@@ -36,27 +26,6 @@ fn free_port() -> u16 {
         if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
             return port;
         }
-    }
-}
-
-/// A temporary directory, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "zpage-redis-{name}-{}-{}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -1,0 +1,72 @@
+//! What the tests of several zpage crates share, kept in one place:
+//!
+//! - [`installed`]: whether a program a test needs (a `redis-server`, a
+//!   `node`) is installed, skipping the test with a message where it is not,
+//!   and failing it on CI, which installs everything `.ci/apt-packages` lists;
+//! - [`TempDir`]: a scratch directory removed when dropped;
+//! - [`alloc`]: a global allocator that counts the calls each thread makes,
+//!   for the tests that prove a path (a region's fault path, a store load, a
+//!   decode) allocates nothing.
+//!
+//! A dev-dependency only: no library crate's normal build depends on it, and
+//! it depends on no zpage crate, so every layer can use it without a cycle.
+
+pub mod alloc;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Whether `program --version` runs and succeeds here.
+pub fn runs(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether `program` (from the Debian package `debian_package`), which the
+/// test `test` needs, is installed. Where it is not, the test should return
+/// early: this says so on standard output (`SKIP ...`), so a skipped test is
+/// visible. On CI (the `CI` variable set), where every package in
+/// `.ci/apt-packages` is installed, a missing program is a failure instead.
+pub fn installed(test: &str, program: &str, debian_package: &str) -> bool {
+    if runs(program) {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: {program} is not installed (apt-get install {debian_package}; .ci/apt-packages lists it)"
+    );
+    println!("SKIP {test}: {program} is not installed (apt-get install {debian_package})");
+    false
+}
+
+/// A directory under the system's temporary directory, removed with all it
+/// holds when dropped (also when the test fails).
+#[derive(Debug)]
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// `zpage-<name>-<pid>-<n>`, with `n` counted per process: tests running
+    /// in parallel, and a test and its child process, never share one.
+    pub fn new(name: &str) -> TempDir {
+        static MADE: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "zpage-{name}-{}-{}",
+            std::process::id(),
+            MADE.fetch_add(1, Ordering::Relaxed)
+        ));
+        // Left over by an earlier process that had this pid and was killed.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
