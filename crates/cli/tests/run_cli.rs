@@ -318,7 +318,7 @@ fn regrtest_result(out: &Output) -> String {
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
         .filter_map(|l| l.strip_prefix("Result:"))
-        .last()
+        .next_back()
         .map_or_else(|| "none".to_string(), |r| r.trim().to_string())
 }
 
