@@ -56,6 +56,7 @@ mod memory;
 mod packed;
 mod redis;
 mod seal;
+mod slot;
 mod stats;
 
 pub use memory::{MemoryTier, MemoryTierConfig};

@@ -27,13 +27,14 @@
 
 use crate::health::Health;
 use crate::seal::{KeySource, Sealer};
+use crate::slot::SlotRef;
 use crate::stats::{Counters, TierStats};
-use crate::{spin_read, ReadFailure, Tier, TierError, TierRef, MAX_BLOB_BYTES, TAG_BYTES};
+use crate::{spin_read, ReadFailure, Tier, TierError, TierRef, TAG_BYTES};
 use parking_lot::{Mutex, RwLock};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// Where and how a [`PackedTier`] writes.
@@ -117,19 +118,7 @@ pub struct PackedTier {
     regular: bool,
     health: Health,
     deleted_reported: AtomicBool,
-    pages: AtomicU64,
-    stored_bytes: AtomicU64,
     counters: Counters,
-}
-
-fn encode(slot: u32, generation: u32) -> TierRef {
-    let raw = (u64::from(generation & 0xff_ffff) << 32) | (u64::from(slot) + 1);
-    TierRef::from_raw(raw).expect("below 2^56 and never 0")
-}
-
-fn decode(tier_ref: TierRef) -> (usize, u32) {
-    let raw = tier_ref.to_raw();
-    (((raw & 0xffff_ffff) - 1) as usize, (raw >> 32) as u32)
 }
 
 /// Reads exactly `buf.len()` bytes at `offset` with `pread` (async-signal-safe;
@@ -198,8 +187,6 @@ impl PackedTier {
             device: RwLock::new(None),
             regular,
             deleted_reported: AtomicBool::new(false),
-            pages: AtomicU64::new(0),
-            stored_bytes: AtomicU64::new(0),
             counters: Counters::default(),
             config,
         };
@@ -416,7 +403,7 @@ impl PackedTier {
     /// length): for tamper tests.
     #[doc(hidden)]
     pub fn location_for_test(&self, tier_ref: TierRef) -> Option<(u64, usize)> {
-        let (slot, _) = decode(tier_ref);
+        let slot = SlotRef::decode(tier_ref).slot;
         let entry = *self.index.read().entries.get(slot)?;
         entry.live.then(|| {
             (
@@ -472,7 +459,7 @@ impl PackedTier {
         let seg = &mut layout.segments[segment as usize];
         seg.live += len;
         seg.blobs.push(slot.0);
-        Ok(encode(slot.0, slot.1))
+        Ok(SlotRef::encode(slot.0, slot.1))
     }
 
     /// Notices a regular file that was deleted under us: its pages stay
@@ -498,44 +485,21 @@ impl Tier for PackedTier {
     }
 
     fn put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
-        if blob.len() > MAX_BLOB_BYTES {
-            return Err(TierError::InvalidBlob {
-                len: blob.len(),
-                why: "larger than a page",
-            });
-        }
-        match self.try_put(page, blob) {
-            Ok(tier_ref) => {
-                self.health.succeeded();
-                self.pages.fetch_add(1, Relaxed);
-                self.stored_bytes.fetch_add(blob.len() as u64, Relaxed);
-                Counters::add(&self.counters.puts, 1);
-                Counters::add(&self.counters.put_bytes, blob.len() as u64);
-                Ok(tier_ref)
-            }
-            Err(error) => {
-                self.counters.count_put_failure(&error);
-                match &error {
-                    // A full tier is not down: frees make room again.
-                    TierError::Full { .. } | TierError::Unavailable { .. } => {}
-                    _ => self.health.failed(&error),
-                }
-                Err(error)
-            }
-        }
+        self.counters
+            .accounted_put(&self.health, blob, || self.try_put(page, blob))
     }
 
     fn get(&self, tier_ref: TierRef, page: u64, buf: &mut [u8]) -> Result<usize, ReadFailure> {
         let started = Instant::now();
-        let (slot, generation) = decode(tier_ref);
+        let named = SlotRef::decode(tier_ref);
         let mut result = Err(ReadFailure::Stale);
         // A collection may move the blob between our look at the index and
         // our read; a few tries always see it settle.
         for _ in 0..4 {
             let entry = {
                 let index = spin_read(&self.index);
-                match index.entries.get(slot) {
-                    Some(e) if e.live && e.generation & 0xff_ffff == generation => *e,
+                match index.entries.get(named.slot) {
+                    Some(e) if e.live && named.is_current(e.generation) => *e,
                     _ => {
                         result = Err(ReadFailure::Stale);
                         break;
@@ -559,7 +523,7 @@ impl Tier for PackedTier {
             }
             let moved = {
                 let index = spin_read(&self.index);
-                index.entries.get(slot).is_some_and(|e| {
+                index.entries.get(named.slot).is_some_and(|e| {
                     e.live
                         && e.generation == entry.generation
                         && (e.segment, e.offset) != (entry.segment, entry.offset)
@@ -577,20 +541,20 @@ impl Tier for PackedTier {
     }
 
     fn free(&self, tier_ref: TierRef) {
-        let (slot, generation) = decode(tier_ref);
+        let named = SlotRef::decode(tier_ref);
         let mut layout = self.layout.lock();
         let freed = {
             let mut index = self.index.write();
-            let Some(entry) = index.entries.get_mut(slot) else {
+            let Some(entry) = index.entries.get_mut(named.slot) else {
                 return;
             };
-            if !entry.live || entry.generation & 0xff_ffff != generation {
+            if !entry.live || !named.is_current(entry.generation) {
                 return;
             }
             entry.live = false;
             entry.generation = entry.generation.wrapping_add(1);
             let freed = *entry;
-            index.free.push(slot as u32);
+            index.free.push(named.slot as u32);
             freed
         };
         let open = layout.open;
@@ -602,10 +566,7 @@ impl Tier for PackedTier {
             layout.free.push(freed.segment);
         }
         drop(layout);
-        self.pages.fetch_sub(1, Relaxed);
-        self.stored_bytes
-            .fetch_sub(u64::from(freed.sealed_len) - TAG_BYTES as u64, Relaxed);
-        Counters::add(&self.counters.frees, 1);
+        self.counters.count_free(u64::from(freed.sealed_len));
     }
 
     fn stats(&self) -> TierStats {
@@ -615,8 +576,6 @@ impl Tier for PackedTier {
         };
         let down_cause = self.health.down_cause();
         TierStats {
-            pages: self.pages.load(Relaxed),
-            stored_bytes: self.stored_bytes.load(Relaxed),
             backing_bytes,
             capacity_bytes: self.capacity_bytes(),
             available: down_cause.is_none(),

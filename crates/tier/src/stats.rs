@@ -7,6 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// any lock (a fault handler bumps them too).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
+    /// Gauge: blobs held now.
+    pub pages: AtomicU64,
+    /// Gauge: their bytes as given to `put`.
+    pub stored_bytes: AtomicU64,
     pub puts: AtomicU64,
     pub put_bytes: AtomicU64,
     pub gets: AtomicU64,
@@ -30,6 +34,50 @@ pub(crate) struct Counters {
 impl Counters {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
+    }
+
+    /// A blob of `blob_len` bytes stored.
+    pub fn count_put(&self, blob_len: usize) {
+        Self::add(&self.pages, 1);
+        Self::add(&self.stored_bytes, blob_len as u64);
+        Self::add(&self.puts, 1);
+        Self::add(&self.put_bytes, blob_len as u64);
+    }
+
+    /// A blob freed, `sealed_len` bytes with its tag.
+    pub fn count_free(&self, sealed_len: u64) {
+        self.pages.fetch_sub(1, Relaxed);
+        self.stored_bytes
+            .fetch_sub(sealed_len - crate::TAG_BYTES as u64, Relaxed);
+        Self::add(&self.frees, 1);
+    }
+
+    /// A tier's `put` around its own `try_put`: refuses a blob larger than a
+    /// page, counts the outcome, and keeps `health` (a failure other than a
+    /// full or already-down tier takes it down; a success brings it back).
+    pub fn accounted_put(
+        &self,
+        health: &crate::health::Health,
+        blob: &[u8],
+        try_put: impl FnOnce() -> Result<crate::TierRef, crate::TierError>,
+    ) -> Result<crate::TierRef, crate::TierError> {
+        check_blob_len(blob)?;
+        match try_put() {
+            Ok(tier_ref) => {
+                health.succeeded();
+                self.count_put(blob.len());
+                Ok(tier_ref)
+            }
+            Err(error) => {
+                self.count_put_failure(&error);
+                match &error {
+                    // A full tier is not down: frees make room again.
+                    crate::TierError::Full { .. } | crate::TierError::Unavailable { .. } => {}
+                    _ => health.failed(&error),
+                }
+                Err(error)
+            }
+        }
     }
 
     pub fn count_get(&self, ns: u64) {
@@ -59,6 +107,17 @@ impl Counters {
         };
         Self::add(counter, 1);
     }
+}
+
+/// Refuses a blob no tier takes: one larger than an uncompressed page.
+pub(crate) fn check_blob_len(blob: &[u8]) -> Result<(), crate::TierError> {
+    if blob.len() > crate::MAX_BLOB_BYTES {
+        return Err(crate::TierError::InvalidBlob {
+            len: blob.len(),
+            why: "larger than a page",
+        });
+    }
+    Ok(())
 }
 
 /// A snapshot of a tier's figures.
@@ -120,6 +179,8 @@ impl TierStats {
     pub(crate) fn from_counters(c: &Counters) -> TierStats {
         let get = |a: &AtomicU64| a.load(Relaxed);
         TierStats {
+            pages: get(&c.pages),
+            stored_bytes: get(&c.stored_bytes),
             puts: get(&c.puts),
             put_bytes: get(&c.put_bytes),
             gets: get(&c.gets),
