@@ -7,13 +7,22 @@
 //! index in memory maps a reference to the blob's segment, offset and length,
 //! and to the page and version its seal is bound to.
 //!
-//! Freeing a blob only marks it dead. When the open segment is full and no
-//! free segment is left, garbage collection takes the segment with the
-//! fewest live bytes, copies its live blobs forward into the reserved
-//! segment (one is always kept empty for this, so a collection never needs
-//! room it does not have), and the emptied segment becomes the new reserve.
-//! Blobs are copied sealed, without opening them: their seal binds page and
-//! version, not place.
+//! Freeing a blob only marks it dead. Garbage collection keeps the dead
+//! bytes at most [`PackedConfig::garbage_percent`] of the bytes in segments:
+//! whenever a put or a free leaves them over it, the closed segment that
+//! reclaims the most dead bytes per live byte copied has its live blobs
+//! copied into the open segment and is freed. A segment emptied (by frees or
+//! by collection) has a hole punched over it in a regular file
+//! (`fallocate(FALLOC_FL_PUNCH_HOLE)`), so the file takes on disk what its
+//! segments in use hold: about `1 / (1 - garbage_percent)` times the live
+//! sealed blobs, 1.07 bytes per compressed byte on real program heaps,
+//! however much was rewritten or freed (`TierStats::disk_bytes`). When the
+//! open segment is full and no free segment is left, collection takes the
+//! segment with the fewest live bytes, copies its live blobs forward into
+//! the reserved segment (one is always kept empty for this, so a collection
+//! never needs room it does not have), and the emptied segment becomes the
+//! new reserve. Blobs are copied sealed, without opening them: their seal
+//! binds page and version, not place.
 //!
 //! Readers copy an index entry under a read lock and read the blob with no
 //! lock on the index. A collection may move the blob and reuse its old place
@@ -51,7 +60,19 @@ pub struct PackedConfig {
     pub key: KeySource,
     /// How long a tier that failed waits before it tries the device again.
     pub retry_interval: Duration,
+    /// Garbage collection keeps the bytes of dead blobs (freed or rewritten
+    /// pages not yet copied away) at most this percentage of the bytes in
+    /// segments, so the file takes at most about `100 / (100 - garbage_percent)`
+    /// times its live sealed blobs on disk. 1 to 50; lower costs more
+    /// copying (each collection copies a segment's live blobs to reclaim
+    /// its dead ones).
+    pub garbage_percent: u8,
 }
+
+/// The default [`PackedConfig::garbage_percent`]: at most 1/0.95 = 1.053
+/// bytes in segments per live sealed byte; with the 16-byte tag of a blob
+/// of 1 KiB or more, at most about 1.07 bytes on disk per compressed byte.
+const DEFAULT_GARBAGE_PERCENT: u8 = 5;
 
 impl PackedConfig {
     /// A packed tier at `path` bounded to `max_bytes`, with 1 MiB segments,
@@ -63,6 +84,7 @@ impl PackedConfig {
             segment_bytes: 1 << 20,
             key: KeySource::Ephemeral,
             retry_interval: Duration::from_secs(1),
+            garbage_percent: DEFAULT_GARBAGE_PERCENT,
         }
     }
 }
@@ -103,6 +125,25 @@ struct Layout {
     reserve: u32,
     /// Scratch for collection's copies.
     scratch: Vec<u8>,
+    /// The sums of the segments' `fill` and `live`.
+    filled: u64,
+    live: u64,
+}
+
+impl Layout {
+    /// Empties `segment` (its blobs are dead or were copied away) and
+    /// returns what it held.
+    fn empty(&mut self, segment: u32) -> Segment {
+        let old = std::mem::take(&mut self.segments[segment as usize]);
+        self.filled -= old.fill;
+        self.live -= old.live;
+        old
+    }
+
+    /// Whether dead blobs are more than `percent` of the bytes in segments.
+    fn over_garbage(&self, percent: u8) -> bool {
+        (self.filled - self.live) * 100 > self.filled * u64::from(percent)
+    }
 }
 
 /// A log-structured, sealed tier on a file or device.
@@ -155,6 +196,12 @@ impl PackedTier {
                 config.segment_bytes
             )));
         }
+        if !(1..=50).contains(&config.garbage_percent) {
+            return Err(TierError::InvalidConfig(format!(
+                "garbage_percent is {}: give 1 to 50",
+                config.garbage_percent
+            )));
+        }
         let segments = config.max_bytes / config.segment_bytes;
         if segments < 2 || segments > u64::from(u32::MAX) {
             return Err(TierError::InvalidConfig(format!(
@@ -183,6 +230,8 @@ impl PackedTier {
                 open: None,
                 reserve: segments as u32 - 1,
                 scratch: Vec::new(),
+                filled: 0,
+                live: 0,
             }),
             device: RwLock::new(None),
             regular,
@@ -278,7 +327,7 @@ impl PackedTier {
         if layout.segments[victim as usize].live + len > self.config.segment_bytes {
             return Err(full());
         }
-        layout.segments[reserve as usize] = Segment::default();
+        layout.empty(reserve);
         self.copy_live(layout, victim, reserve)?;
         layout.open = Some(reserve);
         layout.reserve = victim;
@@ -286,7 +335,8 @@ impl PackedTier {
     }
 
     /// Copies the live blobs of `victim` to the end of `dest` (sealed, as
-    /// they are), repoints the index, and empties `victim`. On error nothing
+    /// they are), repoints the index, empties `victim` and gives its space
+    /// back to the file system. On error nothing
     /// is repointed and `dest`'s fill is unchanged (the partial copies are
     /// garbage the next append overwrites).
     fn copy_live(&self, layout: &mut Layout, victim: u32, dest: u32) -> Result<(), TierError> {
@@ -349,31 +399,61 @@ impl PackedTier {
             }
         }
         let dest_segment = &mut layout.segments[dest as usize];
+        layout.filled += fill - dest_segment.fill;
+        layout.live += live;
         dest_segment.fill = fill;
         dest_segment.live += live;
         dest_segment.blobs.extend(kept);
-        layout.segments[victim as usize] = Segment::default();
+        layout.empty(victim);
+        self.release(victim);
         Counters::add(&self.counters.gc_runs, 1);
         Ok(())
     }
 
-    /// Collection ahead of need: copies the emptiest closed segment that is
-    /// at most half live into the open segment (a free one is opened when
-    /// the open one lacks room) and frees it. False when there was nothing
-    /// worth doing or no room to do it.
+    /// Gives an emptied segment's blocks back to the file system (a hole
+    /// punched over it; the file keeps its size), so the file takes on disk
+    /// what its segments in use hold. A device keeps its blocks: nothing
+    /// is counted on it but the segments' fill.
+    fn release(&self, segment: u32) {
+        if !self.regular {
+            return;
+        }
+        let device = self.device.read();
+        let Some(file) = device.as_ref() else { return };
+        let punched = rustix::fs::fallocate(
+            file,
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+            self.segment_offset(segment, 0),
+            self.config.segment_bytes,
+        );
+        match punched {
+            Ok(()) => Counters::add(&self.counters.punched_segments, 1),
+            // The blocks stay allocated and are overwritten when the
+            // segment is used again: space, not data, is what is lost.
+            Err(_) => Counters::add(&self.counters.punch_failures, 1),
+        }
+    }
+
+    /// Collection ahead of need: copies the live blobs of the closed
+    /// segment where that reclaims the most dead bytes per byte copied into
+    /// the open segment (a free one is opened when the open one lacks room)
+    /// and frees it. False when there was nothing worth doing or no room to
+    /// do it.
     fn compact_one(&self, layout: &mut Layout) -> bool {
         let open = layout.open;
         let reserve = layout.reserve;
-        let Some(victim) = layout
-            .segments
-            .iter()
-            .enumerate()
-            .filter(|&(i, s)| {
-                let i = i as u32;
-                Some(i) != open && i != reserve && s.fill > 0 && s.live * 2 <= s.fill
+        // live/dead, compared without dividing: the lowest copies least per
+        // byte reclaimed.
+        let Some(victim) = (0..)
+            .zip(&layout.segments)
+            .filter(|&(i, s)| Some(i) != open && i != reserve && s.live < s.fill)
+            .min_by(|(_, a), (_, b)| {
+                let cost = |s: &Segment, other: &Segment| {
+                    u128::from(s.live) * u128::from(other.fill - other.live)
+                };
+                cost(a, b).cmp(&cost(b, a))
             })
-            .min_by_key(|(_, s)| s.live)
-            .map(|(i, _)| i as u32)
+            .map(|(i, _)| i)
         else {
             return false;
         };
@@ -393,6 +473,15 @@ impl PackedTier {
         }
         layout.free.push(victim);
         true
+    }
+
+    /// Collection as the log is written and freed, one segment at a time
+    /// while dead blobs are over `garbage_percent`, so their share stays
+    /// bounded at every moment, however often `maintain` runs.
+    fn collect_if_over(&self, layout: &mut Layout) {
+        if layout.over_garbage(self.config.garbage_percent) {
+            self.compact_one(layout);
+        }
     }
 
     fn capacity_bytes(&self) -> u64 {
@@ -433,7 +522,9 @@ impl PackedTier {
         let (segment, offset) = self.place(&mut layout, len)?;
         // The space is taken whether or not the write succeeds: a failed
         // write leaves dead bytes, never a blob the index points at.
+        debug_assert_eq!(layout.segments[segment as usize].fill, offset);
         layout.segments[segment as usize].fill = offset + len;
+        layout.filled += len;
         self.write_at(&sealed, self.segment_offset(segment, offset))?;
         let slot = {
             let mut index = self.index.write();
@@ -459,7 +550,20 @@ impl PackedTier {
         let seg = &mut layout.segments[segment as usize];
         seg.live += len;
         seg.blobs.push(slot.0);
+        layout.live += len;
+        self.collect_if_over(&mut layout);
         Ok(SlotRef::encode(slot.0, slot.1))
+    }
+
+    /// The space the file takes on its file system (`st_blocks` × 512, as
+    /// `du` counts it); `None` for a device, or while the file is not open.
+    fn disk_bytes(&self) -> Option<u64> {
+        if !self.regular {
+            return None;
+        }
+        let device = self.device.read();
+        let meta = device.as_ref()?.metadata().ok()?;
+        Some(meta.blocks() * 512)
     }
 
     /// Notices a regular file that was deleted under us: its pages stay
@@ -560,24 +664,38 @@ impl Tier for PackedTier {
         let open = layout.open;
         let seg = &mut layout.segments[freed.segment as usize];
         seg.live -= u64::from(freed.sealed_len);
+        let emptied = seg.live == 0 && open != Some(freed.segment);
+        layout.live -= u64::from(freed.sealed_len);
         // An emptied closed segment is free again at once (no copy needed).
-        if seg.live == 0 && open != Some(freed.segment) {
-            *seg = Segment::default();
+        if emptied {
+            layout.empty(freed.segment);
+            self.release(freed.segment);
             layout.free.push(freed.segment);
+        } else {
+            self.collect_if_over(&mut layout);
         }
         drop(layout);
         self.counters.count_free(u64::from(freed.sealed_len));
     }
 
     fn stats(&self) -> TierStats {
-        let backing_bytes = {
+        let (backing_bytes, log_end_bytes) = {
             let layout = self.layout.lock();
-            layout.segments.iter().map(|s| s.fill).sum()
+            let log_end = (0..)
+                .zip(&layout.segments)
+                .filter(|(_, s)| s.fill > 0)
+                .map(|(i, s)| self.segment_offset(i, s.fill))
+                .max()
+                .unwrap_or(0);
+            (layout.filled, log_end)
         };
+        let disk_bytes = self.disk_bytes();
         let down_cause = self.health.down_cause();
         TierStats {
             backing_bytes,
             capacity_bytes: self.capacity_bytes(),
+            disk_bytes,
+            log_end_bytes: Some(log_end_bytes),
             available: down_cause.is_none(),
             down_cause,
             ..TierStats::from_counters(&self.counters)
@@ -589,18 +707,21 @@ impl Tier for PackedTier {
     }
 
     /// Notices a deleted file, and collects garbage ahead of need: while
-    /// dead blobs are more than a tenth of the bytes on the device, the
-    /// emptiest closed segment that is at most half live is copied into the
-    /// open one and freed (a few segments a call, so one call stays short).
+    /// dead blobs are more than `garbage_percent` of the bytes in segments,
+    /// the closed segment cheapest to reclaim is copied into the open one
+    /// and freed (a few segments a call, so one call stays short).
     fn maintain(&self) {
         self.check_deleted();
         for _ in 0..4 {
             let mut layout = self.layout.lock();
-            let (fill, live) = layout
-                .segments
-                .iter()
-                .fold((0, 0), |(f, l), s| (f + s.fill, l + s.live));
-            if (fill - live) * 10 <= fill || !self.compact_one(&mut layout) {
+            debug_assert_eq!(
+                (layout.filled, layout.live),
+                layout
+                    .segments
+                    .iter()
+                    .fold((0, 0), |(f, l), s| (f + s.fill, l + s.live))
+            );
+            if !layout.over_garbage(self.config.garbage_percent) || !self.compact_one(&mut layout) {
                 return;
             }
         }

@@ -29,6 +29,8 @@ pub(crate) struct Counters {
     pub gc_runs: AtomicU64,
     pub gc_moved_blobs: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
+    pub punched_segments: AtomicU64,
+    pub punch_failures: AtomicU64,
 }
 
 impl Counters {
@@ -125,13 +127,22 @@ pub(crate) fn check_blob_len(blob: &[u8]) -> Result<(), crate::TierError> {
 pub struct TierStats {
     /// Blobs held now.
     pub pages: u64,
-    /// Their bytes as given to `put` (the compressed sizes).
+    /// Their bytes as given to `put`: the compressed sizes, the live
+    /// payload. The seal's tag and any space the tier itself needs are
+    /// not in it; they are overhead in `backing_bytes` and `disk_bytes`.
     pub stored_bytes: u64,
     /// Bytes of the device (or heap) holding data now: sealed blobs, live and
     /// dead, in segments not yet reclaimed.
     pub backing_bytes: u64,
     /// The bound on `backing_bytes` (0: none).
     pub capacity_bytes: u64,
+    /// Bytes the tier's file takes on its file system now (`st_blocks` ×
+    /// 512, what `du` shows): `None` where there is no such file (the
+    /// memory and Redis tiers, a packed tier on a block device).
+    pub disk_bytes: Option<u64>,
+    /// The logical end of a log-structured tier: the offset just past the
+    /// last byte written in the furthest segment in use (`None`: not a log).
+    pub log_end_bytes: Option<u64>,
     /// Blobs stored, ever.
     pub puts: u64,
     /// Bytes given to `put`, ever.
@@ -169,6 +180,12 @@ pub struct TierStats {
     pub gc_moved_blobs: u64,
     /// Their bytes.
     pub gc_moved_bytes: u64,
+    /// Emptied segments whose blocks were given back to the file system
+    /// (a hole punched over them).
+    pub punched_segments: u64,
+    /// Emptied segments the file system would not punch a hole in (their
+    /// blocks stay allocated until the segment is written again).
+    pub punch_failures: u64,
     /// Whether the tier takes writes now.
     pub available: bool,
     /// Why it does not, when it does not.
@@ -199,6 +216,8 @@ impl TierStats {
             gc_runs: get(&c.gc_runs),
             gc_moved_blobs: get(&c.gc_moved_blobs),
             gc_moved_bytes: get(&c.gc_moved_bytes),
+            punched_segments: get(&c.punched_segments),
+            punch_failures: get(&c.punch_failures),
             available: true,
             ..TierStats::default()
         }
@@ -212,6 +231,15 @@ impl TierStats {
             + self.get_fail_authentication
             + self.get_fail_stale
             + self.get_fail_missing
+    }
+
+    /// Bytes on disk per byte of live payload (`disk_bytes / stored_bytes`):
+    /// what a stored page costs beyond its compressed size (tags, dead
+    /// blobs not yet collected, partly written blocks). `None` without a
+    /// file or with nothing stored.
+    pub fn disk_bytes_per_payload_byte(&self) -> Option<f64> {
+        let disk = self.disk_bytes?;
+        (self.stored_bytes > 0).then(|| disk as f64 / self.stored_bytes as f64)
     }
 
     /// Mean latency of a successful read, nanoseconds (0 before any).
