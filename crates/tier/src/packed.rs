@@ -13,9 +13,7 @@
 //! reclaims the most dead bytes per live byte copied has its live blobs
 //! copied into the open segment and is freed. A segment emptied (by frees or
 //! by collection) has a hole punched over it in a regular file
-//! (`fallocate(FALLOC_FL_PUNCH_HOLE)`; the last few emptied, up to 1% of the
-//! bytes in use, are kept to be written again first, so steady churn does
-//! not punch holes only to fill them), so the file takes on disk what its
+//! (`fallocate(FALLOC_FL_PUNCH_HOLE)`), so the file takes on disk what its
 //! segments in use hold: about `1 / (1 - garbage_percent)` times the live
 //! sealed blobs, 1.07 bytes per compressed byte on real program heaps,
 //! however much was rewritten or freed (`TierStats::disk_bytes`). When the
@@ -122,13 +120,7 @@ struct Segment {
 #[derive(Debug)]
 struct Layout {
     segments: Vec<Segment>,
-    /// Free segments that take no blocks (never written, or punched).
     free: Vec<u32>,
-    /// Free segments whose blocks are still allocated, oldest first: the
-    /// newest are handed out again before any is punched, so steady churn
-    /// (a segment emptied, another filled) does not punch a hole only to
-    /// fill it at once.
-    unpunched: std::collections::VecDeque<u32>,
     open: Option<u32>,
     reserve: u32,
     /// Scratch for collection's copies.
@@ -146,11 +138,6 @@ impl Layout {
         self.filled -= old.fill;
         self.live -= old.live;
         old
-    }
-
-    /// A free segment to write to: a recently emptied one first.
-    fn take_free(&mut self) -> Option<u32> {
-        self.unpunched.pop_back().or_else(|| self.free.pop())
     }
 
     /// Whether dead blobs are more than `percent` of the bytes in segments.
@@ -240,7 +227,6 @@ impl PackedTier {
                 // Handed out from the front (segment 0 first), so a file
                 // grows only as far as it is used; the last is the reserve.
                 free: (0..segments as u32 - 1).rev().collect(),
-                unpunched: Default::default(),
                 open: None,
                 reserve: segments as u32 - 1,
                 scratch: Vec::new(),
@@ -309,7 +295,7 @@ impl PackedTier {
                 return Ok((open, fill));
             }
         }
-        if let Some(free) = layout.take_free() {
+        if let Some(free) = layout.free.pop() {
             layout.open = Some(free);
             return Ok((free, 0));
         }
@@ -343,14 +329,14 @@ impl PackedTier {
         }
         layout.empty(reserve);
         self.copy_live(layout, victim, reserve)?;
-        self.release(victim);
         layout.open = Some(reserve);
         layout.reserve = victim;
         Ok(())
     }
 
     /// Copies the live blobs of `victim` to the end of `dest` (sealed, as
-    /// they are), repoints the index, and empties `victim`. On error nothing
+    /// they are), repoints the index, empties `victim` and gives its space
+    /// back to the file system. On error nothing
     /// is repointed and `dest`'s fill is unchanged (the partial copies are
     /// garbage the next append overwrites).
     fn copy_live(&self, layout: &mut Layout, victim: u32, dest: u32) -> Result<(), TierError> {
@@ -419,20 +405,9 @@ impl PackedTier {
         dest_segment.live += live;
         dest_segment.blobs.extend(kept);
         layout.empty(victim);
+        self.release(victim);
         Counters::add(&self.counters.gc_runs, 1);
         Ok(())
-    }
-
-    /// Makes an emptied segment free. Emptied segments beyond 1% of the
-    /// bytes in use are given back to the file system, oldest first.
-    fn retire(&self, layout: &mut Layout, segment: u32) {
-        layout.unpunched.push_back(segment);
-        let kept = layout.filled / self.config.segment_bytes / 100;
-        while layout.unpunched.len() as u64 > kept {
-            let oldest = layout.unpunched.pop_front().expect("not empty");
-            self.release(oldest);
-            layout.free.push(oldest);
-        }
     }
 
     /// Gives an emptied segment's blocks back to the file system (a hole
@@ -485,7 +460,7 @@ impl PackedTier {
         let need = layout.segments[victim as usize].live;
         let dest = match open {
             Some(o) if layout.segments[o as usize].fill + need <= self.config.segment_bytes => o,
-            _ => match layout.take_free() {
+            _ => match layout.free.pop() {
                 Some(free) => {
                     layout.open = Some(free);
                     free
@@ -496,7 +471,7 @@ impl PackedTier {
         if self.copy_live(layout, victim, dest).is_err() {
             return false;
         }
-        self.retire(layout, victim);
+        layout.free.push(victim);
         true
     }
 
@@ -694,7 +669,8 @@ impl Tier for PackedTier {
         // An emptied closed segment is free again at once (no copy needed).
         if emptied {
             layout.empty(freed.segment);
-            self.retire(&mut layout, freed.segment);
+            self.release(freed.segment);
+            layout.free.push(freed.segment);
         } else {
             self.collect_if_over(&mut layout);
         }
