@@ -454,7 +454,7 @@ fn churn_keeps_disk_bytes_within_a_tenth_of_the_live_payload() {
                 let b = blob(step, compressed_len(&mut rng));
                 shadow.insert(page, (tier.put(page, &b).unwrap(), b));
             }
-            if step % 2000 == 0 && !shadow.is_empty() {
+            if step.is_multiple_of(2000) && !shadow.is_empty() {
                 worst = worst.max(disk_ratio(tier, &path));
             }
         }
