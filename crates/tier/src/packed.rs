@@ -123,8 +123,10 @@ struct Layout {
     free: Vec<u32>,
     open: Option<u32>,
     reserve: u32,
-    /// Scratch for collection's copies.
+    /// Scratch for collection's copies: the victim segment as read, and its
+    /// live blobs packed for writing.
     scratch: Vec<u8>,
+    packed: Vec<u8>,
     /// The sums of the segments' `fill` and `live`.
     filled: u64,
     live: u64,
@@ -230,6 +232,7 @@ impl PackedTier {
                 open: None,
                 reserve: segments as u32 - 1,
                 scratch: Vec::new(),
+                packed: Vec::new(),
                 filled: 0,
                 live: 0,
             }),
@@ -344,39 +347,60 @@ impl PackedTier {
         // A slot freed and reused within one segment is listed twice.
         blobs.sort_unstable();
         blobs.dedup();
+        let live_entries: Vec<(u32, Entry)> = {
+            let index = self.index.read();
+            blobs
+                .iter()
+                .map(|&slot| (slot, index.entries[slot as usize]))
+                .filter(|(_, entry)| entry.live && entry.segment == victim)
+                .collect()
+        };
+        // One read of the victim up to its last live blob and one write of
+        // the live blobs packed end to end: a segment holds hundreds of
+        // blobs, and a system call each would cost more than the copying.
+        // (Past the last live blob the file may end early: a write that
+        // failed there took the space but left no bytes.)
+        let extent = live_entries
+            .iter()
+            .map(|(_, e)| u64::from(e.offset) + u64::from(e.sealed_len))
+            .max()
+            .unwrap_or(0);
+        let start = layout.segments[dest as usize].fill;
+        let mut fill = start;
+        let mut moved = Vec::with_capacity(live_entries.len());
         let mut scratch = std::mem::take(&mut layout.scratch);
-        let mut fill = layout.segments[dest as usize].fill;
-        let mut moved = Vec::new();
-        let mut result = Ok(());
-        for &slot in &blobs {
-            let entry = self.index.read().entries[slot as usize];
-            if !entry.live || entry.segment != victim {
-                continue;
-            }
-            if fill + u64::from(entry.sealed_len) > self.config.segment_bytes {
-                result = Err(TierError::Full {
-                    tier: self.describe.clone(),
-                    capacity_bytes: self.capacity_bytes(),
-                });
-                break;
-            }
-            scratch.resize(entry.sealed_len as usize, 0);
-            let from = self.segment_offset(victim, u64::from(entry.offset));
-            if let Err(failure) = self.read_at(&mut scratch, from) {
-                result = Err(self.io_error(
+        let mut packed = std::mem::take(&mut layout.packed);
+        packed.clear();
+        scratch.resize(extent as usize, 0);
+        let mut result = self
+            .read_at(&mut scratch, self.segment_offset(victim, 0))
+            .map_err(|failure| {
+                self.io_error(
                     "read (garbage collection)",
                     std::io::Error::other(failure.cause()),
-                ));
-                break;
+                )
+            });
+        if result.is_ok() {
+            for &(slot, entry) in &live_entries {
+                let len = u64::from(entry.sealed_len);
+                if fill + len > self.config.segment_bytes {
+                    result = Err(TierError::Full {
+                        tier: self.describe.clone(),
+                        capacity_bytes: self.capacity_bytes(),
+                    });
+                    break;
+                }
+                let at = entry.offset as usize;
+                packed.extend_from_slice(&scratch[at..at + entry.sealed_len as usize]);
+                moved.push((slot, entry, fill));
+                fill += len;
             }
-            if let Err(error) = self.write_at(&scratch, self.segment_offset(dest, fill)) {
-                result = Err(error);
-                break;
-            }
-            moved.push((slot, entry, fill));
-            fill += u64::from(entry.sealed_len);
+        }
+        if result.is_ok() && !packed.is_empty() {
+            result = self.write_at(&packed, self.segment_offset(dest, start));
         }
         layout.scratch = scratch;
+        layout.packed = packed;
         if let Err(error) = result {
             layout.segments[victim as usize].blobs = blobs;
             return Err(error);
