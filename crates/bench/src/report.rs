@@ -50,6 +50,22 @@ pub struct BenchResult {
     /// Bytes on the tier below RAM's device at the end of the phase
     /// (`--backing`; 0 without one).
     pub backing_bytes: u64,
+    /// Bytes the tier's file takes on disk at the end of the phase
+    /// (`st_blocks` × 512, what `du` shows; `null` without a file tier).
+    #[serde(default)]
+    pub backing_disk_bytes: Option<u64>,
+    /// Compressed bytes of the live pages in the tier at the end of the
+    /// phase: the codec's output, without the seal's tag (`null` without a tier).
+    #[serde(default)]
+    pub backing_live_payload_bytes: Option<u64>,
+    /// `backing_disk_bytes / backing_live_payload_bytes`: disk bytes per
+    /// byte of compressed page (`null` without a file tier or with nothing in it).
+    #[serde(default)]
+    pub disk_bytes_per_payload_byte: Option<f64>,
+    /// Bytes the tier's garbage collection copied during the phase (what
+    /// keeping `disk_bytes_per_payload_byte` low costs in writes).
+    #[serde(default)]
+    pub tier_gc_moved_bytes: u64,
     /// Pages read back from that tier during the phase.
     pub tier_reads: u64,
     /// Their mean read latency (device read and authentication), microseconds.
@@ -178,6 +194,10 @@ impl BenchResult {
             recompressed_pages: outcome.recompressed_pages,
             deduplicated_pages: outcome.deduplicated_pages,
             backing_bytes: outcome.backing_bytes,
+            backing_disk_bytes: outcome.backing_disk_bytes,
+            backing_live_payload_bytes: outcome.backing_live_payload_bytes,
+            disk_bytes_per_payload_byte: outcome.disk_bytes_per_payload_byte,
+            tier_gc_moved_bytes: outcome.tier_gc_moved_bytes,
             tier_reads: outcome.tier_reads,
             tier_read_mean_us: if outcome.tier_reads == 0 {
                 0.0
@@ -288,6 +308,47 @@ pub fn results_rows(results: &[BenchResult]) -> Rows {
         })
         .collect();
     Rows { header, rows }
+}
+
+/// The tier below RAM at the end of each phase that had one: its reads, the
+/// bytes in its segments, what its file takes on disk and the compressed
+/// bytes of the live pages it holds, and the one per the other.
+pub fn backing_rows(results: &[BenchResult]) -> Rows {
+    let optional_mib = |bytes: Option<u64>| bytes.map_or("-".into(), mib);
+    let rows = results
+        .iter()
+        .filter(|r| r.backing_live_payload_bytes.is_some())
+        .map(|r| {
+            vec![
+                r.tier.clone(),
+                r.workload.clone(),
+                r.pattern.clone(),
+                r.tier_reads.to_string(),
+                micros(r.tier_read_mean_us),
+                mib(r.backing_bytes),
+                optional_mib(r.backing_disk_bytes),
+                optional_mib(r.backing_live_payload_bytes),
+                r.disk_bytes_per_payload_byte
+                    .map_or("-".into(), |ratio| format!("{ratio:.3}x")),
+                mib(r.tier_gc_moved_bytes),
+            ]
+        })
+        .collect();
+    Rows {
+        header: vec![
+            "tier",
+            "workload",
+            "pattern",
+            "tier reads",
+            "read mean µs",
+            "backing MiB",
+            "on disk MiB",
+            "live payload MiB",
+            "disk / payload",
+            "GC copied MiB",
+        ],
+        rows,
+    }
 }
 
 /// zpage's figures divided by each kernel tier's, for every phase both ran:
@@ -411,6 +472,10 @@ mod tests {
             recompressed_pages: 0,
             deduplicated_pages: 0,
             backing_bytes: 0,
+            backing_disk_bytes: None,
+            backing_live_payload_bytes: None,
+            disk_bytes_per_payload_byte: None,
+            tier_gc_moved_bytes: 0,
             tier_reads: 0,
             tier_read_mean_us: 0.0,
             faults: 100,
@@ -484,6 +549,23 @@ mod tests {
             rows[1][13], "1.762",
             "faults per touch, not a percentage over 100"
         );
+    }
+
+    #[test]
+    fn the_tier_table_shows_disk_bytes_per_payload_byte_and_nulls_without_a_tier() {
+        let plain = result("zpage", "random-read", 1.0, 1.0);
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json["backing_disk_bytes"].is_null(), "{json}");
+        assert!(json["disk_bytes_per_payload_byte"].is_null(), "{json}");
+        assert!(backing_rows(std::slice::from_ref(&plain)).rows.is_empty());
+        let mut tiered = plain.clone();
+        tiered.backing_disk_bytes = Some(105 << 20);
+        tiered.backing_live_payload_bytes = Some(100 << 20);
+        tiered.disk_bytes_per_payload_byte = Some(1.05);
+        tiered.tier_gc_moved_bytes = 300 << 20;
+        let rows = backing_rows(&[plain, tiered]).rows;
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0][6..], ["105.0", "100.0", "1.050x", "300.0"]);
     }
 
     #[test]

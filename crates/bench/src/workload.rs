@@ -286,10 +286,18 @@ pub trait MemoryProbe: Sync {
 }
 
 /// What a tier below RAM holds and has read, at one moment.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TierSample {
     /// Bytes of its device holding data.
     pub backing_bytes: u64,
+    /// Bytes its file takes on disk (`None`: no tier, or not a file).
+    pub disk_bytes: Option<u64>,
+    /// The compressed bytes of the live pages it holds (`None`: no tier).
+    pub live_payload_bytes: Option<u64>,
+    /// `disk_bytes` per live payload byte, as the tier computes it.
+    pub disk_bytes_per_payload_byte: Option<f64>,
+    /// Bytes its garbage collection copied so far.
+    pub gc_moved_bytes: u64,
     /// Blobs read back so far.
     pub reads: u64,
     /// Their total time, nanoseconds.
@@ -526,6 +534,18 @@ pub struct PhaseOutcome {
     /// Bytes on the tier below RAM's device at the end of the phase.
     #[serde(default)]
     pub backing_bytes: u64,
+    /// Bytes the tier's file takes on disk at the end of the phase.
+    #[serde(default)]
+    pub backing_disk_bytes: Option<u64>,
+    /// Compressed bytes of the live pages in the tier at the end of the phase.
+    #[serde(default)]
+    pub backing_live_payload_bytes: Option<u64>,
+    /// The one per the other.
+    #[serde(default)]
+    pub disk_bytes_per_payload_byte: Option<f64>,
+    /// Bytes the tier's garbage collection copied during the phase.
+    #[serde(default)]
+    pub tier_gc_moved_bytes: u64,
     /// Reads from the tier during the phase (warm-up included).
     #[serde(default)]
     pub tier_reads: u64,
@@ -808,6 +828,12 @@ pub fn run_phase(
         deduplicated_pages: probe.deduplicated_pages(),
         warmup_faults,
         backing_bytes: tier_after.backing_bytes,
+        backing_disk_bytes: tier_after.disk_bytes,
+        backing_live_payload_bytes: tier_after.live_payload_bytes,
+        disk_bytes_per_payload_byte: tier_after.disk_bytes_per_payload_byte,
+        tier_gc_moved_bytes: tier_after
+            .gc_moved_bytes
+            .saturating_sub(tier_before.gc_moved_bytes),
         tier_reads: tier_after.reads.saturating_sub(tier_before.reads),
         tier_read_ns: tier_after.read_ns.saturating_sub(tier_before.read_ns),
         faults: faults_after.saturating_sub(measured.faults_before),

@@ -108,6 +108,10 @@ impl MemoryProbe for RegionProbe<'_> {
         };
         crate::workload::TierSample {
             backing_bytes: tier.backing_bytes,
+            disk_bytes: tier.disk_bytes,
+            live_payload_bytes: Some(tier.stored_bytes),
+            disk_bytes_per_payload_byte: tier.disk_bytes_per_payload_byte(),
+            gc_moved_bytes: tier.gc_moved_bytes,
             reads: tier.gets,
             read_ns: tier.get_ns,
         }

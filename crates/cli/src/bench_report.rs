@@ -22,6 +22,11 @@ pub fn tables_text(results: &[BenchResult]) -> String {
         text.push_str("\nzpage / kernel (touches/s above 1x: zpage faster; latency below 1x: zpage shorter)\n");
         text.push_str(&table(ratios).render());
     }
+    let backing = report::backing_rows(results);
+    if !backing.rows.is_empty() {
+        text.push_str("\ntier below RAM at the end of each phase (on disk: the file's allocated blocks, as du counts them; payload: the live pages' compressed bytes)\n");
+        text.push_str(&table(backing).render());
+    }
     let shares = report::fault_share_rows(results);
     if !shares.rows.is_empty() {
         text.push_str("\nhot/cold: share of touches that faulted\n");

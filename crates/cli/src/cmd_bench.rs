@@ -528,8 +528,27 @@ mod tests {
             "{random:?}"
         );
         assert!(random.compressed_bytes > 0, "{random:?}");
+        // The file's blocks on disk, the live pages' compressed bytes, and
+        // the one per the other as the tier computed it.
+        let disk = random
+            .backing_disk_bytes
+            .expect("a file tier has disk bytes");
+        let payload = random.backing_live_payload_bytes.expect("a tier");
+        let ratio = random.disk_bytes_per_payload_byte.expect("a ratio");
+        assert!(disk > 0 && payload > 0, "{random:?}");
+        assert!(
+            (ratio - disk as f64 / payload as f64).abs() < 0.2,
+            "{random:?}"
+        );
         let json = serde_json::to_string(&random).unwrap();
-        for field in ["compressed_bytes", "backing_bytes", "tier_read_mean_us"] {
+        for field in [
+            "compressed_bytes",
+            "backing_bytes",
+            "tier_read_mean_us",
+            "backing_disk_bytes",
+            "backing_live_payload_bytes",
+            "disk_bytes_per_payload_byte",
+        ] {
             assert!(json.contains(field), "{json}");
         }
         // --backing without --pool-max is refused by the parser.

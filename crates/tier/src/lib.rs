@@ -11,8 +11,9 @@
 //!   appended into fixed-size segments at their compressed size (plus the
 //!   16-byte tag), an in-memory index maps a reference to (segment, offset,
 //!   length, page, version), a bound on space divides the device into
-//!   segments, and garbage collection copies the live blobs of the emptiest
-//!   segment forward into a reserved segment when no free one is left.
+//!   segments, and garbage collection copies live blobs forward so dead ones
+//!   stay a small share of the file, whose emptied segments are given back
+//!   to the file system.
 //! - [`RedisTier`]: a Redis server or Redis Cluster (module `redis`: URL
 //!   syntax, keys, what a node that is down or a failover does).
 //!
@@ -56,6 +57,7 @@ mod memory;
 mod packed;
 mod redis;
 mod seal;
+mod slot;
 mod stats;
 
 pub use memory::{MemoryTier, MemoryTierConfig};

@@ -3,8 +3,9 @@
 //! tier's, so the same tamper tests apply and the code paths are the same.
 
 use crate::seal::{KeySource, Sealer};
-use crate::stats::{Counters, TierStats};
-use crate::{spin_read, ReadFailure, Tier, TierError, TierRef, MAX_BLOB_BYTES};
+use crate::slot::SlotRef;
+use crate::stats::{check_blob_len, Counters, TierStats};
+use crate::{spin_read, ReadFailure, Tier, TierError, TierRef};
 use parking_lot::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -39,20 +40,7 @@ pub struct MemoryTier {
     sealer: Sealer,
     slots: RwLock<Slots>,
     used_bytes: AtomicU64,
-    stored_bytes: AtomicU64,
-    pages: AtomicU64,
     counters: Counters,
-}
-
-/// A reference: slot + 1 in the low 32 bits, the slot's generation above.
-fn encode(slot: u32, generation: u32) -> TierRef {
-    let raw = (u64::from(generation & 0xff_ffff) << 32) | (u64::from(slot) + 1);
-    TierRef::from_raw(raw).expect("below 2^56 and never 0")
-}
-
-fn decode(tier_ref: TierRef) -> (usize, u32) {
-    let raw = tier_ref.to_raw();
-    (((raw & 0xffff_ffff) - 1) as usize, (raw >> 32) as u32)
 }
 
 impl MemoryTier {
@@ -63,8 +51,6 @@ impl MemoryTier {
             config,
             slots: RwLock::new(Slots::default()),
             used_bytes: AtomicU64::new(0),
-            stored_bytes: AtomicU64::new(0),
-            pages: AtomicU64::new(0),
             counters: Counters::default(),
         })
     }
@@ -73,7 +59,7 @@ impl MemoryTier {
     /// tamper tests only.
     #[doc(hidden)]
     pub fn tamper_for_test(&self, tier_ref: TierRef, f: impl FnOnce(&mut Vec<u8>)) {
-        let (slot, _) = decode(tier_ref);
+        let slot = SlotRef::decode(tier_ref).slot;
         let mut slots = self.slots.write();
         if let Some(sealed) = slots.blobs[slot].sealed.as_mut() {
             let mut bytes = sealed.to_vec();
@@ -89,12 +75,7 @@ impl Tier for MemoryTier {
     }
 
     fn put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
-        if blob.len() > MAX_BLOB_BYTES {
-            return Err(TierError::InvalidBlob {
-                len: blob.len(),
-                why: "larger than a page",
-            });
-        }
+        check_blob_len(blob)?;
         let mut sealed = Vec::with_capacity(blob.len() + crate::TAG_BYTES);
         let version = self.sealer.seal(page, blob, &mut sealed)?;
         let len = sealed.len() as u64;
@@ -128,23 +109,20 @@ impl Tier for MemoryTier {
         entry.page = page;
         entry.version = version;
         entry.sealed = Some(sealed.into_boxed_slice());
-        let tier_ref = encode(slot, entry.generation);
+        let tier_ref = SlotRef::encode(slot, entry.generation);
         drop(slots);
-        self.pages.fetch_add(1, Relaxed);
-        self.stored_bytes.fetch_add(blob.len() as u64, Relaxed);
-        Counters::add(&self.counters.puts, 1);
-        Counters::add(&self.counters.put_bytes, blob.len() as u64);
+        self.counters.count_put(blob.len());
         Ok(tier_ref)
     }
 
     fn get(&self, tier_ref: TierRef, page: u64, buf: &mut [u8]) -> Result<usize, ReadFailure> {
         let started = Instant::now();
-        let (slot, generation) = decode(tier_ref);
+        let named = SlotRef::decode(tier_ref);
         let result = (|| {
             let slots = spin_read(&self.slots);
-            let blob = slots.blobs.get(slot).ok_or(ReadFailure::Stale)?;
+            let blob = slots.blobs.get(named.slot).ok_or(ReadFailure::Stale)?;
             let sealed = blob.sealed.as_deref().ok_or(ReadFailure::Stale)?;
-            if blob.generation & 0xff_ffff != generation || blob.page != page {
+            if !named.is_current(blob.generation) || blob.page != page {
                 return Err(ReadFailure::Stale);
             }
             let dst = buf
@@ -163,31 +141,26 @@ impl Tier for MemoryTier {
     }
 
     fn free(&self, tier_ref: TierRef) {
-        let (slot, generation) = decode(tier_ref);
+        let named = SlotRef::decode(tier_ref);
         let mut slots = self.slots.write();
-        let Some(blob) = slots.blobs.get_mut(slot) else {
+        let Some(blob) = slots.blobs.get_mut(named.slot) else {
             return;
         };
-        if blob.generation & 0xff_ffff != generation {
+        if !named.is_current(blob.generation) {
             return;
         }
         let Some(sealed) = blob.sealed.take() else {
             return;
         };
         blob.generation = blob.generation.wrapping_add(1);
-        slots.free.push(slot as u32);
+        slots.free.push(named.slot as u32);
         drop(slots);
         self.used_bytes.fetch_sub(sealed.len() as u64, Relaxed);
-        self.stored_bytes
-            .fetch_sub((sealed.len() - crate::TAG_BYTES) as u64, Relaxed);
-        self.pages.fetch_sub(1, Relaxed);
-        Counters::add(&self.counters.frees, 1);
+        self.counters.count_free(sealed.len() as u64);
     }
 
     fn stats(&self) -> TierStats {
         TierStats {
-            pages: self.pages.load(Relaxed),
-            stored_bytes: self.stored_bytes.load(Relaxed),
             backing_bytes: self.used_bytes.load(Relaxed),
             capacity_bytes: self.config.max_bytes.unwrap_or(0),
             ..TierStats::from_counters(&self.counters)

@@ -7,13 +7,22 @@
 //! index in memory maps a reference to the blob's segment, offset and length,
 //! and to the page and version its seal is bound to.
 //!
-//! Freeing a blob only marks it dead. When the open segment is full and no
-//! free segment is left, garbage collection takes the segment with the
-//! fewest live bytes, copies its live blobs forward into the reserved
-//! segment (one is always kept empty for this, so a collection never needs
-//! room it does not have), and the emptied segment becomes the new reserve.
-//! Blobs are copied sealed, without opening them: their seal binds page and
-//! version, not place.
+//! Freeing a blob only marks it dead. Garbage collection keeps the dead
+//! bytes at most [`PackedConfig::garbage_percent`] of the bytes in segments:
+//! whenever a put or a free leaves them over it, the closed segment that
+//! reclaims the most dead bytes per live byte copied has its live blobs
+//! copied into the open segment and is freed. A segment emptied (by frees or
+//! by collection) has a hole punched over it in a regular file
+//! (`fallocate(FALLOC_FL_PUNCH_HOLE)`), so the file takes on disk what its
+//! segments in use hold: about `1 / (1 - garbage_percent)` times the live
+//! sealed blobs, 1.07 bytes per compressed byte on real program heaps,
+//! however much was rewritten or freed (`TierStats::disk_bytes`). When the
+//! open segment is full and no free segment is left, collection takes the
+//! segment with the fewest live bytes, copies its live blobs forward into
+//! the reserved segment (one is always kept empty for this, so a collection
+//! never needs room it does not have), and the emptied segment becomes the
+//! new reserve. Blobs are copied sealed, without opening them: their seal
+//! binds page and version, not place.
 //!
 //! Readers copy an index entry under a read lock and read the blob with no
 //! lock on the index. A collection may move the blob and reuse its old place
@@ -27,13 +36,14 @@
 
 use crate::health::Health;
 use crate::seal::{KeySource, Sealer};
+use crate::slot::SlotRef;
 use crate::stats::{Counters, TierStats};
-use crate::{spin_read, ReadFailure, Tier, TierError, TierRef, MAX_BLOB_BYTES, TAG_BYTES};
+use crate::{spin_read, ReadFailure, Tier, TierError, TierRef, TAG_BYTES};
 use parking_lot::{Mutex, RwLock};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 /// Where and how a [`PackedTier`] writes.
@@ -50,7 +60,19 @@ pub struct PackedConfig {
     pub key: KeySource,
     /// How long a tier that failed waits before it tries the device again.
     pub retry_interval: Duration,
+    /// Garbage collection keeps the bytes of dead blobs (freed or rewritten
+    /// pages not yet copied away) at most this percentage of the bytes in
+    /// segments, so the file takes at most about `100 / (100 - garbage_percent)`
+    /// times its live sealed blobs on disk. 1 to 50; lower costs more
+    /// copying (each collection copies a segment's live blobs to reclaim
+    /// its dead ones).
+    pub garbage_percent: u8,
 }
+
+/// The default [`PackedConfig::garbage_percent`]: at most 1/0.95 = 1.053
+/// bytes in segments per live sealed byte; with the 16-byte tag of a blob
+/// of 1 KiB or more, at most about 1.07 bytes on disk per compressed byte.
+const DEFAULT_GARBAGE_PERCENT: u8 = 5;
 
 impl PackedConfig {
     /// A packed tier at `path` bounded to `max_bytes`, with 1 MiB segments,
@@ -62,6 +84,7 @@ impl PackedConfig {
             segment_bytes: 1 << 20,
             key: KeySource::Ephemeral,
             retry_interval: Duration::from_secs(1),
+            garbage_percent: DEFAULT_GARBAGE_PERCENT,
         }
     }
 }
@@ -100,8 +123,29 @@ struct Layout {
     free: Vec<u32>,
     open: Option<u32>,
     reserve: u32,
-    /// Scratch for collection's copies.
+    /// Scratch for collection's copies: the victim segment as read, and its
+    /// live blobs packed for writing.
     scratch: Vec<u8>,
+    packed: Vec<u8>,
+    /// The sums of the segments' `fill` and `live`.
+    filled: u64,
+    live: u64,
+}
+
+impl Layout {
+    /// Empties `segment` (its blobs are dead or were copied away) and
+    /// returns what it held.
+    fn empty(&mut self, segment: u32) -> Segment {
+        let old = std::mem::take(&mut self.segments[segment as usize]);
+        self.filled -= old.fill;
+        self.live -= old.live;
+        old
+    }
+
+    /// Whether dead blobs are more than `percent` of the bytes in segments.
+    fn over_garbage(&self, percent: u8) -> bool {
+        (self.filled - self.live) * 100 > self.filled * u64::from(percent)
+    }
 }
 
 /// A log-structured, sealed tier on a file or device.
@@ -117,19 +161,7 @@ pub struct PackedTier {
     regular: bool,
     health: Health,
     deleted_reported: AtomicBool,
-    pages: AtomicU64,
-    stored_bytes: AtomicU64,
     counters: Counters,
-}
-
-fn encode(slot: u32, generation: u32) -> TierRef {
-    let raw = (u64::from(generation & 0xff_ffff) << 32) | (u64::from(slot) + 1);
-    TierRef::from_raw(raw).expect("below 2^56 and never 0")
-}
-
-fn decode(tier_ref: TierRef) -> (usize, u32) {
-    let raw = tier_ref.to_raw();
-    (((raw & 0xffff_ffff) - 1) as usize, (raw >> 32) as u32)
 }
 
 /// Reads exactly `buf.len()` bytes at `offset` with `pread` (async-signal-safe;
@@ -166,6 +198,12 @@ impl PackedTier {
                 config.segment_bytes
             )));
         }
+        if !(1..=50).contains(&config.garbage_percent) {
+            return Err(TierError::InvalidConfig(format!(
+                "garbage_percent is {}: give 1 to 50",
+                config.garbage_percent
+            )));
+        }
         let segments = config.max_bytes / config.segment_bytes;
         if segments < 2 || segments > u64::from(u32::MAX) {
             return Err(TierError::InvalidConfig(format!(
@@ -194,12 +232,13 @@ impl PackedTier {
                 open: None,
                 reserve: segments as u32 - 1,
                 scratch: Vec::new(),
+                packed: Vec::new(),
+                filled: 0,
+                live: 0,
             }),
             device: RwLock::new(None),
             regular,
             deleted_reported: AtomicBool::new(false),
-            pages: AtomicU64::new(0),
-            stored_bytes: AtomicU64::new(0),
             counters: Counters::default(),
             config,
         };
@@ -291,7 +330,7 @@ impl PackedTier {
         if layout.segments[victim as usize].live + len > self.config.segment_bytes {
             return Err(full());
         }
-        layout.segments[reserve as usize] = Segment::default();
+        layout.empty(reserve);
         self.copy_live(layout, victim, reserve)?;
         layout.open = Some(reserve);
         layout.reserve = victim;
@@ -299,7 +338,8 @@ impl PackedTier {
     }
 
     /// Copies the live blobs of `victim` to the end of `dest` (sealed, as
-    /// they are), repoints the index, and empties `victim`. On error nothing
+    /// they are), repoints the index, empties `victim` and gives its space
+    /// back to the file system. On error nothing
     /// is repointed and `dest`'s fill is unchanged (the partial copies are
     /// garbage the next append overwrites).
     fn copy_live(&self, layout: &mut Layout, victim: u32, dest: u32) -> Result<(), TierError> {
@@ -307,39 +347,60 @@ impl PackedTier {
         // A slot freed and reused within one segment is listed twice.
         blobs.sort_unstable();
         blobs.dedup();
+        let live_entries: Vec<(u32, Entry)> = {
+            let index = self.index.read();
+            blobs
+                .iter()
+                .map(|&slot| (slot, index.entries[slot as usize]))
+                .filter(|(_, entry)| entry.live && entry.segment == victim)
+                .collect()
+        };
+        // One read of the victim up to its last live blob and one write of
+        // the live blobs packed end to end: a segment holds hundreds of
+        // blobs, and a system call each would cost more than the copying.
+        // (Past the last live blob the file may end early: a write that
+        // failed there took the space but left no bytes.)
+        let extent = live_entries
+            .iter()
+            .map(|(_, e)| u64::from(e.offset) + u64::from(e.sealed_len))
+            .max()
+            .unwrap_or(0);
+        let start = layout.segments[dest as usize].fill;
+        let mut fill = start;
+        let mut moved = Vec::with_capacity(live_entries.len());
         let mut scratch = std::mem::take(&mut layout.scratch);
-        let mut fill = layout.segments[dest as usize].fill;
-        let mut moved = Vec::new();
-        let mut result = Ok(());
-        for &slot in &blobs {
-            let entry = self.index.read().entries[slot as usize];
-            if !entry.live || entry.segment != victim {
-                continue;
-            }
-            if fill + u64::from(entry.sealed_len) > self.config.segment_bytes {
-                result = Err(TierError::Full {
-                    tier: self.describe.clone(),
-                    capacity_bytes: self.capacity_bytes(),
-                });
-                break;
-            }
-            scratch.resize(entry.sealed_len as usize, 0);
-            let from = self.segment_offset(victim, u64::from(entry.offset));
-            if let Err(failure) = self.read_at(&mut scratch, from) {
-                result = Err(self.io_error(
+        let mut packed = std::mem::take(&mut layout.packed);
+        packed.clear();
+        scratch.resize(extent as usize, 0);
+        let mut result = self
+            .read_at(&mut scratch, self.segment_offset(victim, 0))
+            .map_err(|failure| {
+                self.io_error(
                     "read (garbage collection)",
                     std::io::Error::other(failure.cause()),
-                ));
-                break;
+                )
+            });
+        if result.is_ok() {
+            for &(slot, entry) in &live_entries {
+                let len = u64::from(entry.sealed_len);
+                if fill + len > self.config.segment_bytes {
+                    result = Err(TierError::Full {
+                        tier: self.describe.clone(),
+                        capacity_bytes: self.capacity_bytes(),
+                    });
+                    break;
+                }
+                let at = entry.offset as usize;
+                packed.extend_from_slice(&scratch[at..at + entry.sealed_len as usize]);
+                moved.push((slot, entry, fill));
+                fill += len;
             }
-            if let Err(error) = self.write_at(&scratch, self.segment_offset(dest, fill)) {
-                result = Err(error);
-                break;
-            }
-            moved.push((slot, entry, fill));
-            fill += u64::from(entry.sealed_len);
+        }
+        if result.is_ok() && !packed.is_empty() {
+            result = self.write_at(&packed, self.segment_offset(dest, start));
         }
         layout.scratch = scratch;
+        layout.packed = packed;
         if let Err(error) = result {
             layout.segments[victim as usize].blobs = blobs;
             return Err(error);
@@ -362,31 +423,61 @@ impl PackedTier {
             }
         }
         let dest_segment = &mut layout.segments[dest as usize];
+        layout.filled += fill - dest_segment.fill;
+        layout.live += live;
         dest_segment.fill = fill;
         dest_segment.live += live;
         dest_segment.blobs.extend(kept);
-        layout.segments[victim as usize] = Segment::default();
+        layout.empty(victim);
+        self.release(victim);
         Counters::add(&self.counters.gc_runs, 1);
         Ok(())
     }
 
-    /// Collection ahead of need: copies the emptiest closed segment that is
-    /// at most half live into the open segment (a free one is opened when
-    /// the open one lacks room) and frees it. False when there was nothing
-    /// worth doing or no room to do it.
+    /// Gives an emptied segment's blocks back to the file system (a hole
+    /// punched over it; the file keeps its size), so the file takes on disk
+    /// what its segments in use hold. A device keeps its blocks: nothing
+    /// is counted on it but the segments' fill.
+    fn release(&self, segment: u32) {
+        if !self.regular {
+            return;
+        }
+        let device = self.device.read();
+        let Some(file) = device.as_ref() else { return };
+        let punched = rustix::fs::fallocate(
+            file,
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+            self.segment_offset(segment, 0),
+            self.config.segment_bytes,
+        );
+        match punched {
+            Ok(()) => Counters::add(&self.counters.punched_segments, 1),
+            // The blocks stay allocated and are overwritten when the
+            // segment is used again: space, not data, is what is lost.
+            Err(_) => Counters::add(&self.counters.punch_failures, 1),
+        }
+    }
+
+    /// Collection ahead of need: copies the live blobs of the closed
+    /// segment where that reclaims the most dead bytes per byte copied into
+    /// the open segment (a free one is opened when the open one lacks room)
+    /// and frees it. False when there was nothing worth doing or no room to
+    /// do it.
     fn compact_one(&self, layout: &mut Layout) -> bool {
         let open = layout.open;
         let reserve = layout.reserve;
-        let Some(victim) = layout
-            .segments
-            .iter()
-            .enumerate()
-            .filter(|&(i, s)| {
-                let i = i as u32;
-                Some(i) != open && i != reserve && s.fill > 0 && s.live * 2 <= s.fill
+        // live/dead, compared without dividing: the lowest copies least per
+        // byte reclaimed.
+        let Some(victim) = (0..)
+            .zip(&layout.segments)
+            .filter(|&(i, s)| Some(i) != open && i != reserve && s.live < s.fill)
+            .min_by(|(_, a), (_, b)| {
+                let cost = |s: &Segment, other: &Segment| {
+                    u128::from(s.live) * u128::from(other.fill - other.live)
+                };
+                cost(a, b).cmp(&cost(b, a))
             })
-            .min_by_key(|(_, s)| s.live)
-            .map(|(i, _)| i as u32)
+            .map(|(i, _)| i)
         else {
             return false;
         };
@@ -408,6 +499,15 @@ impl PackedTier {
         true
     }
 
+    /// Collection as the log is written and freed, one segment at a time
+    /// while dead blobs are over `garbage_percent`, so their share stays
+    /// bounded at every moment, however often `maintain` runs.
+    fn collect_if_over(&self, layout: &mut Layout) {
+        if layout.over_garbage(self.config.garbage_percent) {
+            self.compact_one(layout);
+        }
+    }
+
     fn capacity_bytes(&self) -> u64 {
         (self.config.max_bytes / self.config.segment_bytes) * self.config.segment_bytes
     }
@@ -416,7 +516,7 @@ impl PackedTier {
     /// length): for tamper tests.
     #[doc(hidden)]
     pub fn location_for_test(&self, tier_ref: TierRef) -> Option<(u64, usize)> {
-        let (slot, _) = decode(tier_ref);
+        let slot = SlotRef::decode(tier_ref).slot;
         let entry = *self.index.read().entries.get(slot)?;
         entry.live.then(|| {
             (
@@ -446,7 +546,9 @@ impl PackedTier {
         let (segment, offset) = self.place(&mut layout, len)?;
         // The space is taken whether or not the write succeeds: a failed
         // write leaves dead bytes, never a blob the index points at.
+        debug_assert_eq!(layout.segments[segment as usize].fill, offset);
         layout.segments[segment as usize].fill = offset + len;
+        layout.filled += len;
         self.write_at(&sealed, self.segment_offset(segment, offset))?;
         let slot = {
             let mut index = self.index.write();
@@ -472,7 +574,20 @@ impl PackedTier {
         let seg = &mut layout.segments[segment as usize];
         seg.live += len;
         seg.blobs.push(slot.0);
-        Ok(encode(slot.0, slot.1))
+        layout.live += len;
+        self.collect_if_over(&mut layout);
+        Ok(SlotRef::encode(slot.0, slot.1))
+    }
+
+    /// The space the file takes on its file system (`st_blocks` × 512, as
+    /// `du` counts it); `None` for a device, or while the file is not open.
+    fn disk_bytes(&self) -> Option<u64> {
+        if !self.regular {
+            return None;
+        }
+        let device = self.device.read();
+        let meta = device.as_ref()?.metadata().ok()?;
+        Some(meta.blocks() * 512)
     }
 
     /// Notices a regular file that was deleted under us: its pages stay
@@ -498,44 +613,21 @@ impl Tier for PackedTier {
     }
 
     fn put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
-        if blob.len() > MAX_BLOB_BYTES {
-            return Err(TierError::InvalidBlob {
-                len: blob.len(),
-                why: "larger than a page",
-            });
-        }
-        match self.try_put(page, blob) {
-            Ok(tier_ref) => {
-                self.health.succeeded();
-                self.pages.fetch_add(1, Relaxed);
-                self.stored_bytes.fetch_add(blob.len() as u64, Relaxed);
-                Counters::add(&self.counters.puts, 1);
-                Counters::add(&self.counters.put_bytes, blob.len() as u64);
-                Ok(tier_ref)
-            }
-            Err(error) => {
-                self.counters.count_put_failure(&error);
-                match &error {
-                    // A full tier is not down: frees make room again.
-                    TierError::Full { .. } | TierError::Unavailable { .. } => {}
-                    _ => self.health.failed(&error),
-                }
-                Err(error)
-            }
-        }
+        self.counters
+            .accounted_put(&self.health, blob, || self.try_put(page, blob))
     }
 
     fn get(&self, tier_ref: TierRef, page: u64, buf: &mut [u8]) -> Result<usize, ReadFailure> {
         let started = Instant::now();
-        let (slot, generation) = decode(tier_ref);
+        let named = SlotRef::decode(tier_ref);
         let mut result = Err(ReadFailure::Stale);
         // A collection may move the blob between our look at the index and
         // our read; a few tries always see it settle.
         for _ in 0..4 {
             let entry = {
                 let index = spin_read(&self.index);
-                match index.entries.get(slot) {
-                    Some(e) if e.live && e.generation & 0xff_ffff == generation => *e,
+                match index.entries.get(named.slot) {
+                    Some(e) if e.live && named.is_current(e.generation) => *e,
                     _ => {
                         result = Err(ReadFailure::Stale);
                         break;
@@ -559,7 +651,7 @@ impl Tier for PackedTier {
             }
             let moved = {
                 let index = spin_read(&self.index);
-                index.entries.get(slot).is_some_and(|e| {
+                index.entries.get(named.slot).is_some_and(|e| {
                     e.live
                         && e.generation == entry.generation
                         && (e.segment, e.offset) != (entry.segment, entry.offset)
@@ -577,48 +669,57 @@ impl Tier for PackedTier {
     }
 
     fn free(&self, tier_ref: TierRef) {
-        let (slot, generation) = decode(tier_ref);
+        let named = SlotRef::decode(tier_ref);
         let mut layout = self.layout.lock();
         let freed = {
             let mut index = self.index.write();
-            let Some(entry) = index.entries.get_mut(slot) else {
+            let Some(entry) = index.entries.get_mut(named.slot) else {
                 return;
             };
-            if !entry.live || entry.generation & 0xff_ffff != generation {
+            if !entry.live || !named.is_current(entry.generation) {
                 return;
             }
             entry.live = false;
             entry.generation = entry.generation.wrapping_add(1);
             let freed = *entry;
-            index.free.push(slot as u32);
+            index.free.push(named.slot as u32);
             freed
         };
         let open = layout.open;
         let seg = &mut layout.segments[freed.segment as usize];
         seg.live -= u64::from(freed.sealed_len);
+        let emptied = seg.live == 0 && open != Some(freed.segment);
+        layout.live -= u64::from(freed.sealed_len);
         // An emptied closed segment is free again at once (no copy needed).
-        if seg.live == 0 && open != Some(freed.segment) {
-            *seg = Segment::default();
+        if emptied {
+            layout.empty(freed.segment);
+            self.release(freed.segment);
             layout.free.push(freed.segment);
+        } else {
+            self.collect_if_over(&mut layout);
         }
         drop(layout);
-        self.pages.fetch_sub(1, Relaxed);
-        self.stored_bytes
-            .fetch_sub(u64::from(freed.sealed_len) - TAG_BYTES as u64, Relaxed);
-        Counters::add(&self.counters.frees, 1);
+        self.counters.count_free(u64::from(freed.sealed_len));
     }
 
     fn stats(&self) -> TierStats {
-        let backing_bytes = {
+        let (backing_bytes, log_end_bytes) = {
             let layout = self.layout.lock();
-            layout.segments.iter().map(|s| s.fill).sum()
+            let log_end = (0..)
+                .zip(&layout.segments)
+                .filter(|(_, s)| s.fill > 0)
+                .map(|(i, s)| self.segment_offset(i, s.fill))
+                .max()
+                .unwrap_or(0);
+            (layout.filled, log_end)
         };
+        let disk_bytes = self.disk_bytes();
         let down_cause = self.health.down_cause();
         TierStats {
-            pages: self.pages.load(Relaxed),
-            stored_bytes: self.stored_bytes.load(Relaxed),
             backing_bytes,
             capacity_bytes: self.capacity_bytes(),
+            disk_bytes,
+            log_end_bytes: Some(log_end_bytes),
             available: down_cause.is_none(),
             down_cause,
             ..TierStats::from_counters(&self.counters)
@@ -630,18 +731,21 @@ impl Tier for PackedTier {
     }
 
     /// Notices a deleted file, and collects garbage ahead of need: while
-    /// dead blobs are more than a tenth of the bytes on the device, the
-    /// emptiest closed segment that is at most half live is copied into the
-    /// open one and freed (a few segments a call, so one call stays short).
+    /// dead blobs are more than `garbage_percent` of the bytes in segments,
+    /// the closed segment cheapest to reclaim is copied into the open one
+    /// and freed (a few segments a call, so one call stays short).
     fn maintain(&self) {
         self.check_deleted();
         for _ in 0..4 {
             let mut layout = self.layout.lock();
-            let (fill, live) = layout
-                .segments
-                .iter()
-                .fold((0, 0), |(f, l), s| (f + s.fill, l + s.live));
-            if (fill - live) * 10 <= fill || !self.compact_one(&mut layout) {
+            debug_assert_eq!(
+                (layout.filled, layout.live),
+                layout
+                    .segments
+                    .iter()
+                    .fold((0, 0), |(f, l), s| (f + s.fill, l + s.live))
+            );
+            if !layout.over_garbage(self.config.garbage_percent) || !self.compact_one(&mut layout) {
                 return;
             }
         }

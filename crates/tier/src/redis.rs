@@ -91,7 +91,7 @@
 use crate::health::Health;
 use crate::seal::{KeySource, Sealer};
 use crate::stats::{Counters, TierStats};
-use crate::{ReadFailure, Tier, TierError, TierRef, MAX_BLOB_BYTES, READ_BUFFER_BYTES, TAG_BYTES};
+use crate::{ReadFailure, Tier, TierError, TierRef, READ_BUFFER_BYTES, TAG_BYTES};
 use ::redis::ConnectionLike;
 use parking_lot::Mutex;
 use rand::RngCore;
@@ -186,8 +186,6 @@ pub struct RedisTier {
     /// References freed and not yet deleted on the server (deleted in batches).
     pending_frees: Mutex<Vec<u64>>,
     health: Health,
-    pages: AtomicU64,
-    stored_bytes: AtomicU64,
     backing_bytes: AtomicU64,
     counters: Counters,
 }
@@ -196,7 +194,7 @@ impl std::fmt::Debug for RedisTier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisTier")
             .field("describe", &self.describe)
-            .field("pages", &self.pages.load(Relaxed))
+            .field("pages", &self.counters.pages.load(Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -289,8 +287,6 @@ impl RedisTier {
             index: Mutex::new(HashMap::new()),
             next_ref: AtomicU64::new(1),
             pending_frees: Mutex::new(Vec::new()),
-            pages: AtomicU64::new(0),
-            stored_bytes: AtomicU64::new(0),
             backing_bytes: AtomicU64::new(0),
             counters: Counters::default(),
             config,
@@ -462,34 +458,13 @@ impl Tier for RedisTier {
     }
 
     fn put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
-        if blob.len() > MAX_BLOB_BYTES {
-            return Err(TierError::InvalidBlob {
-                len: blob.len(),
-                why: "larger than a page",
-            });
+        let result = self
+            .counters
+            .accounted_put(&self.health, blob, || self.try_put(page, blob));
+        if result.is_ok() && self.pending_frees.lock().len() >= FREE_BATCH {
+            self.flush_frees();
         }
-        match self.try_put(page, blob) {
-            Ok(tier_ref) => {
-                self.health.succeeded();
-                self.pages.fetch_add(1, Relaxed);
-                self.stored_bytes.fetch_add(blob.len() as u64, Relaxed);
-                Counters::add(&self.counters.puts, 1);
-                Counters::add(&self.counters.put_bytes, blob.len() as u64);
-                if self.pending_frees.lock().len() >= FREE_BATCH {
-                    self.flush_frees();
-                }
-                Ok(tier_ref)
-            }
-            Err(error) => {
-                self.counters.count_put_failure(&error);
-                match &error {
-                    // A full server is not down: frees make room again.
-                    TierError::Full { .. } | TierError::Unavailable { .. } => {}
-                    _ => self.health.failed(&error),
-                }
-                Err(error)
-            }
-        }
+        result
     }
 
     fn get(&self, tier_ref: TierRef, page: u64, buf: &mut [u8]) -> Result<usize, ReadFailure> {
@@ -507,12 +482,9 @@ impl Tier for RedisTier {
         let Some(entry) = self.index.lock().remove(&raw) else {
             return;
         };
-        self.pages.fetch_sub(1, Relaxed);
-        self.stored_bytes
-            .fetch_sub(u64::from(entry.sealed_len) - TAG_BYTES as u64, Relaxed);
         self.backing_bytes
             .fetch_sub(u64::from(entry.sealed_len), Relaxed);
-        Counters::add(&self.counters.frees, 1);
+        self.counters.count_free(u64::from(entry.sealed_len));
         let batch_full = {
             let mut pending = self.pending_frees.lock();
             pending.push(raw);
@@ -526,8 +498,6 @@ impl Tier for RedisTier {
     fn stats(&self) -> TierStats {
         let down_cause = self.health.down_cause();
         TierStats {
-            pages: self.pages.load(Relaxed),
-            stored_bytes: self.stored_bytes.load(Relaxed),
             backing_bytes: self.backing_bytes.load(Relaxed),
             available: down_cause.is_none(),
             down_cause,

@@ -7,6 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// any lock (a fault handler bumps them too).
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
+    /// Gauge: blobs held now.
+    pub pages: AtomicU64,
+    /// Gauge: their bytes as given to `put`.
+    pub stored_bytes: AtomicU64,
     pub puts: AtomicU64,
     pub put_bytes: AtomicU64,
     pub gets: AtomicU64,
@@ -25,11 +29,57 @@ pub(crate) struct Counters {
     pub gc_runs: AtomicU64,
     pub gc_moved_blobs: AtomicU64,
     pub gc_moved_bytes: AtomicU64,
+    pub punched_segments: AtomicU64,
+    pub punch_failures: AtomicU64,
 }
 
 impl Counters {
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
+    }
+
+    /// A blob of `blob_len` bytes stored.
+    pub fn count_put(&self, blob_len: usize) {
+        Self::add(&self.pages, 1);
+        Self::add(&self.stored_bytes, blob_len as u64);
+        Self::add(&self.puts, 1);
+        Self::add(&self.put_bytes, blob_len as u64);
+    }
+
+    /// A blob freed, `sealed_len` bytes with its tag.
+    pub fn count_free(&self, sealed_len: u64) {
+        self.pages.fetch_sub(1, Relaxed);
+        self.stored_bytes
+            .fetch_sub(sealed_len - crate::TAG_BYTES as u64, Relaxed);
+        Self::add(&self.frees, 1);
+    }
+
+    /// A tier's `put` around its own `try_put`: refuses a blob larger than a
+    /// page, counts the outcome, and keeps `health` (a failure other than a
+    /// full or already-down tier takes it down; a success brings it back).
+    pub fn accounted_put(
+        &self,
+        health: &crate::health::Health,
+        blob: &[u8],
+        try_put: impl FnOnce() -> Result<crate::TierRef, crate::TierError>,
+    ) -> Result<crate::TierRef, crate::TierError> {
+        check_blob_len(blob)?;
+        match try_put() {
+            Ok(tier_ref) => {
+                health.succeeded();
+                self.count_put(blob.len());
+                Ok(tier_ref)
+            }
+            Err(error) => {
+                self.count_put_failure(&error);
+                match &error {
+                    // A full tier is not down: frees make room again.
+                    crate::TierError::Full { .. } | crate::TierError::Unavailable { .. } => {}
+                    _ => health.failed(&error),
+                }
+                Err(error)
+            }
+        }
     }
 
     pub fn count_get(&self, ns: u64) {
@@ -61,18 +111,38 @@ impl Counters {
     }
 }
 
+/// Refuses a blob no tier takes: one larger than an uncompressed page.
+pub(crate) fn check_blob_len(blob: &[u8]) -> Result<(), crate::TierError> {
+    if blob.len() > crate::MAX_BLOB_BYTES {
+        return Err(crate::TierError::InvalidBlob {
+            len: blob.len(),
+            why: "larger than a page",
+        });
+    }
+    Ok(())
+}
+
 /// A snapshot of a tier's figures.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct TierStats {
     /// Blobs held now.
     pub pages: u64,
-    /// Their bytes as given to `put` (the compressed sizes).
+    /// Their bytes as given to `put`: the compressed sizes, the live
+    /// payload. The seal's tag and any space the tier itself needs are
+    /// not in it; they are overhead in `backing_bytes` and `disk_bytes`.
     pub stored_bytes: u64,
     /// Bytes of the device (or heap) holding data now: sealed blobs, live and
     /// dead, in segments not yet reclaimed.
     pub backing_bytes: u64,
     /// The bound on `backing_bytes` (0: none).
     pub capacity_bytes: u64,
+    /// Bytes the tier's file takes on its file system now (`st_blocks` ×
+    /// 512, what `du` shows): `None` where there is no such file (the
+    /// memory and Redis tiers, a packed tier on a block device).
+    pub disk_bytes: Option<u64>,
+    /// The logical end of a log-structured tier: the offset just past the
+    /// last byte written in the furthest segment in use (`None`: not a log).
+    pub log_end_bytes: Option<u64>,
     /// Blobs stored, ever.
     pub puts: u64,
     /// Bytes given to `put`, ever.
@@ -110,6 +180,12 @@ pub struct TierStats {
     pub gc_moved_blobs: u64,
     /// Their bytes.
     pub gc_moved_bytes: u64,
+    /// Emptied segments whose blocks were given back to the file system
+    /// (a hole punched over them).
+    pub punched_segments: u64,
+    /// Emptied segments the file system would not punch a hole in (their
+    /// blocks stay allocated until the segment is written again).
+    pub punch_failures: u64,
     /// Whether the tier takes writes now.
     pub available: bool,
     /// Why it does not, when it does not.
@@ -120,6 +196,8 @@ impl TierStats {
     pub(crate) fn from_counters(c: &Counters) -> TierStats {
         let get = |a: &AtomicU64| a.load(Relaxed);
         TierStats {
+            pages: get(&c.pages),
+            stored_bytes: get(&c.stored_bytes),
             puts: get(&c.puts),
             put_bytes: get(&c.put_bytes),
             gets: get(&c.gets),
@@ -138,6 +216,8 @@ impl TierStats {
             gc_runs: get(&c.gc_runs),
             gc_moved_blobs: get(&c.gc_moved_blobs),
             gc_moved_bytes: get(&c.gc_moved_bytes),
+            punched_segments: get(&c.punched_segments),
+            punch_failures: get(&c.punch_failures),
             available: true,
             ..TierStats::default()
         }
@@ -151,6 +231,15 @@ impl TierStats {
             + self.get_fail_authentication
             + self.get_fail_stale
             + self.get_fail_missing
+    }
+
+    /// Bytes on disk per byte of live payload (`disk_bytes / stored_bytes`):
+    /// what a stored page costs beyond its compressed size (tags, dead
+    /// blobs not yet collected, partly written blocks). `None` without a
+    /// file or with nothing stored.
+    pub fn disk_bytes_per_payload_byte(&self) -> Option<f64> {
+        let disk = self.disk_bytes?;
+        (self.stored_bytes > 0).then(|| disk as f64 / self.stored_bytes as f64)
     }
 
     /// Mean latency of a successful read, nanoseconds (0 before any).

@@ -360,16 +360,17 @@ fn upkeep_collects_dead_blobs_so_disk_bytes_stay_near_stored_bytes() {
             tier.free(r);
         }
     }
-    let before = tier.stats();
-    assert!(before.backing_bytes > 2 * before.stored_bytes, "{before:?}");
+    // Collected as the log was written, not only by upkeep.
+    assert!(tier.stats().gc_runs > 0, "{:?}", tier.stats());
     for _ in 0..100 {
         tier.maintain();
     }
     let after = tier.stats();
     let sealed = after.stored_bytes + after.pages * TAG_BYTES as u64;
+    // Dead blobs are at most 5% of the bytes in segments.
     assert!(
-        after.backing_bytes * 10 <= sealed * 11,
-        "disk {} for {} sealed bytes",
+        after.backing_bytes * 95 <= sealed * 100,
+        "{} bytes in segments for {} sealed bytes",
         after.backing_bytes,
         sealed
     );
@@ -377,4 +378,104 @@ fn upkeep_collects_dead_blobs_so_disk_bytes_stay_near_stored_bytes() {
     for (page, r, b) in &live {
         assert_eq!(&read(&tier, *r, *page).unwrap(), b, "page {page}");
     }
+}
+
+/// A compressed size as a page's would be: mostly 300 B to 3 KiB, some a
+/// few hundred bytes, some stored raw at 4 KiB.
+fn compressed_len(rng: &mut rand::rngs::StdRng) -> usize {
+    match rng.gen_range(0..10) {
+        0 => rng.gen_range(16..300),
+        1 => 4096,
+        _ => rng.gen_range(300..3000),
+    }
+}
+
+/// Bytes on disk per byte of live payload, checked against the file's own
+/// allocated blocks.
+fn disk_ratio(tier: &PackedTier, path: &std::path::Path) -> f64 {
+    use std::os::unix::fs::MetadataExt;
+    let stats = tier.stats();
+    let disk = std::fs::metadata(path).unwrap().blocks() * 512;
+    assert_eq!(stats.disk_bytes, Some(disk), "{stats:?}");
+    let ratio = stats.disk_bytes_per_payload_byte().unwrap();
+    assert!((ratio - disk as f64 / stats.stored_bytes as f64).abs() < 1e-9);
+    ratio
+}
+
+/// Pages written, rewritten and dropped at random, as a region's writeback
+/// does under churn: the file never takes more than 1.1 bytes on disk per
+/// byte of live compressed page, and every live page reads back exact.
+///
+/// The bound: dead blobs are kept at most 5% of the bytes in segments
+/// (1/0.95 = 1.053 per live sealed byte), a blob's tag adds 16 bytes (at
+/// most 1.2% over these sizes' mean of about 1.6 KiB), and each segment in
+/// use may end in a partly written 4 KiB block (0.4% of a 1 MiB segment):
+/// about 1.07 in all, so 1.1 leaves room and still fails if emptied
+/// segments are not given back to the file system (the file would stay at
+/// its high-water mark after the deletions) or collection slackens.
+#[test]
+fn churn_keeps_disk_bytes_within_a_tenth_of_the_live_payload() {
+    let dir = TempDir::new("churn");
+    let path = dir.0.join("tier");
+    let tier = packed(&dir, 256 << 20, 1 << 20);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut shadow: HashMap<u64, (TierRef, Vec<u8>)> = HashMap::new();
+    let mut worst: f64 = 0.0;
+    let mut step = 0u64;
+    let mut churn = |tier: &PackedTier, pages: u64, ops: u64, shadow: &mut HashMap<_, _>| {
+        for _ in 0..ops {
+            step += 1;
+            let page = rng.gen_range(0..pages);
+            if let Some((r, _)) = shadow.remove(&page) {
+                tier.free(r);
+            }
+            // One in eight touches drops the page; the rest rewrite it.
+            if rng.gen_range(0..8) != 0 {
+                let b = blob(step, compressed_len(&mut rng));
+                shadow.insert(page, (tier.put(page, &b).unwrap(), b));
+            }
+            if step.is_multiple_of(2000) && !shadow.is_empty() {
+                worst = worst.max(disk_ratio(tier, &path));
+            }
+        }
+    };
+    // Grow to 24k pages (about 36 MiB), rewrite them many times over, then
+    // drop to a fifth of that and churn again: the file must shrink on disk
+    // with the live pages.
+    churn(&tier, 24_000, 120_000, &mut shadow);
+    let grown = tier.stats();
+    let dropped: Vec<u64> = shadow.keys().copied().filter(|p| p % 5 != 0).collect();
+    for page in dropped {
+        let (r, _) = shadow.remove(&page).unwrap();
+        tier.free(r);
+    }
+    for _ in 0..1000 {
+        tier.maintain();
+    }
+    let shrunk_ratio = disk_ratio(&tier, &path);
+    churn(&tier, 24_000, 20_000, &mut shadow);
+    let stats = tier.stats();
+    assert!(
+        grown.gc_runs > 100 && stats.punched_segments > 10,
+        "{stats:?}"
+    );
+    assert_eq!(stats.punch_failures, 0, "{stats:?}");
+    assert!(
+        worst <= 1.1,
+        "disk bytes per payload byte reached {worst:.3}"
+    );
+    assert!(
+        shrunk_ratio <= 1.1,
+        "after dropping four pages in five: {shrunk_ratio:.3} ({stats:?})"
+    );
+    assert!(
+        stats.log_end_bytes.unwrap() <= grown.log_end_bytes.unwrap(),
+        "the log grew past its high-water mark: {stats:?}"
+    );
+    let mut buf = vec![0u8; READ_BUFFER_BYTES];
+    for (page, (r, b)) in &shadow {
+        let n = tier.get(*r, *page, &mut buf).unwrap();
+        assert_eq!(&buf[..n], &b[..], "page {page}");
+    }
+    assert_eq!(stats.pages, shadow.len() as u64);
 }
