@@ -283,6 +283,14 @@ const ALL_MODULES: &[&str] = &[
     "test_sort",
     "test_set",
     "test_itertools",
+    "test_queue",
+    "test_fileio",
+    "test_bufio",
+    "test_weakref",
+    "test_memoryview",
+    "test_deque",
+    "test_zipfile",
+    "test_heapq",
 ];
 
 /// A test that hangs fails (with regrtest's traceback) instead of hanging
