@@ -20,28 +20,13 @@ use std::time::Duration;
 use zpage_codec::PAGE_SIZE;
 use zpage_store::{
     EntryKind, PageStoreConfig, ReadFailure, RedisConfig, RedisTier, Store, StoreConfig,
-    StoreError, StoreOutcome,
+    StoreError, StoreOutcome, Worker,
 };
 
-fn written_back(store: &Store, keys: &[u64]) -> Vec<u64> {
-    keys.iter()
-        .copied()
-        .filter(|&k| {
-            store
-                .entry_info(k)
-                .is_some_and(|e| e.kind == EntryKind::WrittenBack)
-        })
-        .collect()
-}
-
-#[test]
-fn a_killed_redis_server_loses_only_written_back_pages_and_is_used_again_when_back() {
-    if !available("store redis") {
-        return;
-    }
-    let dir = TempDir::new("store");
-    let mut server = RedisServer::start(&dir, &[]);
-    let mut config = RedisConfig::new(server.url());
+/// A store writing back to Redis at `url`, holding 400 pages (keys 0..400)
+/// in its pool; returns it, a worker, and the keys not same-filled.
+fn store_holding_400_pages(url: String) -> (Store, Worker, Vec<u64>) {
+    let mut config = RedisConfig::new(url);
     config.timeout = Duration::from_millis(300);
     config.retry_interval = Duration::from_millis(100);
     let store = Store::new(StoreConfig {
@@ -61,6 +46,28 @@ fn a_killed_redis_server_loses_only_written_back_pages_and_is_used_again_when_ba
                 != StoreOutcome::SameFilled
         })
         .collect();
+    (store, worker, keys)
+}
+
+fn written_back(store: &Store, keys: &[u64]) -> Vec<u64> {
+    keys.iter()
+        .copied()
+        .filter(|&k| {
+            store
+                .entry_info(k)
+                .is_some_and(|e| e.kind == EntryKind::WrittenBack)
+        })
+        .collect()
+}
+
+#[test]
+fn a_killed_redis_server_loses_only_written_back_pages_and_is_used_again_when_back() {
+    if !available("store redis") {
+        return;
+    }
+    let dir = TempDir::new("store");
+    let mut server = RedisServer::start(&dir, &[]);
+    let (store, mut worker, keys) = store_holding_400_pages(server.url());
     assert!(keys.len() > 250, "{} pages in the pool", keys.len());
     assert_eq!(store.write_back(100).unwrap(), 100);
     let in_redis = written_back(&store, &keys);
@@ -127,26 +134,7 @@ fn pages_lost_while_a_cluster_fails_over_read_back_exact_once_a_replica_is_promo
     }
     let dir = TempDir::new("store-failover");
     let mut cluster = RedisCluster::start_with_replicas(&dir, 3, 1);
-    let mut config = RedisConfig::new(cluster.url());
-    config.timeout = Duration::from_millis(300);
-    config.retry_interval = Duration::from_millis(100);
-    let store = Store::new(StoreConfig {
-        pages: PageStoreConfig {
-            tier: Some(Arc::new(RedisTier::new(config).unwrap())),
-            ..PageStoreConfig::default()
-        },
-        ..StoreConfig::default()
-    })
-    .unwrap();
-    let mut worker = store.worker().unwrap();
-    let keys: Vec<u64> = (0..400u64)
-        .filter(|&key| {
-            store
-                .store(&mut worker, key, &pages::page_for(key, 0))
-                .unwrap()
-                != StoreOutcome::SameFilled
-        })
-        .collect();
+    let (store, mut worker, keys) = store_holding_400_pages(cluster.url());
     assert_eq!(store.write_back(200).unwrap(), 200);
     let in_redis = written_back(&store, &keys);
     cluster.wait_replicated();
