@@ -439,7 +439,10 @@ fn redis_server_with_jemalloc_extents_in_regions_keeps_every_value() {
         return;
     }
     let zpage = env!("CARGO_BIN_EXE_zpage");
-    let output = Command::new(zpage)
+    // A hang (a deadlock in the fault path) fails the test in ten minutes
+    // instead of holding the suite.
+    let output = Command::new("timeout")
+        .args(["-k", "10", "600", zpage])
         .args([
             "bench", "redis", "--size", "24M", "--gets", "5000", "--json",
         ])

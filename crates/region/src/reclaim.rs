@@ -337,6 +337,32 @@ impl Reclaimer {
         self.compact_if_fragmented();
     }
 
+    /// The first use of a thread-local with a destructor on this thread (the
+    /// LZ4 library's compression state is one) makes the C library record
+    /// the destructor with a `calloc` from the program's allocator, whose
+    /// memory may lie in this budget's regions (jemalloc's extents under
+    /// `zpage run`). Made in the middle of an eviction, that call can fault
+    /// on the very page being compressed and wait on itself. So every codec
+    /// of the store compresses one page here, before this thread evicts
+    /// anything.
+    fn warm_thread_locals(&self) {
+        let mut page: Box<zpage_codec::Page> = Box::new([0; zpage_codec::PAGE_SIZE]);
+        for (i, byte) in page.iter_mut().enumerate() {
+            *byte = (i % 251) as u8;
+        }
+        let mut out: Box<zpage_codec::Page> = Box::new([0; zpage_codec::PAGE_SIZE]);
+        for number in 0..=u8::MAX {
+            let Some(spec) = self.budget.store.codec(number) else {
+                break;
+            };
+            if let Ok(mut encoder) =
+                zpage_codec::Encoder::new(spec, zpage_codec::RejectThreshold::default())
+            {
+                let _ = encoder.compress(&page, &mut out);
+            }
+        }
+    }
+
     /// Compacts the pool if its holes pass [`COMPACT_ABOVE_BLOB_BYTES`],
     /// at most once per [`COMPACTION_INTERVAL`].
     fn compact_if_fragmented(&mut self) {
@@ -354,6 +380,7 @@ impl Reclaimer {
 
     /// The thread body.
     pub fn run(mut self) {
+        self.warm_thread_locals();
         loop {
             if self.budget.stop.load(Ordering::Acquire) {
                 break;
