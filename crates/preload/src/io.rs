@@ -15,14 +15,15 @@ use crate::sys::{self, Inside};
 use std::sync::atomic::Ordering;
 use zpage_syscalls::{Policy, Real, Scope};
 
-/// The library's rules: zpage's own calls and a forked child's go straight
-/// through; the library's regions are zpage's memory.
+/// The library's rules: zpage's own calls go straight through; the
+/// library's regions are zpage's memory (in a forked child too: it restores
+/// its evicted pages itself).
 struct Preload;
 
 impl Policy for Preload {
     type Inside = Inside;
     fn passes_through(&self) -> bool {
-        sys::inside() || state::FORKED_CHILD.load(Ordering::Relaxed) || state::get().is_none()
+        sys::inside() || state::get().is_none()
     }
     fn in_region(&self, addr: usize, len: usize) -> bool {
         state::get().is_some_and(|s| s.overlaps(addr, len))

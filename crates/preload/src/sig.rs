@@ -32,7 +32,7 @@ use crate::state;
 use libc::c_int;
 
 fn active() -> bool {
-    state::get().is_some() && !state::FORKED_CHILD.load(std::sync::atomic::Ordering::Relaxed)
+    state::get().is_some()
 }
 
 /// # Safety

@@ -68,17 +68,19 @@ pub struct State {
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
-/// Set in a child made by `fork()`: it keeps its inherited memory as plain
-/// memory (the parent restored every region before forking) and places
-/// nothing new in regions (the budget's threads stayed with the parent).
+/// Set in a child made by `fork()`: it places nothing new in regions (the
+/// budget's reclaimer stayed with the parent). The regions it inherited are
+/// its own (the region layer's fork hook hands them over), or plain memory
+/// when their budget restored every page before the fork.
 pub static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
 /// Why the library is not active, for the report.
 pub static INACTIVE: OnceLock<String> = OnceLock::new();
 
-/// In a forked child a region is the parent's: its memory is plain here
-/// (every page was restored before the fork and the child has no
-/// userfaultfd registration), and dropping it would take locks another
-/// thread of the parent may have held at the fork. It is left alone.
+/// A region a forked child did not take over is the parent's: its memory
+/// is plain here (every page was restored before the fork and the child
+/// has no userfaultfd registration for it), and dropping it would take
+/// locks another thread of the parent may have held at the fork. It is
+/// left alone.
 fn forget_in_child(placed: Placed) {
     std::mem::forget(placed.region);
 }
@@ -324,7 +326,7 @@ impl State {
     /// Gives a region up whose whole range the caller is about to unmap.
     pub fn release(&self, placed: Placed) {
         self.retire_counters(&placed);
-        if FORKED_CHILD.load(Ordering::Relaxed) {
+        if !placed.region.belongs_to_this_process() {
             forget_in_child(placed);
             return;
         }
@@ -344,9 +346,9 @@ impl State {
         self.ejected.fetch_add(1, Ordering::Relaxed);
         self.ejected_bytes
             .fetch_add(placed.len as u64, Ordering::Relaxed);
-        if FORKED_CHILD.load(Ordering::Relaxed) {
-            // The parent restored every page before the fork: the child's
-            // copy is plain memory already.
+        if !placed.region.belongs_to_this_process() {
+            // A forked child whose budget the parent restored whole before
+            // the fork: the child's copy is plain memory already.
             forget_in_child(placed);
             return;
         }

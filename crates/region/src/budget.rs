@@ -16,7 +16,7 @@ use crate::queues::{Record, Ring, VictimQueue};
 use crate::sys::{self, Errno, Mapping, PAGE_SIZE};
 use crate::tier_reader::TierReader;
 use crate::workers::WorkerSlots;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use zpage_store::{PageRef, PageStore, PageStoreConfig};
@@ -103,6 +103,20 @@ fn make_uffd(features: u64, kernel_faults: bool, mode: FaultMode) -> Result<Uffd
     }
 }
 
+/// In a forked child: puts a fresh userfaultfd with `features` at `uffd`'s
+/// descriptor number. The inherited descriptor names the parent's context:
+/// ioctls on it would act on the parent's memory.
+fn replace_uffd(uffd: &Uffd, features: u64) -> Result<(), Errno> {
+    let fd = sys::userfaultfd(libc::O_CLOEXEC | libc::O_NONBLOCK | sys::UFFD_USER_MODE_ONLY)?;
+    if let Err(e) = sys::uffd_api(fd, features) {
+        sys::close(fd);
+        return Err(e);
+    }
+    sys::replace_fd(fd, uffd.fd)?;
+    uffd.lost.store(false, Ordering::Release);
+    Ok(())
+}
+
 /// The staging area: pages moved out of regions wait here uncompressed (on
 /// trial, or until compressed), and clean pages wait here until their memory
 /// is discarded in a batch (one TLB flush for many pages). A slot is free in
@@ -165,6 +179,21 @@ impl Staging {
 
     pub fn addr(&self, slot: usize) -> usize {
         self.mapping.addr(slot)
+    }
+
+    /// In a forked child: a fresh userfaultfd on the staging area at the
+    /// descriptor number of the parent's (whose context is the parent's).
+    fn take_over_in_child(&self) -> Result<(), Errno> {
+        replace_uffd(&self.uffd, sys::FEATURE_SIGBUS | sys::FEATURE_MOVE)?;
+        sys::uffd_register(
+            self.uffd.fd(),
+            self.mapping.base(),
+            self.mapping.len(),
+            sys::REGISTER_MODE_MISSING,
+        )?;
+        // A discard the parent had under way at the fork has no thread here.
+        self.discarding.store(false, Ordering::Release);
+        Ok(())
     }
 
     /// The uncompressed page in `slot` (its owner reads it while it holds the page).
@@ -356,7 +385,26 @@ pub struct Shared {
     pub installs: AtomicUsize,
     /// Serialises the reclaimer's work with `advise_cold` and region teardown.
     pub reclaim_lock: Mutex<()>,
-    pub owner_pid: i32,
+    /// The process whose regions these are: the creator, or a child made by
+    /// `fork()` once its hook took the budget over (module `fork`).
+    owner_pid: AtomicI32,
+    /// Fault resolutions in flight, and the gate the fork prepare hook closes
+    /// to let them drain (a Dekker pair, as `evicting` with the pause flags):
+    /// no page is half restored at the instant of a fork.
+    pub resolving: AtomicUsize,
+    pub fork_gate: AtomicBool,
+    /// Set in a child made by `fork()` that took the budget over: its
+    /// threads stayed in the parent, so faults resolve from the child's
+    /// copy-on-write copy of the pool, never free a blob, and drop clean
+    /// pages the child restored to stay within the budget.
+    pub forked_child: AtomicBool,
+    /// Pages a forked child restored and still holds (its own budget).
+    pub child_restored: AtomicUsize,
+    /// Where a forked child's search for a clean page to drop goes on.
+    pub child_hand: AtomicUsize,
+    /// Non-zero when a forked child could not take the budget over (the
+    /// errno of the failed call): its faults end the process with it.
+    pub child_setup_errno: AtomicI32,
 }
 
 impl Shared {
@@ -441,8 +489,76 @@ impl Shared {
             event_seq: AtomicU64::new(0),
             installs: AtomicUsize::new(0),
             reclaim_lock: Mutex::new(()),
-            owner_pid: sys::getpid(),
+            owner_pid: AtomicI32::new(sys::getpid()),
+            resolving: AtomicUsize::new(0),
+            fork_gate: AtomicBool::new(false),
+            forked_child: AtomicBool::new(false),
+            child_restored: AtomicUsize::new(0),
+            child_hand: AtomicUsize::new(0),
+            child_setup_errno: AtomicI32::new(0),
         })
+    }
+
+    /// The process these regions belong to.
+    pub fn owner_pid(&self) -> i32 {
+        self.owner_pid.load(Ordering::Acquire)
+    }
+
+    /// A forked child's hook takes the budget over.
+    pub(crate) fn set_owner_pid(&self, pid: i32) {
+        self.owner_pid.store(pid, Ordering::Release);
+    }
+
+    /// A forked child that took the budget over (no reclaimer, no frees).
+    pub fn in_forked_child(&self) -> bool {
+        self.forked_child.load(Ordering::Acquire)
+    }
+
+    /// Enters a fault resolution; waits while a fork is being prepared.
+    /// Async-signal-safe: the gate is closed only by the fork prepare hook,
+    /// which never waits on the thread calling this.
+    pub fn enter_resolve(&self) {
+        if sys::on_zpage_thread() || crate::fork::in_fork_hook() {
+            // The reclaimer may fault on the program allocator's memory
+            // while the prepare hook waits for it, and the forking thread
+            // on its own: the gate is for the program's threads.
+            self.resolving.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
+        loop {
+            self.resolving.fetch_add(1, Ordering::SeqCst);
+            if !self.fork_gate.load(Ordering::SeqCst) {
+                return;
+            }
+            self.resolving.fetch_sub(1, Ordering::SeqCst);
+            while self.fork_gate.load(Ordering::SeqCst) {
+                sys::yield_now();
+            }
+        }
+    }
+
+    pub fn leave_resolve(&self) {
+        self.resolving.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Closes the resolve gate and waits until no resolution is in flight.
+    pub(crate) fn close_resolve_gate(&self) {
+        self.fork_gate.store(true, Ordering::SeqCst);
+        while self.resolving.load(Ordering::SeqCst) != 0 {
+            sys::yield_now();
+        }
+    }
+
+    /// The fork child hook's part: fresh userfaultfds at the parent's
+    /// descriptor numbers (the regions are registered on it by the caller),
+    /// and the state the parent's threads had in flight cleared.
+    pub(crate) fn take_over_in_child(&self) -> Result<(), Errno> {
+        self.installs.store(0, Ordering::SeqCst);
+        replace_uffd(
+            &self.uffd,
+            crate::event::FEATURES | sys::FEATURE_MOVE | sys::FEATURE_POISON | sys::FEATURE_SIGBUS,
+        )?;
+        self.staging.take_over_in_child()
     }
 
     /// Eviction of `core`'s pages is paused (fork in progress, or `restore_all`).
@@ -501,6 +617,9 @@ impl Shared {
     /// (`reclaimer_idle`): the counter bump alone makes its next wait return
     /// at once, so a busy reclaimer costs the fault path no system call.
     pub fn kick_reclaimer(&self) {
+        if self.in_forked_child() {
+            return;
+        }
         self.kick.fetch_add(1, Ordering::SeqCst);
         if self.reclaimer_idle.load(Ordering::SeqCst) {
             sys::futex_wake(&self.kick);
@@ -521,6 +640,11 @@ impl Shared {
     /// pages share it (dedup). Off the fault path only (it takes the dedup
     /// table's lock and the pool's); the fault path uses [`Shared::free_later`].
     pub fn release(&self, page_ref: PageRef) {
+        if self.in_forked_child() {
+            // The child's pool is its copy-on-write copy of the parent's:
+            // left as it is (see `Shared::forked_child`).
+            return;
+        }
         if self.dedup.as_ref().is_none_or(|d| d.release(page_ref)) {
             self.store.free(page_ref);
         }
@@ -528,6 +652,10 @@ impl Shared {
 
     /// [`Shared::release`] for many references (emptied).
     pub fn release_many(&self, refs: &mut Vec<PageRef>) {
+        if self.in_forked_child() {
+            refs.clear();
+            return;
+        }
         if let Some(dedup) = &self.dedup {
             refs.retain(|r| dedup.release(*r));
         }
@@ -545,6 +673,9 @@ impl Shared {
     /// for (it never waits on a page another thread holds, and it drains
     /// this ring even while a fork pauses eviction).
     pub fn free_later(&self, page_ref: PageRef) {
+        if self.in_forked_child() {
+            return;
+        }
         while !self.freed_refs.try_push(page_ref.to_raw()) {
             self.kick_reclaimer();
             sys::yield_now();
@@ -562,6 +693,10 @@ impl Shared {
     /// reclaimer's queues.
     pub fn admitted(&self, core: &RegionCore, page: usize, activate: bool) {
         let gen = core.pages[page].aging.admit();
+        if self.in_forked_child() {
+            // No reclaimer here: the child's own budget is kept by its faults.
+            return;
+        }
         self.queue_record(&self.admits, Record::new(core.id(), page, gen, activate));
         if self.resident.load(Ordering::Relaxed) > self.limits.high_pages {
             self.kick_reclaimer();
@@ -580,6 +715,8 @@ impl Shared {
 pub(crate) struct Owner {
     pub shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The process the threads run in (a forked child has none of them).
+    threads_pid: i32,
 }
 
 impl Drop for Owner {
@@ -592,7 +729,7 @@ impl Drop for Owner {
         shared.kick_reclaimer();
         sys::futex_wake(&shared.kick);
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
-        if shared.owner_pid == sys::getpid() {
+        if self.threads_pid == sys::getpid() {
             for thread in threads {
                 let _ = thread.join();
             }
@@ -622,6 +759,7 @@ impl Budget {
         let owner = Arc::new(Owner {
             shared: Arc::clone(&shared),
             threads: Mutex::new(Vec::new()),
+            threads_pid: sys::getpid(),
         });
         let spawn = |name: &str, body: Box<dyn FnOnce() + Send>| {
             sys::spawn_blocking_signals(name, body).map_err(|e| RegionError::Sys {

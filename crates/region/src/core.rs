@@ -25,7 +25,6 @@ pub struct RegionCore {
     pub pinned: AtomicUsize,
     /// Set by `restore_all`: none of this region's pages are evicted until `resume_eviction`.
     hold: AtomicBool,
-    pub owner_pid: i32,
     /// Why the region was closed (the program unmapped or moved part of it).
     pub unmapped: Mutex<Option<String>>,
     pub is_unmapped: AtomicBool,
@@ -44,7 +43,6 @@ impl RegionCore {
             staged: AtomicUsize::new(0),
             pinned: AtomicUsize::new(0),
             hold: AtomicBool::new(false),
-            owner_pid: crate::sys::getpid(),
             unmapped: Mutex::new(None),
             is_unmapped: AtomicBool::new(false),
         }
@@ -93,6 +91,11 @@ impl RegionCore {
         };
         self.counters.snapshot_into(&mut stats);
         stats
+    }
+
+    /// The process this region belongs to (its budget's).
+    pub fn owner_pid(&self) -> i32 {
+        self.budget.owner_pid()
     }
 
     pub fn page_addr(&self, page: usize) -> usize {

@@ -67,7 +67,7 @@ pub enum RegionError {
     #[error("the region's userfaultfd (fd {0}) was closed by the program: evicted pages can no longer be restored (touching one ends the process with a message naming it); make a fresh region, and do not close file descriptors you did not open")]
     UffdLost(i32),
     /// The object was inherited by a child process across fork().
-    #[error("this region belongs to process {owner}; after fork() the child holds plain memory (every page was restored before the fork) and the region's machinery stays with the parent")]
+    #[error("this region belongs to process {owner}; after fork() the child holds plain memory (its budget, in the handler-thread mode or with a tier below RAM, restored every page before the fork) and the region's machinery stays with the parent")]
     ForkedChild {
         /// The process that created the region.
         owner: i32,

@@ -75,10 +75,13 @@ fn discard_page(core: &RegionCore, page: usize) {
             }
             Tag::Stored => {
                 if slot.claim(s, s.with(Tag::Restoring)) {
-                    if let Some(stale) = slot.take_page_ref() {
+                    let stale = slot.take_page_ref();
+                    // Let go of the page before freeing: a fork's prepare
+                    // hook holds pool writes back until no page is held.
+                    slot.set(s.emptied());
+                    if let Some(stale) = stale {
                         budget.release(stale);
                     }
-                    slot.set(s.emptied());
                     crate::counters::Counters::bump(&core.counters.discard_count);
                     return;
                 }

@@ -101,7 +101,19 @@ pub(crate) fn about_page(core: &RegionCore, page: usize) -> Fatal {
 /// process exiting); the access then fails the way it would without zpage.
 pub fn resolve(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Result<(), Errno> {
     let started = sys::now_ns();
+    if core.budget.in_forked_child() {
+        let errno = core.budget.child_setup_errno.load(Ordering::Acquire);
+        if errno != 0 {
+            about_page(core, page)
+                .text(" cannot be restored in this forked child: taking the region over after fork() failed with errno ")
+                .dec(errno as u64)
+                .text("; ending the process rather than let the page read as zeros")
+                .abort()
+        }
+    }
+    core.budget.enter_resolve();
     let result = resolve_inner(core, page, access, ctx);
+    core.budget.leave_resolve();
     if ctx != Ctx::Api {
         let ns = sys::now_ns() - started;
         core.counters.record_fault(ns);
@@ -224,6 +236,11 @@ fn lift_protection(core: &RegionCore, page: usize, s: State) -> Result<(), Errno
 /// program's discard is about to clear: the access faults again meanwhile).
 fn fill_zero(budget: &Shared, addr: usize, write: bool) -> Result<bool, Errno> {
     let timed = profile::start();
+    // In a forked child an empty page may still carry an eviction marker
+    // whose clearing zap belonged to the parent's `madvise` (the fork came
+    // between the event and the zap): ZEROPAGE refuses a marker, COPY
+    // replaces it.
+    let write = write || budget.in_forked_child();
     let r = budget.install(|| {
         if write {
             sys::uffd_copy(budget.uffd.fd(), addr, ZERO_PAGE.as_ptr(), 0)
@@ -325,7 +342,9 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
             .text(": it is marked stored but holds no reference (zpage bug)")
             .abort()
     };
-    let protect = budget.keep_clean_copies && !write;
+    // A forked child keeps every copy (it never frees a blob), so a page it
+    // only reads can be dropped again to keep its budget.
+    let protect = (budget.keep_clean_copies || budget.in_forked_child()) && !write;
     let cold = page_ref.kind() == zpage_store::RefKind::Compressed { codec: 1 };
     let copied = budget.workers.with(|worker, buffer| {
         let timed = profile::start();
@@ -398,6 +417,9 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
         evict::give_up_copy(core, page, Path::Fault);
     }
     core.count_mapped();
+    if budget.in_forked_child() {
+        budget.child_restored.fetch_add(1, Ordering::AcqRel);
+    }
     let activate = aging::on_refault(&budget.clock, &slot.aging);
     slot.publish(s.with(Tag::Resident).set_clean(protect).set_cold(cold));
     Counters::bump(&core.counters.restore_count);
@@ -422,6 +444,10 @@ pub(crate) fn tier_identity(core: &RegionCore, page: usize) -> u64 {
 /// reclaimer. Only at the hard limit does a fault wait.
 fn make_room(core: &RegionCore) {
     let budget = &*core.budget;
+    if budget.in_forked_child() {
+        crate::fork::make_room_in_child(core);
+        return;
+    }
     if budget.fork_pause.load(Ordering::SeqCst) {
         return;
     }

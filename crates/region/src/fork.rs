@@ -1,44 +1,185 @@
-//! fork(): a child must never read zeros for evicted pages.
+//! fork(): the child gets the parent's pages as they are, evicted ones
+//! included, and restores them itself.
 //!
-//! A child made by `fork()` inherits the regions' mappings but not their
-//! userfaultfd registration (`EVENT_FORK` needs `CAP_SYS_PTRACE`, and a child
-//! could not resolve its faults through the parent's uffd anyway). So a
-//! `pthread_atfork` prepare hook pauses eviction on every budget and restores
-//! every page of every region before the fork, waiting for restores other
-//! threads have in flight (a page another thread is still decompressing
-//! would otherwise be copied into the child as an empty entry, zeros): the
-//! child gets plain memory with the full contents. The parent hook resumes
-//! eviction; the parent's pages are now shared copy-on-write, which
-//! `UFFDIO_MOVE` refuses with `EBUSY`, and eviction makes them exclusive
-//! again (`MADV_POPULATE_WRITE`, see `evict.rs`).
+//! A child made by `fork()` inherits the regions' mappings (an evicted
+//! page's entry keeps its poison marker) and a copy-on-write copy of the
+//! budget: its page states, its pool of compressed pages, its staging area.
+//! It does not inherit the userfaultfd registration (`EVENT_FORK` needs
+//! `CAP_SYS_PTRACE`), nor the budget's threads. So:
 //!
-//! Cost: a fork briefly makes every region resident. `posix_spawn` and
-//! `vfork` (what `std::process::Command` uses) run no atfork hooks and copy
-//! nothing, so spawning programs costs nothing. Raw `clone()` without
-//! `CLONE_VM` bypasses the hook: a child that then touches a page that was
-//! evicted gets a message naming it and dies (the page keeps its poison
-//! marker), never zeros.
+//! - **prepare** (in the forking thread, asynchronous signals blocked until
+//!   the parent's or child's hook): pauses eviction; closes the budget's
+//!   resolve gate and waits for the restores in flight to finish (no page
+//!   is half restored at the fork); takes the reclaim lock (the reclaimer is
+//!   between two steps, no page half compressed); holds the store's pool
+//!   writes back (no pool lock is held by a thread the child will not have).
+//!   Nothing is restored: a fork costs what the kernel's does.
+//! - **child**: the budget is taken over by the child. Fresh userfaultfds
+//!   go at the parent's descriptor numbers (the inherited ones name the
+//!   parent's context), every region is registered on them, and an event
+//!   thread of its own starts (the program's discards and unmaps are seen
+//!   as in the parent). Faults resolve as in the parent, from the child's
+//!   copy of the pool, with these differences: no blob is ever freed (the
+//!   pool stays shared with the parent, copy-on-write, costing no memory);
+//!   a page the child only reads is restored write-protected, its
+//!   compressed copy kept, and once the child holds a budget's worth of
+//!   pages it restored, each fault first drops one such clean page again
+//!   ([`make_room_in_child`]): the child's own memory stays within one
+//!   budget, plus what it writes. Pages resident at the fork stay shared
+//!   with the parent until one of them writes.
+//! - **parent**: everything resumes. Its resident pages are now shared
+//!   copy-on-write, which `UFFDIO_MOVE` refuses with `EBUSY`; eviction makes
+//!   them exclusive again (`MADV_POPULATE_WRITE`, see `evict.rs`).
+//!
+//! Budgets the child cannot take over this way keep the first design, every
+//! page restored before the fork: a budget in `FaultMode::HandlerThread`
+//! (its faults need a handler thread), and one with a tier below RAM (its
+//! reads and index locks belong to the parent's threads).
+//!
+//! `posix_spawn` and `vfork` run no atfork hooks and copy nothing. Raw
+//! `clone()` without `CLONE_VM` bypasses the hooks: a child that then
+//! touches an evicted page gets a message naming it and dies (the page keeps
+//! its poison marker), never zeros.
+//!
+//! The child-side path ([`make_room_in_child`]) runs in the SIGBUS handler
+//! and is async-signal-safe for the reasons given in `fault.rs`: it claims
+//! pages by compare-and-swap, uses a preallocated staging slot, and makes
+//! only ioctl and madvise calls. The hooks themselves run in normal context.
 #![allow(unsafe_code)]
 
+use crate::budget::Shared;
+use crate::config::FaultMode;
+use crate::core::RegionCore;
+use crate::evict;
 use crate::fault::{self, Access, Ctx};
 use crate::page::Tag;
-use crate::sys;
+use crate::queues::Record;
+use crate::sys::{self, SignalGuard};
 use crate::table;
+use std::cell::RefCell;
 use std::sync::atomic::Ordering;
-use std::sync::Once;
+use std::sync::{Arc, MutexGuard, Once};
 
 static INSTALL: Once = Once::new();
 
-extern "C" fn prepare() {
-    // A program handler interrupting us while we hold a page could wait on it.
-    let _signals = sys::SignalGuard::block_async();
-    let pid = sys::getpid();
+/// A budget as the prepare hook left it for the fork.
+struct Held {
+    /// The reclaim lock, when the child takes the budget over. Declared
+    /// before `shared` so that it is dropped first: it borrows its mutex.
+    reclaim: Option<MutexGuard<'static, ()>>,
+    shared: Arc<Shared>,
+}
+
+/// What the forking thread holds from prepare to the parent's or child's
+/// hook, and the signal mask to restore then.
+struct ForkState {
+    held: Vec<Held>,
+    _signals: SignalGuard,
+}
+
+thread_local! {
+    static FORKING: RefCell<Option<ForkState>> = const { RefCell::new(None) };
+    /// Set on the forking thread from prepare to the parent's or child's
+    /// hook: its own faults (the allocator's memory may lie in a region)
+    /// pass the gate it closed. Const-initialised, no destructor: read in
+    /// the signal handler without allocating.
+    static IN_FORK_HOOK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on the thread running the fork hooks, between prepare and the
+/// parent's or child's hook.
+pub(crate) fn in_fork_hook() -> bool {
+    IN_FORK_HOOK.with(|f| f.get())
+}
+
+/// Whether a child can take `shared` over (see the module docs).
+fn child_can_take_over(shared: &Shared) -> bool {
+    shared.mode == FaultMode::Sigbus && shared.store.tier().is_none()
+}
+
+/// The budgets of this process's regions, each once.
+fn budgets_of(pid: i32) -> Vec<Arc<Shared>> {
+    let mut budgets: Vec<Arc<Shared>> = Vec::new();
     table::for_each(|core| {
-        if core.owner_pid != pid {
-            return;
+        if core.owner_pid() == pid && !budgets.iter().any(|b| Arc::ptr_eq(b, &core.budget)) {
+            budgets.push(Arc::clone(&core.budget));
         }
+    });
+    budgets
+}
+
+/// Runs `f` on every region of `shared`.
+fn for_each_region_of(shared: &Arc<Shared>, mut f: impl FnMut(&RegionCore)) {
+    table::for_each(|core| {
+        if Arc::ptr_eq(&core.budget, shared) {
+            f(core)
+        }
+    });
+}
+
+extern "C" fn prepare() {
+    // A program handler interrupting us while the gate is closed would wait
+    // on it forever: blocked until the parent's or child's hook.
+    let signals = SignalGuard::block_async();
+    IN_FORK_HOOK.with(|f| f.set(true));
+    let pid = sys::getpid();
+    let budgets = budgets_of(pid);
+    // Nothing is allocated once a gate is closed: the allocator's memory
+    // may be an evicted page whose restore would need the reclaimer we hold.
+    let mut held = Vec::with_capacity(budgets.len());
+    for shared in budgets {
         // No eviction can start after this returns.
-        core.budget.pause(&core.budget.fork_pause);
+        shared.pause(&shared.fork_pause);
+        if !child_can_take_over(&shared) {
+            restore_every_page(&shared);
+            held.push(Held {
+                reclaim: None,
+                shared,
+            });
+            continue;
+        }
+        shared.close_resolve_gate();
+        let guard = shared
+            .reclaim_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the guard borrows the mutex inside `shared`, which `Held`
+        // keeps alive and outlives the guard (field order drops it first).
+        let guard: MutexGuard<'static, ()> = unsafe { std::mem::transmute(guard) };
+        shared.store.pause_writes();
+        wait_until_pages_settle(&shared);
+        held.push(Held {
+            reclaim: Some(guard),
+            shared,
+        });
+    }
+    FORKING.with(|f| {
+        *f.borrow_mut() = Some(ForkState {
+            held,
+            _signals: signals,
+        })
+    });
+}
+
+/// Waits for pages held in a passing state (by a zpage thread that faulted
+/// on region memory, the only resolver the gate lets through) to settle.
+fn wait_until_pages_settle(shared: &Arc<Shared>) {
+    for_each_region_of(shared, |core| {
+        for slot in core.pages.iter() {
+            while matches!(
+                slot.load().tag(),
+                Tag::Restoring | Tag::Evicting | Tag::Compressing
+            ) {
+                sys::yield_now();
+            }
+        }
+    });
+}
+
+/// The first design, for budgets a child cannot take over: every page
+/// restored, so the child gets plain memory with full contents.
+fn restore_every_page(shared: &Arc<Shared>) {
+    for_each_region_of(shared, |core| {
         for page in 0..core.page_count() {
             loop {
                 let s = core.pages[page].load();
@@ -58,22 +199,198 @@ extern "C" fn prepare() {
 }
 
 extern "C" fn parent() {
-    let pid = sys::getpid();
-    table::for_each(|core| {
-        if core.owner_pid == pid {
-            core.budget.fork_pause.store(false, Ordering::SeqCst);
-            core.budget.kick_reclaimer();
+    let Some(state) = FORKING.with(|f| f.borrow_mut().take()) else {
+        return;
+    };
+    IN_FORK_HOOK.with(|f| f.set(false));
+    for held in state.held {
+        let shared = &held.shared;
+        if held.reclaim.is_some() {
+            shared.store.resume_writes();
+            shared.fork_gate.store(false, Ordering::SeqCst);
+        }
+        drop(held.reclaim);
+        shared.fork_pause.store(false, Ordering::SeqCst);
+        shared.kick_reclaimer();
+    }
+}
+
+extern "C" fn child() {
+    let Some(state) = FORKING.with(|f| f.borrow_mut().take()) else {
+        return;
+    };
+    for held in &state.held {
+        if held.reclaim.is_some() {
+            take_over(&held.shared);
+        }
+    }
+    IN_FORK_HOOK.with(|f| f.set(false));
+    for held in state.held {
+        if held.reclaim.is_none() {
+            // Restored whole before the fork: plain memory here, the
+            // machinery stays with the parent.
+            continue;
+        }
+        let shared = Arc::clone(&held.shared);
+        drop(held.reclaim);
+        shared.fork_gate.store(false, Ordering::SeqCst);
+        shared.fork_pause.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The child's side: see the module docs.
+fn take_over(shared: &Arc<Shared>) {
+    shared.store.resume_writes_in_child();
+    shared.forked_child.store(true, Ordering::SeqCst);
+    shared.child_restored.store(0, Ordering::SeqCst);
+    shared.child_hand.store(0, Ordering::SeqCst);
+    shared.set_owner_pid(sys::getpid());
+    // The parent's event thread (not stopped by the prepare hook: the
+    // program's discards wait on it) may have been between reading events
+    // and marking their pages: the page table tells what its marks would
+    // have said.
+    let events_in_flight = shared.event_seq.load(Ordering::SeqCst) & 1 == 1;
+    if events_in_flight {
+        shared.event_seq.fetch_add(1, Ordering::SeqCst);
+    }
+    if let Err(e) = shared.take_over_in_child() {
+        shared.child_setup_errno.store(e.0, Ordering::SeqCst);
+        return;
+    }
+    let mut failed = None;
+    // Every region first, then each region's pages: a fault here (the
+    // allocator's memory may be an evicted page) then finds its region
+    // registered.
+    for_each_region_of(shared, |core| {
+        if core.is_unmapped.load(Ordering::Acquire) {
+            return;
+        }
+        let mode = sys::REGISTER_MODE_MISSING | sys::REGISTER_MODE_WP;
+        if let Err(e) = sys::uffd_register(
+            shared.uffd.fd(),
+            core.mapping.base(),
+            core.mapping.len(),
+            mode,
+        ) {
+            failed = Some(e);
         }
     });
+    if let Some(e) = failed {
+        shared.child_setup_errno.store(e.0, Ordering::SeqCst);
+        return;
+    }
+    for_each_region_of(shared, |core| adopt_pages(core, events_in_flight));
+    let events = Arc::clone(shared);
+    match sys::spawn_blocking_signals("zpage-events", Box::new(move || crate::event::run(events))) {
+        // Detached: it ends with the budget (its stop flag) or the process.
+        Ok(thread) => drop(thread),
+        Err(e) => shared
+            .child_setup_errno
+            .store(e.raw_os_error().unwrap_or(libc::EAGAIN), Ordering::SeqCst),
+    }
+}
+
+/// Brings the child's view of `core`'s pages in line with its page table.
+/// A page the parent kept write-protected (a clean copy) is writable here
+/// (fork drops the uffd-wp bits of an unregistered range), so it is dirty
+/// now and its copy given up (left in the pool: the child frees nothing).
+/// If the parent's event thread was applying discards at the fork, a page
+/// our books call evicted whose entry is gone was discarded: zeros.
+fn adopt_pages(core: &RegionCore, events_in_flight: bool) {
+    for slot in core.pages.iter() {
+        let s = slot.load();
+        if s.tag() == Tag::Resident && s.clean() {
+            let _ = slot.take_page_ref();
+            slot.set(s.set_clean(false));
+        }
+    }
+    if events_in_flight {
+        // If the page table cannot be read, the books stand: an evicted
+        // page still has its marker unless a discard raced with the fork.
+        let _ = sys::page_table_entries(core.mapping.base(), core.page_count(), |page, entry| {
+            let slot = &core.pages[page];
+            let s = slot.load();
+            if s.tag() == Tag::Stored && !entry {
+                let _ = slot.take_page_ref();
+                slot.set(s.emptied());
+            }
+        });
+    }
+}
+
+/// Before a forked child restores one more page: once it holds a budget's
+/// worth of pages it restored, drop one of them that it has not written
+/// (its compressed copy is still in the pool), scanning at most
+/// [`CHILD_SCAN_PAGES`] pages from where the last search stopped. If none is
+/// found the fault goes on over the child's budget. Async-signal-safe.
+pub(crate) fn make_room_in_child(core: &RegionCore) {
+    let budget = &core.budget;
+    if budget.child_restored.load(Ordering::Acquire) < budget.limits.budget_pages {
+        return;
+    }
+    for _ in 0..CHILD_SCAN_PAGES {
+        let hand = budget.child_hand.fetch_add(1, Ordering::AcqRel);
+        let (index, page) = (hand >> HAND_PAGE_BITS, hand & HAND_PAGE_MASK);
+        let step = table::with_index(index, |victim| {
+            if !Arc::ptr_eq(&victim.budget, budget) || page >= victim.page_count() {
+                return Step::NextRegion;
+            }
+            let slot = &victim.pages[page];
+            let s = slot.load();
+            if s.tag() != Tag::Resident || !s.clean() {
+                return Step::NextPage;
+            }
+            let gen = slot.aging.gen.load(Ordering::Acquire);
+            if evict::evict_clean_now(victim, Record::new(victim.id(), page, gen, false)) {
+                Step::Dropped
+            } else {
+                Step::NextPage
+            }
+        })
+        .unwrap_or(Step::NextRegion);
+        match step {
+            Step::Dropped => {
+                budget.child_restored.fetch_sub(1, Ordering::AcqRel);
+                budget.staging.discard_pending(&budget.resident);
+                return;
+            }
+            Step::NextPage => {}
+            Step::NextRegion => {
+                let next = if index + 1 >= table::high_water() {
+                    0
+                } else {
+                    index + 1
+                };
+                let _ = budget.child_hand.compare_exchange(
+                    hand + 1,
+                    next << HAND_PAGE_BITS,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+    }
+}
+
+/// How far one fault in a forked child looks for a clean page to drop.
+const CHILD_SCAN_PAGES: usize = 512;
+/// The child's search position: table index above, page index below.
+const HAND_PAGE_BITS: u32 = 40;
+const HAND_PAGE_MASK: usize = (1 << HAND_PAGE_BITS) - 1;
+
+enum Step {
+    Dropped,
+    NextPage,
+    NextRegion,
 }
 
 /// Registers the hooks once per process.
 pub fn install() {
     INSTALL.call_once(|| {
-        // SAFETY: registers two extern "C" functions that live for the whole
-        // program; pthread_atfork has no other preconditions.
+        // SAFETY: registers three extern "C" functions that live for the
+        // whole program; pthread_atfork has no other preconditions.
         unsafe {
-            libc::pthread_atfork(Some(prepare), Some(parent), None);
+            libc::pthread_atfork(Some(prepare), Some(parent), Some(child));
         }
     });
 }

@@ -142,7 +142,7 @@ pub fn sample_regions() -> Vec<RegionSample> {
     let pid = sys::getpid();
     let mut samples = Vec::new();
     table::for_each(|core| {
-        if core.owner_pid == pid {
+        if core.owner_pid() == pid {
             samples.push(RegionSample {
                 region: core.id().index,
                 budget: core.budget.id,

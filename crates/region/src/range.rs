@@ -16,7 +16,7 @@ use crate::table;
 /// The pages of `core` inside `[addr, addr + len)`, if it is this process's
 /// region and overlaps the range.
 fn pages_in(core: &RegionCore, addr: usize, len: usize) -> Option<std::ops::Range<usize>> {
-    if core.owner_pid != sys::getpid() && !sys::vfork_child_can_resolve(core) {
+    if core.owner_pid() != sys::getpid() && !sys::vfork_child_can_resolve(core) {
         return None;
     }
     let base = core.mapping.base();

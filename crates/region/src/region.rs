@@ -100,11 +100,18 @@ impl Region {
         sys::exclusive_bytes(&self.core.mapping, &mut self.budget)
     }
 
+    /// False in a child made by `fork()` that did not take the region over
+    /// (its budget restored every page before the fork: the child's copy is
+    /// plain memory, and the region's machinery stayed with the parent).
+    pub fn belongs_to_this_process(&self) -> bool {
+        self.core.owner_pid() == sys::getpid()
+    }
+
     fn check_live(&self) -> Result<(), RegionError> {
         let core = &self.core;
-        if core.owner_pid != sys::getpid() {
+        if core.owner_pid() != sys::getpid() {
             return Err(RegionError::ForkedChild {
-                owner: core.owner_pid,
+                owner: core.owner_pid(),
             });
         }
         if core.is_unmapped.load(Ordering::Acquire) {
@@ -264,7 +271,7 @@ impl Region {
         // touching a never-written page meanwhile still finds its handler
         // (whose zero fill then fails with ENOENT and lets the kernel's own
         // fault give it zeros), never a SIGBUS nobody handles.
-        if core.owner_pid == sys::getpid()
+        if core.owner_pid() == sys::getpid()
             && !core.budget.uffd.is_lost()
             && !core.is_unmapped.load(Ordering::Acquire)
         {
@@ -460,7 +467,7 @@ impl Drop for Region {
         let budget = &core.budget;
         // From here no fault, reclaimer or event thread reaches this region.
         table::unregister(core.id());
-        if core.owner_pid != sys::getpid() {
+        if core.owner_pid() != sys::getpid() {
             // A forked child: the machinery stayed in the parent.
             return;
         }

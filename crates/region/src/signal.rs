@@ -116,7 +116,7 @@ pub fn ensure_front() -> Result<(), sys::Errno> {
 fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
     table::at_address(addr, |core, page| {
         crate::profile::end(crate::profile::Part::Dispatch, entered, 1);
-        if core.owner_pid != sys::getpid() && !sys::vfork_child_can_resolve(core) {
+        if core.owner_pid() != sys::getpid() && !sys::vfork_child_can_resolve(core) {
             about_page(core, page)
                 .text(" was touched in a child process forked while it was evicted; the region's userfaultfd stayed with the parent, so it cannot be restored here")
                 .abort()

@@ -808,7 +808,70 @@ pub fn spawn_blocking_signals(
     body: Box<dyn FnOnce() + Send>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let _blocked_while_spawning = SignalGuard::block_async();
-    std::thread::Builder::new().name(name.into()).spawn(body)
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            ZPAGE_THREAD.with(|t| t.set(true));
+            body()
+        })
+}
+
+thread_local! {
+    /// Set on zpage's own threads. Const-initialised with no destructor, so
+    /// reading it allocates nothing (async-signal-safe).
+    static ZPAGE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True on one of zpage's own threads.
+pub fn on_zpage_thread() -> bool {
+    ZPAGE_THREAD.with(|t| t.get())
+}
+
+/// `dup3(fd, target, O_CLOEXEC)`: puts `fd`'s file at descriptor `target`
+/// (closing what was there), then closes `fd`.
+pub fn replace_fd(fd: i32, target: i32) -> Result<(), Errno> {
+    // SAFETY: descriptors we own; dup3 has no memory arguments.
+    let rc = unsafe { libc::dup3(fd, target, libc::O_CLOEXEC) };
+    let result = if rc < 0 { Err(Errno::last()) } else { Ok(()) };
+    close(fd);
+    result
+}
+
+/// Whether each page of `[addr, addr + pages * PAGE_SIZE)` has any entry
+/// in this process's page table (present, swapped, or a marker such as an
+/// evicted page's poison marker), from `/proc/self/pagemap` bits 63 and 62,
+/// given to `each` with the page's index, for `pages` pages. Allocates
+/// nothing (the fork child hook calls it).
+pub fn page_table_entries(
+    addr: usize,
+    pages: usize,
+    mut each: impl FnMut(usize, bool),
+) -> Result<(), Errno> {
+    let path = b"/proc/self/pagemap\0";
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    let mut words = [0u64; 512];
+    let mut done = 0;
+    let mut result = Ok(());
+    while done < pages {
+        let n = (pages - done).min(words.len());
+        let offset = ((addr / PAGE_SIZE + done) * 8) as libc::off_t;
+        // SAFETY: reads at most `n` words into our own array.
+        let got = unsafe { libc::pread(fd, words.as_mut_ptr().cast(), n * 8, offset) };
+        if got != (n * 8) as isize {
+            result = Err(Errno::last());
+            break;
+        }
+        for (i, word) in words[..n].iter().enumerate() {
+            each(done + i, word & (3 << 62) != 0);
+        }
+        done += n;
+    }
+    close(fd);
+    result
 }
 
 /// True if the calling thread blocks `signal`.
@@ -872,7 +935,7 @@ pub fn shares_memory_with(pid: i32) -> bool {
 /// child is never taken for a lost userfaultfd in the parent's (shared)
 /// memory. Async-signal-safe.
 pub fn vfork_child_can_resolve(core: &crate::core::RegionCore) -> bool {
-    shares_memory_with(core.owner_pid)
+    shares_memory_with(core.owner_pid())
         && uffd_wake(core.budget.uffd.fd(), core.mapping.base(), PAGE_SIZE).is_ok()
 }
 

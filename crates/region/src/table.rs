@@ -136,6 +136,20 @@ pub fn with_region<R>(id: RegionId, f: impl FnOnce(&RegionCore) -> R) -> Option<
     enter(usize::from(id.index), Some(id.incarnation), f)
 }
 
+/// Entries at or above this index have never been used.
+pub fn high_water() -> usize {
+    HIGH_WATER.load(Ordering::Acquire)
+}
+
+/// Runs `f` on the region in entry `index`, if one is live there.
+/// Async-signal-safe.
+pub fn with_index<R>(index: usize, f: impl FnOnce(&RegionCore) -> R) -> Option<R> {
+    if index >= MAX_REGIONS {
+        return None;
+    }
+    enter(index, None, f)
+}
+
 /// Runs `f` on every live region.
 pub fn for_each(mut f: impl FnMut(&RegionCore)) {
     let top = HIGH_WATER.load(Ordering::Acquire);

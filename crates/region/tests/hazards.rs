@@ -52,7 +52,10 @@ fn fork_child_sees_evicted_pages() {
     }
     let region = small_region(16, 4);
     fill(&region);
-    evict_all(&region);
+    // Half evicted, the rest (up to the budget) resident.
+    region
+        .advise_cold(0, region.len() / 2)
+        .expect("advise_cold");
     let before = region.stats();
     assert!(before.stored_pages > 1000, "{before:?}");
     // SAFETY: the child only reads memory and calls _exit.
@@ -63,6 +66,10 @@ fn fork_child_sees_evicted_pages() {
         // SAFETY: _exit is async-signal-safe and ends the child at once.
         unsafe { libc::_exit(code) };
     }
+    // The fork restored nothing: the child restores what it touches.
+    let forked = region.stats();
+    assert_eq!(forked.restore_count, before.restore_count, "{forked:?}");
+    assert!(forked.stored_pages > 1000, "{forked:?}");
     let mut status = 0;
     // SAFETY: waiting for our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -70,13 +77,102 @@ fn fork_child_sees_evicted_pages() {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "child saw wrong bytes: {status:#x}"
     );
-    // The parent: every page is now shared copy-on-write with the (gone)
-    // child; eviction must take exclusivity back (EBUSY path) and stay right.
-    assert_eq!(check(&region), 0);
+    // The parent: its pages resident at the fork are shared copy-on-write
+    // with the (gone) child; eviction must take exclusivity back (EBUSY
+    // path) and stay right.
     evict_all(&region);
     let after = region.stats();
     assert!(after.ebusy_fix_count > 0, "{after:?}");
     assert!(after.stored_pages > 1000, "{after:?}");
+    assert_eq!(check(&region), 0);
+}
+
+/// What a forked child checks of its own copy (exit code: 0 if all holds).
+fn forked_child_checks(region: &Region, budget: usize) -> i32 {
+    let pages = region.len() / PAGE_SIZE;
+    // Every page read back exact, the child's resident memory held within
+    // the pages resident at the fork plus one budget of its own restores.
+    if check(region) != 0 {
+        return 10;
+    }
+    let seen = region.stats();
+    if seen.restore_count == 0 || seen.clean_eviction_count == 0 {
+        eprintln!(
+            "child restored {} and dropped {}",
+            seen.restore_count, seen.clean_eviction_count
+        );
+        return 11;
+    }
+    if seen.resident_bytes as usize > 2 * budget + MIB {
+        eprintln!(
+            "child resident {} over {}",
+            seen.resident_bytes,
+            2 * budget + MIB
+        );
+        return 12;
+    }
+    // Writes in the child: a page it restored and wrote is never dropped
+    // (its copy is stale); the parent never sees them.
+    for p in (0..pages).step_by(3) {
+        write(region, p, 0, !pattern(p, 0));
+    }
+    for p in 0..pages {
+        let want = if p % 3 == 0 {
+            !pattern(p, 0)
+        } else {
+            pattern(p, 0)
+        };
+        if read(region, p, 0) != want {
+            eprintln!("child page {p} after its writes");
+            return 13;
+        }
+    }
+    // A discard in the child (its own event thread sees it): zeros.
+    // SAFETY: discarding a range of the child's copy of the region.
+    let rc = unsafe {
+        libc::madvise(
+            region.as_ptr() as *mut _,
+            64 * PAGE_SIZE,
+            libc::MADV_DONTNEED,
+        )
+    };
+    if rc != 0 || (0..64).any(|p| read(region, p, 1) != 0) {
+        return 14;
+    }
+    0
+}
+
+#[test]
+fn forked_child_restores_its_own_pages_within_a_budget() {
+    if !is_child() {
+        let status = run_child("forked_child_restores_its_own_pages_within_a_budget");
+        assert!(status.success(), "{status:?}");
+        return;
+    }
+    let budget = 4 * MIB;
+    let region = small_region(32, 4);
+    fill(&region);
+    evict_all(&region);
+    let before = region.stats();
+    for round in 0..3 {
+        // SAFETY: the child checks its memory and calls _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = forked_child_checks(&region, budget);
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "round {round}: child status {status:#x}"
+        );
+    }
+    // The parent's pages are untouched by the children's writes and discards.
+    assert_eq!(region.stats().restore_count, before.restore_count);
     assert_eq!(check(&region), 0);
 }
 
@@ -566,12 +662,24 @@ fn fork_while_other_threads_fault_and_discard() {
         // SAFETY: the child exits at once.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
+            // The child restores what it reads from its own copy: the
+            // pattern, or zeros where a discard came before the fork.
+            let wrong = (0..pages)
+                .filter(|&p| {
+                    let v = read(&region, p, 0);
+                    v != pattern(p, 0) && v != 0
+                })
+                .count();
             // SAFETY: _exit in the child.
-            unsafe { libc::_exit(0) };
+            unsafe { libc::_exit(if wrong == 0 { 0 } else { 1 }) };
         }
         let mut status = 0;
         // SAFETY: waiting for our own child.
         unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child saw wrong bytes: {status:#x}"
+        );
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for w in workers {

@@ -15,7 +15,10 @@
 use crate::stats::{CompressionTrigger, Counters, EventCounts};
 use crate::{Result, StoreError};
 use parking_lot::{RwLock, RwLockReadGuard};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use zpage_codec::{
@@ -357,6 +360,12 @@ pub struct PageStore {
     /// load that finds such a reference finds it set.
     recompress_dictionary: OnceLock<SharedDictionary>,
     pools: Box<[RwLock<Box<dyn Pool>>]>,
+    /// Pool writes in flight, and the flag [`PageStore::pause_writes`] sets:
+    /// a Dekker pair, so that once the pause returns no write is half done
+    /// and none starts (a process about to `fork()` must not hand its child
+    /// a pool lock held by a thread that does not exist there).
+    writes: AtomicUsize,
+    writes_paused: AtomicBool,
     next_worker: AtomicUsize,
     pool_reached_full: AtomicBool,
     pub(crate) gauges: Gauges,
@@ -413,6 +422,8 @@ impl PageStore {
             recompress_dictionary_later,
             recompress_dictionary: OnceLock::new(),
             pools,
+            writes: AtomicUsize::new(0),
+            writes_paused: AtomicBool::new(false),
             next_worker: AtomicUsize::new(0),
             pool_reached_full: AtomicBool::new(false),
             gauges: Gauges::default(),
@@ -534,6 +545,48 @@ impl PageStore {
     /// that arrives meanwhile spin for a cross-CPU wakeup (20-75 us here)
     /// before it runs. Parking is the fallback when the lock stays taken.
     fn with_pool<T>(&self, shard: usize, op: impl FnOnce(&mut dyn Pool) -> T) -> T {
+        self.enter_write();
+        let result = self.with_pool_unpaused(shard, op);
+        self.writes.fetch_sub(1, SeqCst);
+        result
+    }
+
+    fn enter_write(&self) {
+        loop {
+            self.writes.fetch_add(1, SeqCst);
+            if !self.writes_paused.load(SeqCst) {
+                return;
+            }
+            self.writes.fetch_sub(1, SeqCst);
+            while self.writes_paused.load(SeqCst) {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Waits until no pool write is in flight and holds every new one back
+    /// (spinning, holding no lock) until [`PageStore::resume_writes`]. Loads
+    /// go on. For a `fork()` prepare hook.
+    pub fn pause_writes(&self) {
+        self.writes_paused.store(true, SeqCst);
+        while self.writes.load(SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Lets writes go on after [`PageStore::pause_writes`].
+    pub fn resume_writes(&self) {
+        self.writes_paused.store(false, SeqCst);
+    }
+
+    /// [`PageStore::resume_writes`] in a child made by `fork()` while writes
+    /// were paused: the writers waiting in the parent do not exist here.
+    pub fn resume_writes_in_child(&self) {
+        self.writes.store(0, SeqCst);
+        self.writes_paused.store(false, SeqCst);
+    }
+
+    fn with_pool_unpaused<T>(&self, shard: usize, op: impl FnOnce(&mut dyn Pool) -> T) -> T {
         let lock = &self.pools[shard];
         let mut guard = None;
         for attempt in 0..2000u32 {
