@@ -33,7 +33,7 @@
 //! | `sigaction(SIGBUS)`, `signal(SIGBUS)` | recorded as the action zpage chains foreign faults to; zpage's handler stays in front (module `sig`) |
 //! | `pthread_sigmask`/`sigprocmask` blocking SIGBUS, a `sa_mask` with SIGBUS | every other signal is blocked as asked, SIGBUS is not: a fault with SIGBUS blocked is fatal (module `sig`) |
 //! | system calls with buffers in regions | the buffers are pinned for the call (module `io`, the wrappers of `zpage-syscalls`) |
-//! | `fork()` | every region is restored before the fork (the region layer's hook): the child gets full, plain copies. The child places nothing new in regions (the budget's threads stay in the parent): its budget is none, its memory plain. The parent's budget is unchanged; its pages are shared copy-on-write until evicted again |
+//! | `fork()` | nothing is restored (the region layer's hooks): the child takes the regions over, restores the pages it touches from its copy-on-write copy of the pool, and holds at most one budget of pages it restored (it drops clean ones again). It places nothing new in regions (the reclaimer stays in the parent): memory it maps itself is plain. The parent's budget is unchanged; its pages resident at the fork are shared copy-on-write until one side writes |
 //! | `fork()` then `exec` | the new program loads the library again with a budget of its own |
 //! | `vfork()`/`posix_spawn()` | no restore: the child runs in the parent's memory until `exec`, and a fault it takes on an evicted page is resolved as one of the parent's threads would (the region layer tells it from a `fork()` child with `kcmp`) |
 //!
@@ -111,9 +111,11 @@ extern "C" fn start() {
     io::resolve();
     // Registered before the budget (started with the first region)
     // registers the region layer's own hooks:
-    // prepare hooks run in reverse order, so the region layer restores every
-    // page (with the help of zpage's threads, which allocate) before these
-    // take the private heap's and the region list's locks.
+    // prepare hooks run in reverse order, so the region layer quiesces its
+    // budgets (waiting on zpage's threads, which allocate) before these
+    // take the private heap's and the region list's locks; child hooks run
+    // in order, so the heap is usable again when the region layer's child
+    // hook allocates.
     // SAFETY: registers functions that live as long as the process.
     unsafe {
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));

@@ -20,9 +20,10 @@
 //! free). An arena left empty is unmapped (the newest one is kept for the
 //! next allocation).
 //!
-//! In a forked child nothing is carved: the budget's machinery stays with
-//! the parent (every page was restored before the fork, so inherited
-//! extents are plain memory in the child).
+//! In a forked child nothing is carved: the budget's reclaimer stays with
+//! the parent. The child takes the inherited arenas over (it restores their
+//! evicted pages itself, see `zpage-region`'s fork module); what it
+//! allocates anew is plain memory.
 //!
 //! The carver is called without the GIL, from any thread: it touches no
 //! Python object, only its mutex, which is never held while region memory

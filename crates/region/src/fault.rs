@@ -32,6 +32,12 @@
 //!   asynchronous signals while they hold them). So no handler of the
 //!   program can run on a thread while that thread holds what the handler's
 //!   own fault would wait for;
+//! - waits at the budget's resolve gate only before it holds anything: the
+//!   gate is closed by a fork prepare hook on another thread, for as long
+//!   as the fork takes, and that thread's own faults and zpage's threads'
+//!   pass it (module `fork`). In a forked child that took the budget over
+//!   it frees nothing and drops clean pages itself (`fork::make_room_in_child`),
+//!   with the same calls as `evict::evict_clean_now`;
 //! - never panics on a reachable path (page indices are checked by the caller).
 //!
 //! A page whose contents cannot be restored (a corrupt blob, a blob in the

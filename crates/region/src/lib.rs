@@ -22,7 +22,7 @@
 //! | `table` | the process-wide region table the signal handler and the reclaimer look regions up in |
 //! | `tier_reader` | the thread that reads pages back from a tier whose reads are not async-signal-safe (Redis), for the fault handler |
 //! | `event` | the event thread: the program's discards, unmaps and remaps (and faults in handler-thread mode) |
-//! | `signal`, `fork` | the SIGBUS handler and its chaining; the fork hooks |
+//! | `signal`, `fork` | the SIGBUS handler and its chaining; the fork hooks and a forked child's own budget |
 //! | `counters` | the one list of figures (`region_stat_fields!`): `RegionStats`, the C struct and the metrics come from it |
 //! | `metrics` | publishing a process's figures for `zpage exporter` |
 //! | `profile` | the `fault-profile` feature's timing of each part of a fault |
@@ -190,7 +190,7 @@
 //!
 //! | hazard | behaviour | test |
 //! |---|---|---|
-//! | `fork()` | the atfork hook pauses eviction on every budget and restores every page of every region, waiting for restores other threads have in flight: the child gets full contents. A `vfork()` child (same memory until `exec`) resolves its faults as a thread of the parent (`kcmp(KCMP_VM)`) | `hazards::fork_child_sees_evicted_pages`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
+//! | `fork()` | nothing is restored: the prepare hook pauses eviction, lets restores in flight finish and holds the reclaimer and the pool's writes for the instant of the fork; the child takes the budget over (fresh userfaultfds, its own event thread), restores from its copy-on-write copy of the pool, frees nothing, and drops clean pages it restored to stay within one budget (module `fork`). Budgets in handler-thread mode or with a tier restore every page first, as before. A `vfork()` child (same memory until `exec`) resolves its faults as a thread of the parent (`kcmp(KCMP_VM)`) | `hazards::fork_child_sees_evicted_pages`, `hazards::forked_child_restores_its_own_pages_within_a_budget`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
 //! | a program signal handler reading region memory | works on every thread: zpage's threads block asynchronous signals; API calls block them while they hold a page or a store lock | `signals::a_timer_signal_handler_reads_region_memory`, `examples/c/signal_handler.c` |
 //! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them, pages present at the event marked so no eviction carries their old contents past the zap; reads give zeros | `hazards::dontneed_reads_zeros`, `hazards::dontneed_races_with_faults` |
 //! | `munmap` of a live region | `EVENT_UNMAP`: compressed data freed; API calls return `Unmapped`; `Drop` leaves the range alone | `hazards::munmap_frees_and_refuses` |

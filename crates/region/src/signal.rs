@@ -10,8 +10,10 @@
 //! - saves and restores `errno`;
 //! - blocks every other signal while it runs (`sa_mask` is full), so no other
 //!   handler interleaves with a half-done restore;
-//! - in a forked child, where the region's machinery stayed with the parent,
-//!   ends the process with a message rather than let a page read as zeros;
+//! - in a forked child that took the budget over (module `fork`), resolves
+//!   as in the parent; in one where the region's machinery stayed with the
+//!   parent (raw `clone()` bypassing the fork hooks), ends the process with
+//!   a message rather than let a page read as zeros;
 //!   a `vfork()` child, which runs in its parent's memory until `exec`,
 //!   resolves its fault as a thread of the parent would (`kcmp` tells the
 //!   two apart) while its copy of the userfaultfd is open; one that closed

@@ -34,7 +34,8 @@ class UnavailableError(ZpageError, OSError):
 
 class ClosedError(ZpageError, ValueError):
     """The region is closed, was unmapped behind zpage's back, or belongs to
-    the parent process (after fork)."""
+    the parent process (after a fork, when its budget could not be handed to
+    the child: a tier below RAM, or the handler-thread mode)."""
 
 
 class BusyError(ZpageError, BufferError):
