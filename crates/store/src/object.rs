@@ -540,10 +540,16 @@ impl PageStore {
 
     /// Runs `op` on pool `shard` under its write lock and keeps the page gauges current.
     ///
-    /// The lock is taken by spinning first: write sections are short (a
-    /// blob copied in or a free), and a writer that parks makes every reader
-    /// that arrives meanwhile spin for a cross-CPU wakeup (20-75 us here)
-    /// before it runs. Parking is the fallback when the lock stays taken.
+    /// The lock is taken by spinning, then yielding, never by parking:
+    /// write sections are short (a blob copied in or a free), a writer that
+    /// parks makes every reader that arrives meanwhile spin for a cross-CPU
+    /// wakeup (20-75 us here), and the first park on a thread makes the lock
+    /// library's thread-local record, whose destructor the C library
+    /// registers with a `calloc` from the program's allocator. Under `zpage
+    /// run` that memory may be an evicted page of a region: the reclaimer,
+    /// waiting for this lock with its writer bit set, faulted there and
+    /// waited for a read of this very lock (seen as a redis-server hang in
+    /// `DEBUG DIGEST`).
     fn with_pool<T>(&self, shard: usize, op: impl FnOnce(&mut dyn Pool) -> T) -> T {
         self.enter_write();
         let result = self.with_pool_unpaused(shard, op);
@@ -587,20 +593,8 @@ impl PageStore {
     }
 
     fn with_pool_unpaused<T>(&self, shard: usize, op: impl FnOnce(&mut dyn Pool) -> T) -> T {
-        let lock = &self.pools[shard];
-        let mut guard = None;
-        for attempt in 0..2000u32 {
-            if let Some(g) = lock.try_write() {
-                guard = Some(g);
-                break;
-            }
-            if attempt < 1000 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        self.with_pool_locked(guard.unwrap_or_else(|| lock.write()), op)
+        let guard = zpage_tier::spin_write(&self.pools[shard]);
+        self.with_pool_locked(guard, op)
     }
 
     fn with_pool_locked<T>(

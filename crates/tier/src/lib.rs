@@ -250,6 +250,28 @@ pub trait Tier: Send + Sync + std::fmt::Debug {
     fn maintain(&self) {}
 }
 
+/// A write lock taken by spinning, then yielding, never by parking: the
+/// first park on a thread allocates the lock library's thread-local record
+/// from the program's allocator (its destructor is registered with
+/// `calloc`), and under `zpage run` that memory may be an evicted page whose
+/// restore reads this very lock, which the parked writer holds back.
+pub fn spin_write<T: ?Sized>(
+    lock: &parking_lot::RwLock<T>,
+) -> parking_lot::RwLockWriteGuard<'_, T> {
+    let mut attempt = 0u32;
+    loop {
+        if let Some(guard) = lock.try_write() {
+            return guard;
+        }
+        if attempt < 1000 {
+            attempt += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// A read lock taken by spinning on `try_read`, never by parking (parking may
 /// allocate the first time a thread waits, and a signal handler must not).
 pub(crate) fn spin_read<T: ?Sized>(

@@ -60,7 +60,7 @@ impl MemoryTier {
     #[doc(hidden)]
     pub fn tamper_for_test(&self, tier_ref: TierRef, f: impl FnOnce(&mut Vec<u8>)) {
         let slot = SlotRef::decode(tier_ref).slot;
-        let mut slots = self.slots.write();
+        let mut slots = crate::spin_write(&self.slots);
         if let Some(sealed) = slots.blobs[slot].sealed.as_mut() {
             let mut bytes = sealed.to_vec();
             f(&mut bytes);
@@ -92,7 +92,7 @@ impl Tier for MemoryTier {
         } else {
             self.used_bytes.fetch_add(len, Relaxed);
         }
-        let mut slots = self.slots.write();
+        let mut slots = crate::spin_write(&self.slots);
         let slot = match slots.free.pop() {
             Some(slot) => slot,
             None => {
@@ -142,7 +142,7 @@ impl Tier for MemoryTier {
 
     fn free(&self, tier_ref: TierRef) {
         let named = SlotRef::decode(tier_ref);
-        let mut slots = self.slots.write();
+        let mut slots = crate::spin_write(&self.slots);
         let Some(blob) = slots.blobs.get_mut(named.slot) else {
             return;
         };

@@ -256,7 +256,7 @@ impl PackedTier {
             .truncate(self.regular)
             .open(&self.config.path)
             .map_err(|source| self.io_error("open", source))?;
-        *self.device.write() = Some(file);
+        *crate::spin_write(&self.device) = Some(file);
         Ok(())
     }
 
@@ -408,7 +408,7 @@ impl PackedTier {
         let mut live = 0;
         let mut kept = Vec::with_capacity(moved.len());
         {
-            let mut index = self.index.write();
+            let mut index = crate::spin_write(&self.index);
             for (slot, seen, offset) in moved {
                 let entry = &mut index.entries[slot as usize];
                 // Freed while it was copied: leave the copy as dead bytes.
@@ -531,7 +531,7 @@ impl PackedTier {
     /// `ENOSPC`, a write-only file makes reads fail).
     #[doc(hidden)]
     pub fn replace_device_for_test(&self, file: File) {
-        *self.device.write() = Some(file);
+        *crate::spin_write(&self.device) = Some(file);
     }
 
     fn try_put(&self, page: u64, blob: &[u8]) -> Result<TierRef, TierError> {
@@ -551,7 +551,7 @@ impl PackedTier {
         layout.filled += len;
         self.write_at(&sealed, self.segment_offset(segment, offset))?;
         let slot = {
-            let mut index = self.index.write();
+            let mut index = crate::spin_write(&self.index);
             let slot = match index.free.pop() {
                 Some(slot) => slot,
                 None => {
@@ -672,7 +672,7 @@ impl Tier for PackedTier {
         let named = SlotRef::decode(tier_ref);
         let mut layout = self.layout.lock();
         let freed = {
-            let mut index = self.index.write();
+            let mut index = crate::spin_write(&self.index);
             let Some(entry) = index.entries.get_mut(named.slot) else {
                 return;
             };
