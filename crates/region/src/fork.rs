@@ -231,7 +231,7 @@ extern "C" fn child() {
             // machinery stays with the parent.
             continue;
         }
-        let shared = Arc::clone(&held.shared);
+        let shared = &held.shared;
         drop(held.reclaim);
         shared.fork_gate.store(false, Ordering::SeqCst);
         shared.fork_pause.store(false, Ordering::SeqCst);
