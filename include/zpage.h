@@ -66,6 +66,11 @@ typedef struct zpage_options {
     uint64_t max_pool_bytes; /* cap on the compressed pool; 0: unlimited */
     int keep_clean_copies; /* 1: restored pages keep their compressed copy until written; 0 (default): exclusive */
     int reserved;          /* 0 */
+    const char *cold_codec; /* cold pages' codec: "zstd", "zstd:LEVEL", "zstd-dict[:LEVEL]"; NULL (default): none.
+                               Evicted pages with no quick reuse go straight to it; pages compressed
+                               cold_after_ms are recompressed with it, kept when they take less memory */
+    uint32_t cold_after_ms; /* 1000 by default */
+    int cold_by_age_only;  /* 1: evictions take codec, only recompression by age uses cold_codec; 0 (default) */
 } zpage_options;
 
 /*
@@ -111,7 +116,7 @@ typedef struct zpage_stats {
     uint64_t recompression_count; /* Compressed pages recompressed with the budget's cold codec (kept: they took less memory). */
     uint64_t recompression_saved_bytes; /* Bytes of compressed blobs those recompressions saved. */
     uint64_t recompression_no_gain_count; /* Pages the cold codec tried and did not shrink to a smaller size class (left as they were). */
-    uint64_t cold_compression_count; /* Evictions of pages that were restored from a cold-codec copy, compressed straight with the cold codec (they went cold once). */
+    uint64_t cold_compression_count; /* Evictions compressed straight with the cold codec (pages with no quick reuse, `BudgetConfig::cold_at_eviction`). */
     uint64_t dedup_hit_count; /* Evicted pages found identical to a stored page (dedup): they share its blob. */
     uint64_t dedup_saved_bytes; /* Bytes of compressed blobs those pages would have taken stored on their own. */
     uint64_t dedup_verify_mismatch_count; /* Pages whose hash matched a stored page's and whose bytes did not (kept apart). */

@@ -16,9 +16,13 @@ pub struct ZpageOptions {
     pub mode: FaultMode,
     /// Codec of evicted pages.
     pub codec: CodecSpec,
-    /// Codec pages are recompressed with once they have stayed compressed
-    /// `cold_after` (`None`: no cold recompression).
+    /// Codec for cold pages: evictions of pages with no quick reuse (unless
+    /// `cold_by_age_only`), and recompression of pages that have stayed
+    /// compressed `cold_after` (`None`: off).
     pub cold_codec: Option<CodecSpec>,
+    /// Every eviction takes `codec`; only recompression by age uses the cold
+    /// codec (`BudgetConfig::cold_at_eviction` off).
+    pub cold_by_age_only: bool,
     /// How long a page stays compressed before it is recompressed.
     pub cold_after: std::time::Duration,
     /// Keep restored pages' compressed copies while they stay unwritten.
@@ -42,6 +46,7 @@ impl Default for ZpageOptions {
             mode: FaultMode::Sigbus,
             codec: CodecSpec::lz4(),
             cold_codec: None,
+            cold_by_age_only: false,
             cold_after: std::time::Duration::from_secs(1),
             keep_clean_copies: false,
             dedup: false,
@@ -138,6 +143,7 @@ pub fn create_region(
     config.codec = options.codec.clone();
     config.cold_codec = options.cold_codec.clone();
     config.cold_after = options.cold_after;
+    config.cold_at_eviction = !options.cold_by_age_only;
     config.keep_clean_copies = options.keep_clean_copies;
     config.dedup = options.dedup;
     config.max_pool_bytes = options.pool_max_bytes;

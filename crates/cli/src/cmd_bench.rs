@@ -75,11 +75,16 @@ pub struct Args {
     /// Codec of the region's evicted pages (lz4, lz4-flex, zstd, zstd:LEVEL).
     #[arg(long, default_value = "lz4")]
     pub codec: String,
-    /// Cold recompression: pages that have stayed compressed --cold-after-ms are
-    /// recompressed with this codec (zstd, zstd:LEVEL, zstd-dict: a dictionary
-    /// trained from the region's own pages), kept when they take less memory.
+    /// A stronger codec for cold pages (zstd, zstd:LEVEL, zstd-dict[:LEVEL]: a
+    /// dictionary trained from the region's own pages): evicted pages with no
+    /// quick reuse go straight to it, and pages that have stayed compressed
+    /// --cold-after-ms are recompressed with it, kept when they take less memory.
     #[arg(long, value_name = "CODEC")]
     pub cold_codec: Option<String>,
+    /// With --cold-codec: every eviction takes --codec, and only recompression
+    /// by age uses the cold codec (as zram's recompress).
+    #[arg(long, requires = "cold_codec")]
+    pub cold_by_age_only: bool,
     /// Milliseconds a page stays compressed before cold recompression.
     #[arg(long, default_value_t = 1000, requires = "cold_codec")]
     pub cold_after_ms: u64,
@@ -319,6 +324,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         mode,
         codec,
         cold_codec,
+        cold_by_age_only: args.cold_by_age_only,
         cold_after: std::time::Duration::from_millis(args.cold_after_ms),
         keep_clean_copies: args.keep_clean_copies,
         dedup: args.dedup,
@@ -359,7 +365,11 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
             args.codec,
             args.cold_codec
                 .as_deref()
-                .map_or(String::new(), |c| format!(" (cold: {c} after {} ms)", args.cold_after_ms)),
+                .map_or(String::new(), |c| format!(
+                    " (cold: {c}{} after {} ms)",
+                    if args.cold_by_age_only { " by age only," } else { " at eviction and" },
+                    args.cold_after_ms
+                )),
             if args.dedup { ", dedup" } else { "" },
             args.fault_mode
         ),

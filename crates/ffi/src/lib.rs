@@ -71,6 +71,17 @@ pub struct ZpageOptions {
     pub keep_clean_copies: c_int,
     /// Reserved, must be 0.
     pub reserved: c_int,
+    /// A stronger codec for cold pages ("zstd", "zstd:LEVEL", "zstd-dict",
+    /// "zstd-dict:LEVEL"); NULL: none. Evicted pages with no quick reuse go
+    /// straight to it, and pages compressed `cold_after_ms` are recompressed
+    /// with it (`BudgetConfig::cold_codec`).
+    pub cold_codec: *const c_char,
+    /// Milliseconds a page stays compressed before it is recompressed (1000
+    /// by default).
+    pub cold_after_ms: u32,
+    /// 1: every eviction takes `codec`, and only recompression by age uses
+    /// the cold codec; 0 (default): pages with no quick reuse go out cold.
+    pub cold_by_age_only: c_int,
 }
 
 // The layout C sees (include/zpage.h); a test compiles the header and
@@ -84,12 +95,16 @@ const _: () = {
     assert!(offset_of!(ZpageOptions, pool) == 20);
     assert!(offset_of!(ZpageOptions, max_pool_bytes) == 24);
     assert!(offset_of!(ZpageOptions, keep_clean_copies) == 32);
-    assert!(size_of::<ZpageOptions>() == 40);
+    assert!(offset_of!(ZpageOptions, reserved) == 36);
+    assert!(offset_of!(ZpageOptions, cold_codec) == 40);
+    assert!(offset_of!(ZpageOptions, cold_after_ms) == 48);
+    assert!(offset_of!(ZpageOptions, cold_by_age_only) == 52);
+    assert!(size_of::<ZpageOptions>() == 56);
 };
 
 /// The options' fields (offset, size) as this library knows them, for the
 /// layout test.
-pub const ZPAGE_OPTIONS_LAYOUT: [(&str, usize, usize); 8] = [
+pub const ZPAGE_OPTIONS_LAYOUT: [(&str, usize, usize); 11] = [
     ("struct_size", 0, 4),
     ("fault_mode", 4, 4),
     ("codec", 8, 8),
@@ -98,6 +113,9 @@ pub const ZPAGE_OPTIONS_LAYOUT: [(&str, usize, usize); 8] = [
     ("max_pool_bytes", 24, 8),
     ("keep_clean_copies", 32, 4),
     ("reserved", 36, 4),
+    ("cold_codec", 40, 8),
+    ("cold_after_ms", 48, 4),
+    ("cold_by_age_only", 52, 4),
 ];
 
 macro_rules! define_ffi_stats {
@@ -215,6 +233,9 @@ fn default_options() -> ZpageOptions {
         max_pool_bytes: 0,
         keep_clean_copies: 0,
         reserved: 0,
+        cold_codec: std::ptr::null(),
+        cold_after_ms: 1000,
+        cold_by_age_only: 0,
     }
 }
 
@@ -290,6 +311,26 @@ fn budget_config_from(
             .parse::<CodecSpec>()
             .map_err(|e| invalid(format!("options.codec {name:?}: {e}")))?;
     }
+    if !options.cold_codec.is_null() {
+        // SAFETY: non-null, and the caller promises a NUL-terminated string.
+        let name = unsafe { CStr::from_ptr(options.cold_codec) }
+            .to_str()
+            .map_err(|_| invalid("options.cold_codec is not UTF-8".into()))?;
+        config.cold_codec = Some(
+            name.parse::<CodecSpec>()
+                .map_err(|e| invalid(format!("options.cold_codec {name:?}: {e}")))?,
+        );
+    }
+    config.cold_after = std::time::Duration::from_millis(u64::from(options.cold_after_ms));
+    config.cold_at_eviction = match options.cold_by_age_only {
+        0 => true,
+        1 => false,
+        other => {
+            return Err(invalid(format!(
+                "options.cold_by_age_only {other} is not 0 or 1"
+            )))
+        }
+    };
     config.mode = match options.fault_mode {
         ZPAGE_FAULT_SIGBUS => FaultMode::Sigbus,
         ZPAGE_FAULT_HANDLER_THREAD => FaultMode::HandlerThread,
@@ -646,6 +687,24 @@ mod tests {
                 zpage_region_create(1 << 22, 1 << 20, &options, &mut region),
                 ZPAGE_ERR_INVALID_ARGUMENT
             );
+            options.codec = std::ptr::null();
+            options.cold_codec = c"zstd:99x".as_ptr();
+            assert_eq!(
+                zpage_region_create(1 << 22, 1 << 20, &options, &mut region),
+                ZPAGE_ERR_INVALID_ARGUMENT
+            );
+            assert!(
+                last_error().contains("options.cold_codec"),
+                "{}",
+                last_error()
+            );
+            options.cold_codec = std::ptr::null();
+            options.cold_by_age_only = 2;
+            assert_eq!(
+                zpage_region_create(1 << 22, 1 << 20, &options, &mut region),
+                ZPAGE_ERR_INVALID_ARGUMENT
+            );
+            assert!(last_error().contains("options.cold_by_age_only 2"));
             // A budget above the size is refused by the region.
             assert_eq!(
                 zpage_region_create(1 << 20, 1 << 22, std::ptr::null(), &mut region),
@@ -653,6 +712,56 @@ mod tests {
             );
         }
         assert!(region.is_null());
+    }
+
+    /// A cold codec set through the C options: pages evicted with no quick
+    /// reuse go out with it, and read back exact; with `cold_by_age_only`
+    /// they take the fast codec.
+    #[test]
+    fn a_cold_codec_set_from_c_compresses_cold_pages_with_it() {
+        for by_age_only in [0, 1] {
+            let mut options = default_options();
+            let mut region = std::ptr::null_mut();
+            // SAFETY: valid pointers to locals; the region is used within its
+            // size and destroyed once.
+            unsafe {
+                assert_eq!(zpage_options_init(&mut options), ZPAGE_OK);
+                options.cold_codec = c"zstd".as_ptr();
+                options.cold_by_age_only = by_age_only;
+                assert_eq!(
+                    zpage_region_create(8 << 20, 1 << 20, &options, &mut region),
+                    ZPAGE_OK,
+                    "{}",
+                    last_error()
+                );
+                let base = zpage_region_address(region) as *mut u64;
+                let words = zpage_region_size(region) / 8;
+                // Text-like words that zstd shrinks.
+                for i in 0..words {
+                    base.add(i)
+                        .write_volatile((i as u64 % 64) * 0x0101_0101_0101);
+                }
+                assert_eq!(zpage_region_advise_cold(region, 0, 8 << 20), ZPAGE_OK);
+                let mut stats = ZpageStats {
+                    struct_size: std::mem::size_of::<ZpageStats>() as u64,
+                    ..ZpageStats::default()
+                };
+                assert_eq!(zpage_region_stats(region, &mut stats), ZPAGE_OK);
+                if by_age_only == 0 {
+                    assert!(stats.cold_compression_count > 1000, "{stats:?}");
+                } else {
+                    assert_eq!(stats.cold_compression_count, 0, "{stats:?}");
+                    assert!(stats.compression_count > 1000, "{stats:?}");
+                }
+                for i in 0..words {
+                    assert_eq!(
+                        base.add(i).read_volatile(),
+                        (i as u64 % 64) * 0x0101_0101_0101
+                    );
+                }
+                assert_eq!(zpage_region_destroy(region), ZPAGE_OK);
+            }
+        }
     }
 
     #[test]

@@ -44,7 +44,7 @@ const PYBUF_STRIDES: c_int = 0x0010 | PYBUF_ND;
 /// Unsigned bytes: what `memoryview(region)` shows; NumPy views reinterpret it.
 static FORMAT_UNSIGNED_BYTE: &CStr = c"B";
 
-const REGION_DOC: &CStr = c"Region(size, budget, codec=\"lz4\", *, pool=\"zsmalloc\", fault_mode=\"sigbus\", keep_clean_copies=False, aging=\"refault\")
+const REGION_DOC: &CStr = c"Region(size, budget, codec=\"lz4\", *, pool=\"zsmalloc\", fault_mode=\"sigbus\", keep_clean_copies=False, aging=\"refault\", cold_codec=None, cold_by_age_only=False)
 --
 
 Memory whose cold pages zpage compresses: ``size`` bytes (rounded up to

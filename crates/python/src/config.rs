@@ -52,6 +52,8 @@ pub(crate) struct BudgetOptions {
     pub fault_mode: Option<String>,
     pub keep_clean_copies: Option<bool>,
     pub aging: Option<String>,
+    pub cold_codec: Option<String>,
+    pub cold_by_age_only: Option<bool>,
 }
 
 impl BudgetOptions {
@@ -62,6 +64,8 @@ impl BudgetOptions {
             || self.fault_mode.is_some()
             || self.keep_clean_copies.is_some()
             || self.aging.is_some()
+            || self.cold_codec.is_some()
+            || self.cold_by_age_only.is_some()
     }
 
     /// The library's configuration of a budget of `budget_bytes` with these options.
@@ -71,6 +75,22 @@ impl BudgetOptions {
             config.codec = codec
                 .parse::<CodecSpec>()
                 .map_err(|e| error(ErrorKind::Config, e.to_string()))?;
+        }
+        if let Some(cold_codec) = &self.cold_codec {
+            config.cold_codec = Some(
+                cold_codec
+                    .parse::<CodecSpec>()
+                    .map_err(|e| error(ErrorKind::Config, format!("cold_codec: {e}")))?,
+            );
+        }
+        if let Some(by_age_only) = self.cold_by_age_only {
+            if config.cold_codec.is_none() {
+                return Err(error(
+                    ErrorKind::Config,
+                    "cold_by_age_only needs a cold_codec: give cold_codec=\"zstd-dict\" (or \"zstd\"), or leave cold_by_age_only out",
+                ));
+            }
+            config.cold_at_eviction = !by_age_only;
         }
         if let Some(pool) = &self.pool {
             config.pool = pool

@@ -25,12 +25,17 @@ use zpage_region::RegionStats;
 /// A resident budget shared by several regions.
 ///
 /// Budget(size, codec="lz4", *, pool="zsmalloc", fault_mode="sigbus",
-///        keep_clean_copies=False, aging="refault")
+///        keep_clean_copies=False, aging="refault", cold_codec=None,
+///        cold_by_age_only=False)
 ///
 /// Every region made on one budget (``Region(size, budget=b)``) shares its
 /// resident limit, its compressed pool and its reclaimer: pages beyond
 /// ``size`` bytes, across all of them, are compressed. ``size`` is a number of
-/// bytes or a string such as ``"512M"`` or ``"1G"``.
+/// bytes or a string such as ``"512M"`` or ``"1G"``. ``cold_codec``
+/// (``"zstd-dict"``, ``"zstd"``, ``"zstd:LEVEL"``) compresses cold pages
+/// harder: evicted pages with no quick reuse go straight to it, and pages
+/// that stay compressed a second are recompressed with it
+/// (``cold_by_age_only=True``: only the latter).
 #[pyclass(frozen, module = "zpage._zpage")]
 #[derive(Debug)]
 pub struct Budget {
@@ -40,7 +45,8 @@ pub struct Budget {
 #[pymethods]
 impl Budget {
     #[new]
-    #[pyo3(signature = (size, codec=None, *, pool=None, fault_mode=None, keep_clean_copies=None, aging=None))]
+    #[pyo3(signature = (size, codec=None, *, pool=None, fault_mode=None, keep_clean_copies=None, aging=None, cold_codec=None, cold_by_age_only=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         size: &Bound<'_, PyAny>,
@@ -49,6 +55,8 @@ impl Budget {
         fault_mode: Option<String>,
         keep_clean_copies: Option<bool>,
         aging: Option<String>,
+        cold_codec: Option<String>,
+        cold_by_age_only: Option<bool>,
     ) -> PyResult<Budget> {
         crate::syscalls::wrap_new_objects();
         let budget_bytes = size_arg("budget size", size)?;
@@ -58,6 +66,8 @@ impl Budget {
             fault_mode,
             keep_clean_copies,
             aging,
+            cold_codec,
+            cold_by_age_only,
         };
         let config = options.config(budget_bytes)?;
         let inner = py
@@ -178,7 +188,7 @@ fn closed_error() -> PyErr {
 #[pymethods]
 impl RegionBase {
     #[new]
-    #[pyo3(signature = (size, budget=None, codec=None, *, pool=None, fault_mode=None, keep_clean_copies=None, aging=None))]
+    #[pyo3(signature = (size, budget=None, codec=None, *, pool=None, fault_mode=None, keep_clean_copies=None, aging=None, cold_codec=None, cold_by_age_only=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -189,6 +199,8 @@ impl RegionBase {
         fault_mode: Option<String>,
         keep_clean_copies: Option<bool>,
         aging: Option<String>,
+        cold_codec: Option<String>,
+        cold_by_age_only: Option<bool>,
     ) -> PyResult<RegionBase> {
         crate::syscalls::wrap_new_objects();
         let size_bytes = size_arg("region size", size)?;
@@ -198,13 +210,15 @@ impl RegionBase {
             fault_mode,
             keep_clean_copies,
             aging,
+            cold_codec,
+            cold_by_age_only,
         };
         let region = match budget {
             Some(shared) if shared.is_instance_of::<Budget>() => {
                 if options.any() {
                     return Err(error(
                         ErrorKind::Config,
-                        "codec, pool, fault_mode, keep_clean_copies and aging belong to the Budget: give them to zpage.Budget(...), not to a region made on it",
+                        "codec, pool, fault_mode, keep_clean_copies, aging, cold_codec and cold_by_age_only belong to the Budget: give them to zpage.Budget(...), not to a region made on it",
                     ));
                 }
                 let shared = shared.cast::<Budget>()?.get();

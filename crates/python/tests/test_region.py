@@ -145,3 +145,37 @@ def test_codec_and_options():
         zpage.Region("12 parsecs", MiB)
     with pytest.raises(zpage.ConfigError, match="budget"):
         zpage.Region(MiB)
+
+
+def text_pages(np, view):
+    # Repetitive words that zstd shrinks well, different on every page.
+    words = np.frombuffer(view, dtype=np.uint64)
+    words[:] = (np.arange(words.size, dtype=np.uint64) % np.uint64(97)) * np.uint64(0x0101010101)
+    words[::512] = np.arange(0, words.size, 512, dtype=np.uint64)
+    return words
+
+
+@pytest.mark.parametrize("by_age_only", [False, True])
+def test_a_cold_codec_compresses_pages_without_quick_reuse(np, by_age_only):
+    with zpage.Region(8 * MiB, 2 * MiB, cold_codec="zstd", cold_by_age_only=by_age_only) as region:
+        words = text_pages(np, region)
+        expected = words.copy()
+        region.advise_cold()
+        stats = region.stats()
+        if by_age_only:
+            assert stats["cold_compression_count"] == 0, stats
+            assert stats["compression_count"] > 1000, stats
+        else:
+            assert stats["cold_compression_count"] > 1000, stats
+        assert np.array_equal(words, expected)
+        del words
+
+
+def test_cold_codec_mistakes_name_the_option():
+    with pytest.raises(zpage.ConfigError, match="cold_codec"):
+        zpage.Budget("4M", cold_codec="zstd:99x")
+    with pytest.raises(zpage.ConfigError, match="cold_by_age_only needs a cold_codec"):
+        zpage.Budget("4M", cold_by_age_only=True)
+    budget = zpage.Budget("4M", cold_codec="zstd-dict")
+    with pytest.raises(zpage.ConfigError, match="belong to the Budget"):
+        zpage.Region("8M", budget, cold_codec="zstd")

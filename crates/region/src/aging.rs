@@ -24,6 +24,9 @@
 //!   after a demotion. Demotions take the oldest page activated once first (a
 //!   cold page activated by chance), a repeatedly activated one only when
 //!   there is none, and that one spends an activation.
+//! - **The codec of a page's copy** (with a cold codec configured): pages
+//!   with no quick reuse in their history go straight to the cold codec
+//!   ([`wants_cold_codec`]).
 //! - **Trial eviction** (the reclaimer's side): evicted pages wait
 //!   uncompressed in staging for a while; a touch brings one back cheaply and
 //!   counts as a quick refault.
@@ -131,6 +134,17 @@ pub fn on_refault(clock: &AgingClock, page: &PageAging) -> bool {
     };
     page.history.store(next, Ordering::Relaxed);
     activate
+}
+
+/// Whether the page's next compressed copy takes the budget's cold codec:
+/// it has shown no quick reuse (never refaulted, or refaulted slowly, and
+/// never active), so its copy is expected to stay compressed long and the
+/// memory the stronger codec saves outweighs its slower decode. A page with
+/// quick reuse keeps the fast codec, so the faults that recur pay the fast
+/// decode. Under [`AgingPolicy::Fifo`] no history is kept: every page takes
+/// the cold codec. Async-signal-safe.
+pub fn wants_cold_codec(page: &PageAging) -> bool {
+    page.history.load(Ordering::Relaxed) & (WAS_ACTIVE | QUICK_ONCE) == 0
 }
 
 /// A staged page touched again: a trial-eviction hit counts as a quick refault.

@@ -462,6 +462,7 @@ impl Shared {
             keep_clean_copies: config.keep_clean_copies,
             writeback_pages_per_sec: config.writeback_pages_per_sec,
             cold: config.cold_codec.as_ref().map(|_| crate::cold::ColdConfig {
+                at_eviction: config.cold_at_eviction,
                 after: config.cold_after,
                 pages_per_sec: config.cold_pages_per_sec,
             }),

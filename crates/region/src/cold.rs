@@ -3,8 +3,11 @@
 //! dictionary trained from the budget's own pages), as zram's `recompress`
 //! does, kept only when they take a smaller size class.
 //!
-//! The reclaimer runs it when it has no eviction to do, oldest compressed
-//! page first (the order it compressed them in), in batches under a rate
+//! (Evicted pages with no quick reuse are compressed with the cold codec
+//! straight away, `evict::compress`; this module moves the pages that took
+//! the fast codec and stayed.) The reclaimer runs it when it has no
+//! eviction to do, and trains the dictionary between eviction rounds too,
+//! oldest compressed page first (the order it compressed them in), in batches under a rate
 //! limit, and looks at resident memory between batches, so it never holds up
 //! eviction. Each page is held while its blob is replaced (`evict::recompress`),
 //! so a fault on it waits for that one page and a page restored meanwhile is
@@ -42,9 +45,6 @@ const MAX_SAMPLE_PAGES: usize = 4096;
 const DICTIONARY_BYTES: usize = 32 * 1024;
 /// Pages recompressed between two looks at resident memory.
 pub(crate) const BATCH: usize = 64;
-/// Pages recompressed after each eviction round of a busy reclaimer (a
-/// round evicts thousands of pages).
-pub(crate) const BATCH_AFTER_ROUND: usize = 256;
 
 /// The rate limit: tokens of one page each, refilled at a fixed rate, at
 /// most one second's worth banked.
@@ -94,6 +94,8 @@ fn sample_pages(pages: &[(Record, Instant)], worker: &mut Worker) -> Vec<Page> {
 /// A budget's cold recompression settings (from its `BudgetConfig`).
 #[derive(Clone, Copy, Debug)]
 pub struct ColdConfig {
+    /// Pages with no quick reuse go out with the cold codec.
+    pub at_eviction: bool,
     pub after: std::time::Duration,
     pub pages_per_sec: u32,
 }
@@ -166,6 +168,15 @@ impl Cold {
         match spawned {
             Ok(_detached) => self.training = Some(receiver),
             Err(_) => self.train_at = self.queue.len() * 2,
+        }
+    }
+
+    /// Trains the dictionary when the cold codec wants one (cheap when it
+    /// does not): the reclaimer calls it between eviction rounds too, so
+    /// pages go out with the cold codec before the reclaimer is ever idle.
+    pub(crate) fn train_if_wanted(&mut self, budget: &Shared, worker: &mut Worker) {
+        if budget.store.wants_recompress_dictionary() {
+            self.train(budget, worker);
         }
     }
 

@@ -46,16 +46,27 @@ pub struct BudgetConfig {
     pub budget_bytes: usize,
     /// Codec for evicted pages ("lz4" is the fastest to restore).
     pub codec: CodecSpec,
-    /// A stronger codec for pages that have stayed compressed a while (cold
-    /// recompression; `None`: off). The reclaimer, when it has no eviction to
-    /// do, recompresses the oldest compressed pages with it, and keeps a
-    /// result only when it takes a smaller 16-byte size class. `zstd-dict`
+    /// A stronger codec for cold pages (`None`: off). Pages with no quick
+    /// reuse in their history are compressed with it when evicted (see
+    /// [`BudgetConfig::cold_at_eviction`]); and the reclaimer, when it has no
+    /// eviction to do, recompresses the oldest compressed pages with it (cold
+    /// recompression), keeping a result only when it takes a smaller 16-byte
+    /// size class. `zstd-dict`
     /// without a dictionary trains one from the budget's own pages once
     /// [`COLD_DICTIONARY_SAMPLE_PAGES`](crate::COLD_DICTIONARY_SAMPLE_PAGES)
     /// have been compressed, and keeps it for the budget's life. Restores of
     /// recompressed pages decode with that codec in the fault handler
     /// (zstd restores cost a few microseconds more than LZ4's).
     pub cold_codec: Option<CodecSpec>,
+    /// With a cold codec: evicted pages that showed no quick reuse (never
+    /// refaulted, or refaulted only after more evictions than the aging
+    /// policy's threshold, and never active) go straight to the cold codec,
+    /// once its dictionary is trained, instead of being compressed twice.
+    /// Pages with quick reuse keep the fast codec, so the faults that recur
+    /// pay its decode. `false`: every eviction uses [`BudgetConfig::codec`],
+    /// and only recompression by age moves pages to the cold codec (as
+    /// zram's `recompress`).
+    pub cold_at_eviction: bool,
     /// A page is recompressed only once it has been compressed this long.
     pub cold_after: std::time::Duration,
     /// At most this many pages recompressed per second (a burst of one
@@ -119,6 +130,7 @@ impl BudgetConfig {
             budget_bytes,
             codec: CodecSpec::lz4(),
             cold_codec: None,
+            cold_at_eviction: true,
             cold_after: std::time::Duration::from_secs(1),
             cold_pages_per_sec: 65536,
             threshold: RejectThreshold::default(),

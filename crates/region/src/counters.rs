@@ -91,8 +91,8 @@ macro_rules! region_stat_fields {
                 recompression_saved_bytes,
                 /// Pages the cold codec tried and did not shrink to a smaller size class (left as they were).
                 recompression_no_gain_count,
-                /// Evictions of pages that were restored from a cold-codec copy, compressed straight
-                /// with the cold codec (they went cold once).
+                /// Evictions compressed straight with the cold codec (pages with no quick reuse,
+                /// `BudgetConfig::cold_at_eviction`).
                 cold_compression_count,
                 /// Evicted pages found identical to a stored page (dedup): they share its blob.
                 dedup_hit_count,

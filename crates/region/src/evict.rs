@@ -531,7 +531,8 @@ pub fn compress(
             if shared == Lookup::Mismatch {
                 Counters::bump(&core.counters.dedup_verify_mismatch_count);
             }
-            let put = if s.cold() {
+            let cold_now = budget.cold.is_some_and(|cold| cold.at_eviction);
+            let put = if cold_now && aging::wants_cold_codec(&slot.aging) {
                 budget.store.put_cold(worker, staged, store_trigger)
             } else {
                 budget.store.put(worker, staged, store_trigger)

@@ -351,7 +351,6 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
     // A forked child keeps every copy (it never frees a blob), so a page it
     // only reads can be dropped again to keep its budget.
     let protect = (budget.keep_clean_copies || budget.in_forked_child()) && !write;
-    let cold = page_ref.kind() == zpage_store::RefKind::Compressed { codec: 1 };
     let copied = budget.workers.with(|worker, buffer| {
         let timed = profile::start();
         let identity = tier_identity(core, page);
@@ -427,7 +426,7 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
         budget.child_restored.fetch_add(1, Ordering::AcqRel);
     }
     let activate = aging::on_refault(&budget.clock, &slot.aging);
-    slot.publish(s.with(Tag::Resident).set_clean(protect).set_cold(cold));
+    slot.publish(s.with(Tag::Resident).set_clean(protect));
     Counters::bump(&core.counters.restore_count);
     if activate {
         Counters::bump(&core.counters.activation_count);

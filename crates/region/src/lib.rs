@@ -154,26 +154,37 @@
 //! cannot give back (an I/O error, a truncated or modified file) ends the
 //! process with a message naming the page, the tier and the cause.
 //!
-//! # Cold recompression
+//! # Cold pages and recompression
 //!
 //! A budget with a cold codec ([`BudgetConfig::cold_codec`]: zstd, or
-//! zstd with a dictionary) recompresses pages that have stayed compressed
-//! [`BudgetConfig::cold_after`], oldest first (the order the reclaimer
-//! compressed them in), at most [`BudgetConfig::cold_pages_per_sec`]; a
-//! result is kept only when it takes a smaller 16-byte size class (zram's
-//! `recompress` rule). The reclaimer does it in batches when it has no
-//! eviction to do, and one batch after each eviction round, so eviction
-//! always comes first. Each page is held (COMPRESSING) while its reference
+//! zstd with a dictionary) uses it two ways.
+//!
+//! - **At eviction** ([`BudgetConfig::cold_at_eviction`], on by default):
+//!   the aging policy decides which codec a page's copy takes. A page with
+//!   no quick reuse in its history (never refaulted, or refaulted only after
+//!   more evictions than the policy's threshold, and never active) is
+//!   expected to stay compressed long: it goes straight to the cold codec,
+//!   compressed once. A page that came back quickly keeps the fast codec, so
+//!   the faults that recur pay the fast decode (`aging::wants_cold_codec`).
+//! - **By age**: pages that have stayed compressed
+//!   [`BudgetConfig::cold_after`] with the fast codec are recompressed,
+//!   oldest first (the order the reclaimer compressed them in), at most
+//!   [`BudgetConfig::cold_pages_per_sec`]; a result is kept only when it
+//!   takes a smaller 16-byte size class (zram's `recompress` rule). The
+//!   reclaimer does this only when it has no eviction to do.
+//!
+//! Each page is held (COMPRESSING) while its reference
 //! is replaced, as in writeback: a fault on that page waits for one
 //! recompression, a page restored meanwhile is no longer STORED and is left
 //! alone, and the old blob is freed only after the new reference is in
 //! place. `zstd-dict` without a dictionary trains one (32 KiB) on a thread
 //! of its own from up to 4096 of the budget's oldest compressed pages, once
-//! [`COLD_DICTIONARY_SAMPLE_PAGES`] have been compressed. The store digests
+//! [`COLD_DICTIONARY_SAMPLE_PAGES`] have been compressed (until then every
+//! page takes the fast codec). The store digests
 //! it once and publishes it before any blob refers to it; the fault
 //! handler's preallocated decoders take it per call (zstd's
 //! `decompress_usingDDict`, no allocation), and it never changes while the
-//! budget lives. [`Region::recompress_now`] does the same to a range on the
+//! budget lives. [`Region::recompress_now`] recompresses a range on the
 //! calling thread.
 //!
 //! # Aging
@@ -265,11 +276,11 @@
 //! - Writeback candidates are the pages the reclaimer compressed; pages
 //!   compressed by `advise_cold` are not written back. A written-back page
 //!   is read back on every fault (exclusive loads free its tier copy).
-//! - Cold recompression competes with eviction for the reclaimer's CPU: a
-//!   program faulting pages back as fast as they are evicted (random reads
-//!   over a region four times its budget) gets few pages recompressed until
-//!   it slows down, since a page restored gives its cold blob up and is
-//!   compressed with the fast codec again at its next eviction.
+//! - A cold codec costs CPU on both sides: zstd with a dictionary compresses
+//!   a page in about 1.4x LZ4's time and decodes it in about 2x. When the
+//!   program faults pages back as fast as the reclaimer can evict them, the
+//!   reclaimer's compression is what limits the rate (figures in the
+//!   README's "Cold pages" section).
 //! - One tier reader thread per budget serializes the reads of a network
 //!   tier: concurrent faults on pages in Redis wait one round trip each.
 #![deny(unsafe_code)]

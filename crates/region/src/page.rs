@@ -51,9 +51,6 @@ const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
 const DISCARD: u64 = 1 << 4;
 /// Resident and write-protected since its restore; its reference is exact.
 const CLEAN: u64 = 1 << 5;
-/// Its last compressed copy was the cold codec's: it went cold once, so its
-/// next eviction compresses it with the cold codec straight away.
-const COLD: u64 = 1 << 6;
 const PIN_SHIFT: u32 = 8;
 const PIN_BITS: u32 = 8;
 const PIN_ONE: u64 = 1 << PIN_SHIFT;
@@ -67,8 +64,7 @@ pub const MAX_PINS: u64 = (1 << PIN_BITS) - 1;
 const _: () = {
     assert!((Tag::Restoring as u64) <= TAG_MASK);
     assert!(DISCARD & TAG_MASK == 0 && CLEAN & TAG_MASK == 0 && DISCARD != CLEAN);
-    assert!(DISCARD < PIN_ONE && CLEAN < PIN_ONE && COLD < PIN_ONE);
-    assert!(COLD & (TAG_MASK | DISCARD | CLEAN) == 0);
+    assert!(DISCARD < PIN_ONE && CLEAN < PIN_ONE);
     assert!(PIN_SHIFT + PIN_BITS <= SLOT_SHIFT);
 };
 
@@ -109,17 +105,9 @@ impl State {
         self.0 & DISCARD != 0
     }
 
-    pub fn cold(self) -> bool {
-        self.0 & COLD != 0
-    }
-
-    pub fn set_cold(self, cold: bool) -> State {
-        State(if cold { self.0 | COLD } else { self.0 & !COLD })
-    }
-
     /// This state with its tag replaced; pins and flags kept, slot cleared.
     pub fn with(self, tag: Tag) -> State {
-        State((self.0 & (PIN_MASK | DISCARD | CLEAN | COLD)) | tag as u64)
+        State((self.0 & (PIN_MASK | DISCARD | CLEAN)) | tag as u64)
     }
 
     /// This state with its tag replaced and staging slot `slot` recorded.

@@ -404,11 +404,14 @@ impl Reclaimer {
             if resident > limits.high_pages
                 || (resident > limits.low_pages && resident >= limits.budget_pages)
             {
+                // A busy reclaimer does not recompress: pages with no quick
+                // reuse already go out with the cold codec (once its
+                // dictionary is trained), and those that kept the fast one
+                // are the likeliest to come back soon.
                 self.round();
-                // A busy reclaimer still recompresses: one batch per round
-                // (a round evicts thousands of pages), so pages faulted
-                // back and evicted again do not all stay with the fast codec.
-                self.cold_batch(crate::cold::BATCH_AFTER_ROUND);
+                if let Some(cold) = &mut self.cold {
+                    cold.train_if_wanted(&self.budget, &mut self.worker);
+                }
                 continue;
             }
             if let Some(tier) = self.budget.store.tier() {

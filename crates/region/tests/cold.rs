@@ -19,10 +19,18 @@ fn region_mib() -> usize {
         .unwrap_or(32)
 }
 
+/// A region with `cold_codec` used for recompression by age only (every
+/// eviction takes the fast codec), so the tests of recompression have
+/// fast-codec pages to work on.
 fn cold_region(cold_codec: &str, cold_after: Duration) -> Region {
+    cold_region_with(cold_codec, cold_after, false)
+}
+
+fn cold_region_with(cold_codec: &str, cold_after: Duration, cold_at_eviction: bool) -> Region {
     let mut config = RegionConfig::new(region_mib() * MIB, 4 * MIB);
     config.cold_codec = Some(cold_codec.parse().expect("codec"));
     config.cold_after = cold_after;
+    config.cold_at_eviction = cold_at_eviction;
     Region::new(config).expect("region")
 }
 
@@ -73,44 +81,96 @@ fn recompress_now_shrinks_and_reads_back(cold_codec: &str) {
     }
 }
 
-/// A page restored from a cold copy went cold once: its next eviction
-/// compresses it with the cold codec straight away, and it reads back.
+/// With `cold_at_eviction`, pages with no quick reuse go out with the cold
+/// codec at once (nothing left to recompress), a page faulted back soon
+/// after its eviction goes out with the fast codec next time, and a later
+/// slow return makes it cold again; every page reads back as written.
 #[test]
-fn a_page_that_went_cold_is_compressed_cold_at_its_next_eviction() {
-    let region = cold_region("zstd", Duration::from_secs(3600));
+fn pages_without_quick_reuse_go_out_with_the_cold_codec() {
+    let region = cold_region_with("zstd", Duration::from_secs(3600), true);
     let pages = region.len() / PAGE_SIZE;
     for p in 0..pages {
         write_text_page(&region, p, 1);
     }
     region.advise_cold(0, region.len()).expect("advise_cold");
-    region
-        .recompress_now(0, region.len())
-        .expect("recompress_now");
-    let recompressed = region.stats().recompression_count;
-    assert!(recompressed > (pages / 2) as u64);
-    // Restore a range (reads), write half of it, and evict it again.
+    let first = region.stats();
+    assert!(
+        first.cold_compression_count > (pages * 9 / 10) as u64,
+        "never-refaulted pages should go out cold: {first:#?}"
+    );
+    // Out, then back at once (a quick refault: fewer evictions since than
+    // the threshold, a budget's worth), half of them written, and out
+    // again: the fast codec.
     let range = 64..192;
+    for p in range.clone() {
+        check_text_page(&region, p, 1);
+    }
+    region
+        .advise_cold(range.start * PAGE_SIZE, range.len() * PAGE_SIZE)
+        .expect("advise_cold");
+    let first = region.stats();
     for p in range.clone() {
         check_text_page(&region, p, 1);
         if p % 2 == 0 {
             write_text_page(&region, p, 2);
         }
     }
+    region
+        .advise_cold(range.start * PAGE_SIZE, range.len() * PAGE_SIZE)
+        .expect("advise_cold");
+    let quick = region.stats();
+    assert_eq!(
+        quick.cold_compression_count, first.cold_compression_count,
+        "quickly refaulted pages keep the fast codec: {quick:#?}"
+    );
+    assert!(quick.compression_count >= first.compression_count + range.len() as u64 / 2);
+    assert_eq!(quick.recompression_count, 0, "nothing recompressed");
+    // The same pages come back only after more than a budget of other
+    // evictions: slow, so out cold again.
+    let budget_pages = 4 * MIB / PAGE_SIZE;
+    let others = (range.end..pages).take(2 * budget_pages);
+    for p in others.clone() {
+        check_text_page(&region, p, 1);
+    }
+    region
+        .advise_cold(range.end * PAGE_SIZE, others.len() * PAGE_SIZE)
+        .expect("advise_cold");
+    for p in range.clone() {
+        check_text_page(&region, p, if p % 2 == 0 { 2 } else { 1 });
+    }
     let before = region.stats();
     region
         .advise_cold(range.start * PAGE_SIZE, range.len() * PAGE_SIZE)
         .expect("advise_cold");
-    let after = region.stats();
+    let slow = region.stats();
     assert!(
-        after.cold_compression_count >= before.cold_compression_count + range.len() as u64 / 2,
-        "{after:#?}"
+        slow.cold_compression_count >= before.cold_compression_count + range.len() as u64 / 2,
+        "slowly refaulted pages go out cold again: {slow:#?}"
     );
-    assert_eq!(
-        after.recompression_count, recompressed,
-        "no recompression needed"
-    );
-    for p in range {
-        check_text_page(&region, p, if p % 2 == 0 { 2 } else { 1 });
+    for p in 0..pages {
+        let expected = if range.contains(&p) && p % 2 == 0 {
+            2
+        } else {
+            1
+        };
+        check_text_page(&region, p, expected);
+    }
+}
+
+/// Without `cold_at_eviction` every eviction takes the fast codec.
+#[test]
+fn without_cold_at_eviction_pages_go_out_with_the_fast_codec() {
+    let region = cold_region("zstd", Duration::from_secs(3600));
+    let pages = region.len() / PAGE_SIZE;
+    for p in 0..pages {
+        write_text_page(&region, p, 1);
+    }
+    region.advise_cold(0, region.len()).expect("advise_cold");
+    let stats = region.stats();
+    assert_eq!(stats.cold_compression_count, 0, "{stats:#?}");
+    assert!(stats.compression_count > (pages / 2) as u64, "{stats:#?}");
+    for p in 0..pages {
+        check_text_page(&region, p, 1);
     }
 }
 

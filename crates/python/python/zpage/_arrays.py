@@ -131,7 +131,7 @@ def budget(
     ndarrays. Smaller arrays use NumPy's allocator. Arrays outlive the block
     and stay valid; freeing them returns their memory. ``options`` are those
     of :class:`Budget` (``pool``, ``fault_mode``, ``keep_clean_copies``,
-    ``aging``).
+    ``aging``, ``cold_codec``, ``cold_by_age_only``).
 
     Uses NumPy's allocator hook (NEP 49, NumPy >= 1.22), which is per
     context: threads started in the block use NumPy's allocator unless they

@@ -18,6 +18,8 @@ class Budget:
         fault_mode: Optional[str] = None,
         keep_clean_copies: Optional[bool] = None,
         aging: Optional[str] = None,
+        cold_codec: Optional[str] = None,
+        cold_by_age_only: Optional[bool] = None,
     ) -> None: ...
     @property
     def budget_bytes(self) -> int: ...
@@ -36,6 +38,8 @@ class RegionBase:
         fault_mode: Optional[str] = None,
         keep_clean_copies: Optional[bool] = None,
         aging: Optional[str] = None,
+        cold_codec: Optional[str] = None,
+        cold_by_age_only: Optional[bool] = None,
     ) -> None: ...
     @property
     def size(self) -> int: ...
