@@ -59,6 +59,12 @@ pub struct Args {
     /// Codec for evicted pages (lz4, lz4:ACCEL, zstd, zstd:LEVEL).
     #[arg(long, default_value = "lz4")]
     pub codec: String,
+    /// A stronger codec for cold pages, user mode (zstd, zstd:LEVEL,
+    /// zstd-dict[:LEVEL] with a dictionary trained from each process's own
+    /// pages): evicted pages with no quick reuse go straight to it, and
+    /// pages that stay compressed a second are recompressed with it.
+    #[arg(long, value_name = "CODEC")]
+    pub cold_codec: Option<String>,
     /// How the budget is enforced.
     #[arg(long, value_enum, default_value_t = Mode::User)]
     pub mode: Mode,
@@ -345,6 +351,10 @@ pub fn run(args: Args) -> Result<u8> {
                 .map_err(|e| anyhow::anyhow!("--mode kernel: {e}; or use --mode user (no root)"))?;
             run_kernel(&args, &options)
         }
+        Mode::Auto if args.cold_codec.is_some() => {
+            eprintln!("zpage run: --mode auto: user mode, since --cold-codec is user mode's");
+            run_user(&args, budget)
+        }
         Mode::Auto => {
             let options = kernel_options(&args, budget)?;
             match zpage_kernel::run::check_available(&options) {
@@ -362,6 +372,11 @@ pub fn run(args: Args) -> Result<u8> {
 /// (`lz4`, `zstd`; a level or acceleration is zpage's and is dropped) for
 /// the chosen swap.
 fn kernel_options(args: &Args, budget: u64) -> Result<zpage_kernel::run::RunOptions> {
+    if let Some(cold) = &args.cold_codec {
+        bail!(
+            "--cold-codec {cold:?} is for user mode: kernel mode's zram compresses with --codec only; drop --cold-codec or use --mode user"
+        );
+    }
     let algorithm = args.codec.split(':').next().unwrap_or_default().to_string();
     if algorithm.is_empty() || algorithm == "zstd-dict" {
         bail!(
@@ -484,6 +499,18 @@ fn run_user(args: &Args, budget: u64) -> Result<u8> {
             "--codec zstd-dict needs a trained dictionary, which zpage run cannot pass: use zstd"
         );
     }
+    if let Some(cold) = &args.cold_codec {
+        let spec: zpage_codec::CodecSpec = cold
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--cold-codec {cold:?}: {e}"))?;
+        if !matches!(
+            spec.family(),
+            zpage_codec::CodecFamily::Zstd | zpage_codec::CodecFamily::ZstdDict
+        ) || spec == codec
+        {
+            bail!("--cold-codec {cold:?} is not stronger than --codec {}: use zstd, zstd:LEVEL or zstd-dict", args.codec);
+        }
+    }
     if args.min_mapping < 4096 {
         bail!(
             "--min-mapping {} is below one page (4K): raise it",
@@ -515,6 +542,10 @@ fn run_user(args: &Args, budget: u64) -> Result<u8> {
         .env("ZPAGE_RUN_CODEC", &args.codec)
         .env("ZPAGE_RUN_MIN_MAPPING_BYTES", args.min_mapping.to_string())
         .env(REPORT_DIR_ENV, &reports.0);
+    match &args.cold_codec {
+        Some(cold) => command.env("ZPAGE_RUN_COLD_CODEC", cold),
+        None => command.env_remove("ZPAGE_RUN_COLD_CODEC"),
+    };
     // Like a shell: the program, not zpage, decides what ^C and ^\ do.
     // SAFETY: signal() with SIG_IGN has no preconditions; restored below.
     let (old_int, old_quit) = unsafe {

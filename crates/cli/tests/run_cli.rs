@@ -125,6 +125,39 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--cold-codec`: the program's evicted pages go to zstd, its pool holds
+/// far less than with LZ4 alone, and every word reads back (the filler
+/// checks them and says "checked").
+#[test]
+fn a_cold_codec_shrinks_the_pool_and_keeps_every_word() {
+    let dir = tempdir("cold");
+    let pool_with = |extra: &[&str]| {
+        let json = dir.join("summary.json");
+        let mut args = vec!["--budget", "16M", "--summary-json", json.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = zpage_run(&args, &[filler().to_str().unwrap(), "64", "0"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("checked"), "{stderr}");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert!(summary["evictions"].as_u64().unwrap() > 4096, "{summary}");
+        (
+            summary["pool_bytes"].as_u64().unwrap(),
+            summary["codec"].as_str().unwrap().to_string(),
+        )
+    };
+    let (lz4_pool, lz4_codec) = pool_with(&[]);
+    let (cold_pool, cold_codec) = pool_with(&["--cold-codec", "zstd"]);
+    assert_eq!(lz4_codec, "lz4");
+    assert!(cold_codec.contains("cold pages zstd"), "{cold_codec}");
+    assert!(
+        cold_pool * 4 < lz4_pool * 3,
+        "pool {cold_pool} bytes with zstd for cold pages against {lz4_pool} with lz4"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The descriptors a Python program sees among its own (`os.listdir` of
 /// `/proc/self/fd`, each link read), after allocating `mib` MiB.
 fn own_descriptors_under_zpage(mib: u32) -> String {
@@ -182,6 +215,14 @@ fn bad_options_and_kernel_mode_say_what_to_do() {
     let out = zpage_run(&["--codec", "gzip"], &["true"]);
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--codec"));
+    let out = zpage_run(&["--cold-codec", "lz4"], &["true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cold-codec") && err.contains("not stronger"), "{err}");
+    let out = zpage_run(&["--mode", "kernel", "--cold-codec", "zstd"], &["true"]);
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--cold-codec") && err.contains("--mode user"), "{err}");
     let out = Command::new(env!("CARGO_BIN_EXE_zpage"))
         .args(["run", "--", "true"])
         .env("ZPAGE_PRELOAD", "/nonexistent/libzpage_preload.so")

@@ -6,6 +6,9 @@ use zpage_codec::CodecSpec;
 pub const BUDGET_ENV: &str = "ZPAGE_RUN_BUDGET_BYTES";
 /// Codec for evicted pages (default `lz4`).
 pub const CODEC_ENV: &str = "ZPAGE_RUN_CODEC";
+/// A stronger codec for cold pages (optional): zstd, zstd:LEVEL,
+/// zstd-dict[:LEVEL] (its dictionary is trained from the process's own pages).
+pub const COLD_CODEC_ENV: &str = "ZPAGE_RUN_COLD_CODEC";
 /// Smallest mapping or allocation placed in a region (default 2 MiB).
 pub const MIN_MAPPING_ENV: &str = "ZPAGE_RUN_MIN_MAPPING_BYTES";
 
@@ -30,6 +33,7 @@ pub struct Config {
     pub budget_bytes: usize,
     pub codec: CodecSpec,
     pub codec_name: String,
+    pub cold_codec: Option<CodecSpec>,
     pub min_mapping_bytes: usize,
 }
 
@@ -60,6 +64,28 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, 
             "{CODEC_ENV}={codec_name:?}: zstd-dict needs a trained dictionary, which zpage run has no way to pass; use zstd"
         ));
     }
+    let cold_codec = match get(COLD_CODEC_ENV) {
+        None => None,
+        Some(name) => {
+            let spec: CodecSpec = name.parse().map_err(|e| {
+                format!("{COLD_CODEC_ENV}={name:?}: {e}; use zstd, zstd:LEVEL or zstd-dict")
+            })?;
+            if !matches!(
+                spec.family(),
+                zpage_codec::CodecFamily::Zstd | zpage_codec::CodecFamily::ZstdDict
+            ) || spec == codec
+            {
+                return Err(format!(
+                    "{COLD_CODEC_ENV}={name:?} is not stronger than {codec_name}: use zstd, zstd:LEVEL or zstd-dict"
+                ));
+            }
+            Some(spec)
+        }
+    };
+    let codec_name = match &cold_codec {
+        Some(cold) => format!("{codec_name}, cold pages {cold}"),
+        None => codec_name,
+    };
     let min_mapping_bytes = match get(MIN_MAPPING_ENV) {
         None => DEFAULT_MIN_MAPPING_BYTES,
         Some(text) => {
@@ -76,6 +102,7 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, 
         budget_bytes,
         codec,
         codec_name,
+        cold_codec,
         min_mapping_bytes,
     }))
 }
@@ -105,6 +132,12 @@ mod tests {
         assert!(e.contains("raise it"), "{e}");
         let e = from_env(env(&[(BUDGET_ENV, "1048576"), (CODEC_ENV, "gzip")])).unwrap_err();
         assert!(e.contains(CODEC_ENV), "{e}");
+        let e = from_env(env(&[(BUDGET_ENV, "1048576"), (COLD_CODEC_ENV, "lz4")])).unwrap_err();
+        assert!(e.contains(COLD_CODEC_ENV) && e.contains("not stronger"), "{e}");
+        let c = from_env(env(&[(BUDGET_ENV, "1048576"), (COLD_CODEC_ENV, "zstd-dict")]))
+            .unwrap()
+            .unwrap();
+        assert!(c.cold_codec.is_some() && c.codec_name.contains("zstd-dict"), "{c:?}");
         let e = from_env(env(&[(BUDGET_ENV, "1048576"), (MIN_MAPPING_ENV, "10")])).unwrap_err();
         assert!(e.contains(MIN_MAPPING_ENV), "{e}");
     }

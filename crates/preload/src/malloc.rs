@@ -78,7 +78,10 @@ unsafe fn next_free(p: *mut c_void) {
 /// A region for an allocation of `n` bytes, if it should and can have one.
 fn place(n: usize, align: usize) -> Option<*mut c_void> {
     let state = state::placing()?;
-    if n < state.config.min_mapping_bytes || align > PAGE_SIZE {
+    // zpage's own threads (the reclaimer sampling pages to train a
+    // dictionary, the trainer) never place their buffers in regions: they
+    // would fault on the budget they serve.
+    if n < state.config.min_mapping_bytes || align > PAGE_SIZE || sys::on_zpage_thread() {
         return None;
     }
     let _inside = Inside::enter();

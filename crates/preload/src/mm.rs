@@ -84,7 +84,9 @@ pub unsafe extern "C" fn mmap(
     off: off_t,
 ) -> *mut c_void {
     if let Some(state) = state::placing() {
-        if placeable(addr, len, prot, flags, state.config.min_mapping_bytes) {
+        if placeable(addr, len, prot, flags, state.config.min_mapping_bytes)
+            && !sys::on_zpage_thread()
+        {
             let _inside = Inside::enter();
             if let Some(base) = state.place(len, false) {
                 return base as *mut c_void;

@@ -186,6 +186,7 @@ impl State {
             .get_or_init(|| {
                 let mut bc = BudgetConfig::new(self.config.budget_bytes);
                 bc.codec = self.config.codec.clone();
+                bc.cold_codec = self.config.cold_codec.clone();
                 match Budget::new(bc) {
                     Ok(budget) => {
                         crate::report::start_sampler();

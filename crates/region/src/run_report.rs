@@ -60,7 +60,7 @@ pub struct ProcessReport {
     /// those retried after `EFAULT` (buffers too large to pin).
     pub syscalls_pinned: u64,
     pub syscalls_retried: u64,
-    /// `fork()`s made by this process (each restored every region first).
+    /// `fork()`s made by this process.
     pub forks: u64,
 }
 
