@@ -133,11 +133,20 @@ mod tests {
         let e = from_env(env(&[(BUDGET_ENV, "1048576"), (CODEC_ENV, "gzip")])).unwrap_err();
         assert!(e.contains(CODEC_ENV), "{e}");
         let e = from_env(env(&[(BUDGET_ENV, "1048576"), (COLD_CODEC_ENV, "lz4")])).unwrap_err();
-        assert!(e.contains(COLD_CODEC_ENV) && e.contains("not stronger"), "{e}");
-        let c = from_env(env(&[(BUDGET_ENV, "1048576"), (COLD_CODEC_ENV, "zstd-dict")]))
-            .unwrap()
-            .unwrap();
-        assert!(c.cold_codec.is_some() && c.codec_name.contains("zstd-dict"), "{c:?}");
+        assert!(
+            e.contains(COLD_CODEC_ENV) && e.contains("not stronger"),
+            "{e}"
+        );
+        let c = from_env(env(&[
+            (BUDGET_ENV, "1048576"),
+            (COLD_CODEC_ENV, "zstd-dict"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert!(
+            c.cold_codec.is_some() && c.codec_name.contains("zstd-dict"),
+            "{c:?}"
+        );
         let e = from_env(env(&[(BUDGET_ENV, "1048576"), (MIN_MAPPING_ENV, "10")])).unwrap_err();
         assert!(e.contains(MIN_MAPPING_ENV), "{e}");
     }
