@@ -191,7 +191,26 @@ fn recompress_now_with_a_trained_dictionary_shrinks_and_reads_back() {
 /// recompression of its old copy).
 #[test]
 fn background_recompression_races_with_faults_and_writes() {
-    let region = cold_region("zstd-dict", Duration::from_millis(0));
+    cold_pages_race_with_faults_and_writes(false);
+}
+
+/// The same with the cold codec taken at eviction: pages go out with the
+/// dictionary once it is trained, threads fault them back and write them
+/// meanwhile, and every page reads back as last written.
+#[test]
+fn cold_evictions_race_with_faults_and_writes() {
+    cold_pages_race_with_faults_and_writes(true);
+}
+
+fn cold_pages_race_with_faults_and_writes(cold_at_eviction: bool) {
+    let region = cold_region_with("zstd-dict", Duration::from_millis(0), cold_at_eviction);
+    let moved_to_cold = |stats: &zpage_region::RegionStats| {
+        if cold_at_eviction {
+            stats.cold_compression_count
+        } else {
+            stats.recompression_count
+        }
+    };
     let pages = region.len() / PAGE_SIZE;
     for p in 0..pages {
         write_text_page(&region, p, 1);
@@ -222,11 +241,11 @@ fn background_recompression_races_with_faults_and_writes() {
             });
         }
         let deadline = Instant::now() + Duration::from_secs(120);
-        while region.stats().recompression_count < (pages / 4) as u64 {
+        while moved_to_cold(&region.stats()) < (pages / 4) as u64 {
             assert!(
                 Instant::now() < deadline,
-                "the reclaimer recompressed only {} pages\n{:#?}",
-                region.stats().recompression_count,
+                "only {} pages took the cold codec\n{:#?}",
+                moved_to_cold(&region.stats()),
                 region.stats()
             );
             std::thread::sleep(Duration::from_millis(20));

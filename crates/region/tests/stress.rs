@@ -51,6 +51,8 @@ struct Scenario {
     timer_signal: bool,
     /// Forks during the run; each child checks every page's tag.
     forks: usize,
+    /// The budget's cold codec (pages with no quick reuse go out with it).
+    cold_codec: Option<&'static str>,
     ops: usize,
     mib: usize,
 }
@@ -64,6 +66,7 @@ impl Scenario {
             regions: 1,
             timer_signal: false,
             forks: 0,
+            cold_codec: None,
             ops,
             mib,
         }
@@ -169,6 +172,8 @@ struct Outcome {
     max_resident: u64,
     budget: u64,
     ops: usize,
+    /// Evictions that took the cold codec, over every region.
+    cold_compressions: u64,
 }
 
 fn run(s: Scenario) -> Outcome {
@@ -178,6 +183,7 @@ fn run(s: Scenario) -> Outcome {
     config.mode = s.mode;
     config.aging = s.aging;
     config.keep_clean_copies = s.keep_clean_copies;
+    config.cold_codec = s.cold_codec.map(|c| c.parse().expect("cold codec"));
     let budget = Budget::new(config).expect("budget");
     let regions: Vec<Arc<Region>> = (0..s.regions)
         .map(|r| {
@@ -303,6 +309,10 @@ fn run(s: Scenario) -> Outcome {
         max_resident: max_resident.load(Ordering::Relaxed),
         budget: budget_bytes as u64,
         ops: per_thread * THREADS,
+        cold_compressions: regions
+            .iter()
+            .map(|r| r.stats().cold_compression_count)
+            .sum(),
     }
 }
 
@@ -349,6 +359,13 @@ fn check(o: &Outcome, s: &Scenario) {
             o.handler_reads > 100,
             "the timer fired {} times",
             o.handler_reads
+        );
+    }
+    if s.cold_codec.is_some() {
+        assert!(
+            o.cold_compressions > 1000,
+            "only {} evictions took the cold codec",
+            o.cold_compressions
         );
     }
     if s.forks == 0 {
@@ -431,6 +448,23 @@ fn stress_shared_budget_with_timer_signals() {
             regions: 3,
             timer_signal: true,
             keep_clean_copies: true,
+            ..Scenario::new(ops() / 2, mib())
+        },
+    );
+}
+
+/// Zstd with a dictionary trained from the pages, taken at eviction by
+/// pages with no quick reuse: the handler decodes it (also in the timer
+/// handler's reads and in forked children, from their copy of the pool).
+#[test]
+fn stress_cold_codec_with_timer_signals_and_forks() {
+    in_child(
+        "stress_cold_codec_with_timer_signals_and_forks",
+        Scenario {
+            regions: 2,
+            timer_signal: true,
+            forks: 10,
+            cold_codec: Some("zstd-dict"),
             ..Scenario::new(ops() / 2, mib())
         },
     );
