@@ -503,12 +503,8 @@ fn run_user(args: &Args, budget: u64) -> Result<u8> {
         let spec: zpage_codec::CodecSpec = cold
             .parse()
             .map_err(|e| anyhow::anyhow!("--cold-codec {cold:?}: {e}"))?;
-        if !matches!(
-            spec.family(),
-            zpage_codec::CodecFamily::Zstd | zpage_codec::CodecFamily::ZstdDict
-        ) || spec == codec
-        {
-            bail!("--cold-codec {cold:?} is not stronger than --codec {}: use zstd, zstd:LEVEL or zstd-dict", args.codec);
+        if let Some(problem) = zpage_region::cold_codec_problem(&codec, &spec) {
+            bail!("--cold-codec {problem}");
         }
     }
     if args.min_mapping < 4096 {

@@ -70,14 +70,8 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, 
             let spec: CodecSpec = name.parse().map_err(|e| {
                 format!("{COLD_CODEC_ENV}={name:?}: {e}; use zstd, zstd:LEVEL or zstd-dict")
             })?;
-            if !matches!(
-                spec.family(),
-                zpage_codec::CodecFamily::Zstd | zpage_codec::CodecFamily::ZstdDict
-            ) || spec == codec
-            {
-                return Err(format!(
-                    "{COLD_CODEC_ENV}={name:?} is not stronger than {codec_name}: use zstd, zstd:LEVEL or zstd-dict"
-                ));
+            if let Some(problem) = zpage_region::cold_codec_problem(&codec, &spec) {
+                return Err(format!("{COLD_CODEC_ENV}={name:?}: {problem}"));
             }
             Some(spec)
         }

@@ -178,11 +178,12 @@ impl BudgetConfig {
                     .into(),
             );
         }
-        if self.cold_codec.as_ref() == Some(&self.codec) {
-            return bad(format!(
-                "cold_codec is the codec itself ({}): give a stronger one (zstd, zstd-dict) or none",
-                self.codec
-            ));
+        if let Some(problem) = self
+            .cold_codec
+            .as_ref()
+            .and_then(|cold| cold_codec_problem(&self.codec, cold))
+        {
+            return bad(format!("cold_codec {problem}"));
         }
         if self.staging_pct > 25 {
             return bad(format!(
@@ -192,6 +193,21 @@ impl BudgetConfig {
         }
         Ok(())
     }
+}
+
+/// Why `cold` cannot be the cold codec of a budget compressing with `codec`
+/// (`None`: it can): it must be zstd or zstd with a dictionary, and not
+/// `codec` itself. Front ends call it to refuse a setting before they start.
+pub fn cold_codec_problem(codec: &CodecSpec, cold: &CodecSpec) -> Option<String> {
+    use zpage_codec::CodecFamily;
+    if !matches!(cold.family(), CodecFamily::Zstd | CodecFamily::ZstdDict) {
+        return Some(format!(
+            "{cold} is not stronger than {codec}: give zstd, zstd:LEVEL or zstd-dict, or none"
+        ));
+    }
+    (cold == codec).then(|| {
+        format!("{cold} is the codec itself: give a stronger one (zstd-dict, a higher zstd level) or none")
+    })
 }
 
 /// Configuration of a [`crate::Region`] with a budget of its own. The budget's

@@ -313,7 +313,9 @@ mod workers;
 
 pub use budget::Budget;
 pub use cold::COLD_DICTIONARY_SAMPLE_PAGES;
-pub use config::{AgingPolicy, BudgetConfig, FaultMode, RegionConfig, MAX_REGION_BYTES};
+pub use config::{
+    cold_codec_problem, AgingPolicy, BudgetConfig, FaultMode, RegionConfig, MAX_REGION_BYTES,
+};
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;
 pub use metrics::{
