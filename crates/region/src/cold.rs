@@ -5,11 +5,11 @@
 //!
 //! (Evicted pages with no quick reuse are compressed with the cold codec
 //! straight away, `evict::compress`; this module moves the pages that took
-//! the fast codec and stayed.) The reclaimer runs it when it has no
-//! eviction to do, and trains the dictionary between eviction rounds too,
-//! oldest compressed page first (the order it compressed them in), in batches under a rate
-//! limit, and looks at resident memory between batches, so it never holds up
-//! eviction. Each page is held while its blob is replaced (`evict::recompress`),
+//! the fast codec and stayed, and trains the dictionary.) The reclaimer
+//! recompresses when it has no eviction to do, oldest compressed page first
+//! (the order it compressed them in), in batches under a rate limit, and
+//! looks at resident memory between batches, so it never holds up eviction;
+//! it trains the dictionary between eviction rounds too. Each page is held while its blob is replaced (`evict::recompress`),
 //! so a fault on it waits for that one page and a page restored meanwhile is
 //! left alone.
 //!
