@@ -293,6 +293,36 @@ pub unsafe extern "C" fn zpage_options_init(options: *mut ZpageOptions) -> c_int
     })
 }
 
+/// The codec an options field names (`None` for NULL).
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string (the options' contract).
+unsafe fn codec_option(field: &str, name: *const c_char) -> Result<Option<CodecSpec>, Failure> {
+    if name.is_null() {
+        return Ok(None);
+    }
+    let invalid = |m: String| Failure(ZPAGE_ERR_INVALID_ARGUMENT, m);
+    // SAFETY: non-null, and the caller promises a NUL-terminated string.
+    let name = unsafe { CStr::from_ptr(name) }
+        .to_str()
+        .map_err(|_| invalid(format!("options.{field} is not UTF-8")))?;
+    name.parse::<CodecSpec>()
+        .map(Some)
+        .map_err(|e| invalid(format!("options.{field} {name:?}: {e}")))
+}
+
+/// An options field that is 0 or 1.
+fn flag_option(field: &str, value: c_int) -> Result<bool, Failure> {
+    match value {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(Failure(
+            ZPAGE_ERR_INVALID_ARGUMENT,
+            format!("options.{field} {other} is not 0 or 1"),
+        )),
+    }
+}
+
 fn budget_config_from(
     budget: usize,
     options: Option<&ZpageOptions>,
@@ -302,35 +332,15 @@ fn budget_config_from(
         return Ok(config);
     };
     let invalid = |m: String| Failure(ZPAGE_ERR_INVALID_ARGUMENT, m);
-    if !options.codec.is_null() {
-        // SAFETY: non-null, and the caller promises a NUL-terminated string.
-        let name = unsafe { CStr::from_ptr(options.codec) }
-            .to_str()
-            .map_err(|_| invalid("options.codec is not UTF-8".into()))?;
-        config.codec = name
-            .parse::<CodecSpec>()
-            .map_err(|e| invalid(format!("options.codec {name:?}: {e}")))?;
+    // SAFETY: the options' string fields are NULL or NUL-terminated (the
+    // contract of every call that takes options).
+    if let Some(codec) = unsafe { codec_option("codec", options.codec) }? {
+        config.codec = codec;
     }
-    if !options.cold_codec.is_null() {
-        // SAFETY: non-null, and the caller promises a NUL-terminated string.
-        let name = unsafe { CStr::from_ptr(options.cold_codec) }
-            .to_str()
-            .map_err(|_| invalid("options.cold_codec is not UTF-8".into()))?;
-        config.cold_codec = Some(
-            name.parse::<CodecSpec>()
-                .map_err(|e| invalid(format!("options.cold_codec {name:?}: {e}")))?,
-        );
-    }
+    // SAFETY: as above.
+    config.cold_codec = unsafe { codec_option("cold_codec", options.cold_codec) }?;
     config.cold_after = std::time::Duration::from_millis(u64::from(options.cold_after_ms));
-    config.cold_at_eviction = match options.cold_by_age_only {
-        0 => true,
-        1 => false,
-        other => {
-            return Err(invalid(format!(
-                "options.cold_by_age_only {other} is not 0 or 1"
-            )))
-        }
-    };
+    config.cold_at_eviction = !flag_option("cold_by_age_only", options.cold_by_age_only)?;
     config.mode = match options.fault_mode {
         ZPAGE_FAULT_SIGBUS => FaultMode::Sigbus,
         ZPAGE_FAULT_HANDLER_THREAD => FaultMode::HandlerThread,
@@ -360,15 +370,7 @@ fn budget_config_from(
         }
     };
     config.max_pool_bytes = (options.max_pool_bytes != 0).then_some(options.max_pool_bytes);
-    config.keep_clean_copies = match options.keep_clean_copies {
-        0 => false,
-        1 => true,
-        other => {
-            return Err(invalid(format!(
-                "options.keep_clean_copies {other} is not 0 or 1"
-            )))
-        }
-    };
+    config.keep_clean_copies = flag_option("keep_clean_copies", options.keep_clean_copies)?;
     Ok(config)
 }
 
