@@ -201,36 +201,31 @@ fn a_signal_death_is_128_plus_the_signal() {
     assert_eq!(out.status.code(), Some(128 + 9));
 }
 
+/// `zpage run OPTIONS -- true` is refused before the program starts (exit
+/// 125), with every one of `words` in its message.
+fn refused_naming(options: &[&str], words: &[&str]) {
+    let out = zpage_run(options, &["true"]);
+    assert_eq!(out.status.code(), Some(125), "{options:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for word in words {
+        assert!(err.contains(word), "{options:?}: no {word:?} in {err}");
+    }
+}
+
 #[test]
 fn bad_options_and_kernel_mode_say_what_to_do() {
-    let out = zpage_run(&["--budget", "4K"], &["true"]);
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("raise it"));
+    refused_naming(&["--budget", "4K"], &["raise it"]);
     // Below the smallest budget kernel mode can start a program with,
     // root or not: the error lists what is missing and names user mode.
-    let out = zpage_run(&["--mode", "kernel", "--budget", "1M"], &["true"]);
-    assert_eq!(out.status.code(), Some(125));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("--mode kernel") && err.contains("--mode user"),
-        "{err}"
+    refused_naming(
+        &["--mode", "kernel", "--budget", "1M"],
+        &["--mode kernel", "--mode user"],
     );
-    let out = zpage_run(&["--codec", "gzip"], &["true"]);
-    assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--codec"));
-    let out = zpage_run(&["--cold-codec", "lz4"], &["true"]);
-    assert_eq!(out.status.code(), Some(125));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("--cold-codec") && err.contains("not stronger"),
-        "{err}"
-    );
-    let out = zpage_run(&["--mode", "kernel", "--cold-codec", "zstd"], &["true"]);
-    assert_eq!(out.status.code(), Some(125));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("--cold-codec") && err.contains("--mode user"),
-        "{err}"
+    refused_naming(&["--codec", "gzip"], &["--codec"]);
+    refused_naming(&["--cold-codec", "lz4"], &["--cold-codec", "not stronger"]);
+    refused_naming(
+        &["--mode", "kernel", "--cold-codec", "zstd"],
+        &["--cold-codec", "--mode user"],
     );
     let out = Command::new(env!("CARGO_BIN_EXE_zpage"))
         .args(["run", "--", "true"])

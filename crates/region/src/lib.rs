@@ -249,6 +249,34 @@
 //! alone is half of it, which is why zpage's median stays about 1.3x the
 //! kernel's while its p99 is a tenth.
 //!
+//! What bounds the reclaimer is the TLB flush of each eviction, more than
+//! its compression. `cargo bench -p zpage-region --bench move_cost` on the
+//! same VM:
+//!
+//! | operation | other thread of the process | µs per page |
+//! |---|---|---|
+//! | `UFFDIO_MOVE`, one page per call | none | 1.13 |
+//! | `UFFDIO_MOVE`, one page per call | running on the other CPU | 10.19 |
+//! | `UFFDIO_MOVE`, one page per call | asleep | 1.31 |
+//! | `MADV_DONTNEED`, one `madvise` per one-page range | running on the other CPU | 10.08 |
+//! | `process_madvise(MADV_DONTNEED)`, 64 ranges per call | running on the other CPU | 0.72 |
+//!
+//! A flush interrupts every CPU whose current thread belongs to the process,
+//! and on this VM that costs the sender about 9 µs. The reclaimer moves
+//! pages out while the program runs, so it pays that on nearly every page
+//! (the `fault_cost` bench, run again on a busier day: MOVE and poison marker
+//! 7.5-8 µs per page against 5.4-5.9 µs of compression, and `perf` puts
+//! `smp_call_function_many_cond` and the interrupt's MSR write at 38% of
+//! the reclaimer's samples). The kernel's reclaim unmaps many pages and
+//! flushes once; user space on 6.18 can batch only adjacent pages (one MOVE)
+//! or discards (`process_madvise`, as the last rows show), and eviction
+//! victims are scattered. Tried and measured, then reverted: faulting
+//! threads taking dirty victims out themselves while the reclaimer sleeps
+//! (its CPU then needs no interrupt), the reclaimer only compressing. The
+//! reclaimer's MOVEs fell to 3 µs, but half the faults' own MOVEs still
+//! met a reclaimer awake, and the `fault_cost` bench's random reads ran at
+//! 84-88k touches/s against 90-100k for the unchanged code.
+//!
 //! # Unsafe code
 //!
 //! `unsafe` lives in `sys` (system calls, ioctls, the mappings), `signal`
@@ -264,7 +292,9 @@
 //!   protection fault) from the signal context; elsewhere every fault is
 //!   treated as a write to a protected page.
 //! - Eviction moves one page per ioctl (victims are scattered): each costs a
-//!   TLB flush, an interrupt of every other CPU running the process.
+//!   TLB flush, an interrupt of every other CPU running the process (about
+//!   9 µs on a VM, see "Where a fault's time goes"). This is what keeps
+//!   random reads near the kernel's rate rather than twice it.
 //! - `mprotect`ed (read-only) parts of a region cannot be moved out; they are
 //!   skipped, not evicted by copy.
 //! - `mremap` of a region is refused rather than followed.

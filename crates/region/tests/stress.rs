@@ -369,8 +369,9 @@ fn check(o: &Outcome, s: &Scenario) {
         );
     }
     if s.forks == 0 {
-        // (A fork restores every page first: resident memory then goes over
-        // the budget on purpose, until eviction resumes.)
+        // (Around a fork eviction pauses, and the parent's pages resident at
+        // the fork are shared copy-on-write until eviction makes them
+        // exclusive again: resident memory may pass the budget meanwhile.)
         assert!(
             o.max_resident as f64 <= o.budget as f64 * 1.05,
             "resident over budget"
