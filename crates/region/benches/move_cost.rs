@@ -14,50 +14,16 @@
 //! program runs, so it pays the running case on every page; the kernel's
 //! reclaim unmaps many pages and then flushes once.
 //!
-//! The ioctl numbers and layouts are those of `include/uapi/linux/userfaultfd.h`
-//! (the crate's `sys` module spells the same ones; it is private).
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-const PAGE: usize = 4096;
-const UFFD_API: u64 = 0xAA;
-const UFFD_FEATURE_MOVE: u64 = 1 << 10;
-const UFFD_USER_MODE_ONLY: libc::c_int = 1;
-const UFFDIO_REGISTER_MODE_MISSING: u64 = 1;
+use zpage_region::uffd_abi::{
+    UffdioApi, UffdioMove, UffdioRange, UffdioRegister, FEATURE_MOVE, REGISTER_MODE_MISSING,
+    UFFDIO_API, UFFDIO_MOVE, UFFDIO_REGISTER, UFFD_API, UFFD_USER_MODE_ONLY,
+};
 
-const fn iowr(nr: u64, size: usize) -> u64 {
-    (3 << 30) | ((size as u64) << 16) | (0xAA << 8) | nr
-}
-
-#[repr(C)]
-struct UffdioApi {
-    api: u64,
-    features: u64,
-    ioctls: u64,
-}
-
-#[repr(C)]
-struct UffdioRegister {
-    start: u64,
-    len: u64,
-    mode: u64,
-    ioctls: u64,
-}
-
-#[repr(C)]
-struct UffdioMove {
-    dst: u64,
-    src: u64,
-    len: u64,
-    mode: u64,
-    moved: i64,
-}
-
-const UFFDIO_API: u64 = iowr(0x3F, std::mem::size_of::<UffdioApi>());
-const UFFDIO_REGISTER: u64 = iowr(0x00, std::mem::size_of::<UffdioRegister>());
-const UFFDIO_MOVE: u64 = iowr(0x05, std::mem::size_of::<UffdioMove>());
-const _: () = assert!(std::mem::size_of::<UffdioMove>() == 40);
+const PAGE: usize = zpage_region::PAGE_SIZE;
 
 /// Another thread of this process: spinning in user space, sleeping, or none.
 #[derive(Clone, Copy)]
@@ -127,7 +93,7 @@ fn anonymous(pages: usize) -> *mut u8 {
 /// Microseconds per single-page MOVE of `pages` scattered pages.
 fn move_cost(sibling: Sibling, pages: usize) -> f64 {
     // SAFETY: plain system calls on descriptors and mappings made here; the
-    // structs match the kernel's layouts (size checked above).
+    // structs match the kernel's layouts (`uffd_abi` checks their sizes).
     unsafe {
         let uffd = libc::syscall(
             libc::SYS_userfaultfd,
@@ -140,7 +106,7 @@ fn move_cost(sibling: Sibling, pages: usize) -> f64 {
         );
         let mut api = UffdioApi {
             api: UFFD_API,
-            features: UFFD_FEATURE_MOVE,
+            features: FEATURE_MOVE,
             ioctls: 0,
         };
         assert_eq!(
@@ -151,9 +117,11 @@ fn move_cost(sibling: Sibling, pages: usize) -> f64 {
         let src = anonymous(pages);
         let dst = anonymous(pages);
         let mut register = UffdioRegister {
-            start: dst as u64,
-            len: (pages * PAGE) as u64,
-            mode: UFFDIO_REGISTER_MODE_MISSING,
+            range: UffdioRange {
+                start: dst as u64,
+                len: (pages * PAGE) as u64,
+            },
+            mode: REGISTER_MODE_MISSING,
             ioctls: 0,
         };
         assert_eq!(libc::ioctl(uffd, UFFDIO_REGISTER as _, &mut register), 0);

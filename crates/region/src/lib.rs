@@ -27,7 +27,8 @@
 //! | `metrics` | publishing a process's figures for `zpage exporter` |
 //! | `profile` | the `fault-profile` feature's timing of each part of a fault |
 //! | `range`, `run_report` | address ranges in any region (for front ends that see only pointers); the per-process report `zpage run` reads |
-//! | `sys` | every system call, each a thin wrapper (ioctl struct sizes checked against their request numbers) |
+//! | `sys` | every system call, each a thin wrapper |
+//! | `uffd_abi` | the userfaultfd ABI: ioctl numbers, bits and argument layouts (sizes checked against their request numbers); public, for benches and tools |
 //!
 //! # One index per page
 //!
@@ -339,6 +340,7 @@ mod signal;
 mod sys;
 mod table;
 mod tier_reader;
+pub mod uffd_abi;
 mod workers;
 
 pub use budget::Budget;
