@@ -138,6 +138,8 @@ pub struct Staging {
     pending: AtomicUsize,
     /// Held by the one thread discarding (the ring has one consumer).
     discarding: AtomicBool,
+    /// Slots taken (staged pages, and slots waiting to be discarded).
+    in_use: AtomicUsize,
 }
 
 /// Pool shards of a budget's store: the reclaimer's stores and frees take
@@ -174,11 +176,17 @@ impl Staging {
             discards: Ring::new(4 * DISCARD_BATCH),
             pending: AtomicUsize::new(0),
             discarding: AtomicBool::new(false),
+            in_use: AtomicUsize::new(0),
         })
     }
 
     pub fn addr(&self, slot: usize) -> usize {
         self.mapping.addr(slot)
+    }
+
+    /// Slots taken now.
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Acquire)
     }
 
     /// In a forked child: a fresh userfaultfd on the staging area at the
@@ -223,6 +231,7 @@ impl Staging {
                     Ordering::Acquire,
                 ) {
                     Ok(_) => {
+                        self.in_use.fetch_add(1, Ordering::AcqRel);
                         let slot = w * 64 + bit;
                         self.cursor.store(slot + 1, Ordering::Relaxed);
                         return Some(slot);
@@ -237,6 +246,7 @@ impl Staging {
     /// Gives back a slot whose memory is already empty (a MOVE into it failed).
     pub fn free_unused(&self, slot: usize) {
         self.bits[slot / 64].fetch_and(!(1 << (slot % 64)), Ordering::AcqRel);
+        self.in_use.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// Queues `slot` to be discarded with others; when enough are waiting,
@@ -314,7 +324,17 @@ pub struct Limits {
     pub low_pages: usize,
     /// Staged pages kept on trial (0 with FIFO aging: it compresses at once).
     pub staging_target: usize,
+    /// Pages the reclaimer moves out in one burst while faults wait.
+    pub burst_pages: usize,
+    /// Faults wait when the pages mapped in regions (resident less staged)
+    /// reach this: the budget less the trial set and one burst, so that a
+    /// burst moved to staging lets them go on with the budget kept.
+    pub mapped_limit: usize,
 }
+
+/// The longest burst of evictions made while faults wait (see `reclaim.rs`):
+/// a burst of N pages holds the faulting threads about 1.7 µs x N.
+const MAX_BURST_PAGES: usize = 256;
 
 static NEXT_BUDGET_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -366,6 +386,9 @@ pub struct Shared {
     /// Futex word the reclaimer bumps when it made room under the budget.
     pub room: AtomicU32,
     pub room_waiters: AtomicU32,
+    /// The reclaimer is moving a burst of pages out: faults wait until it
+    /// is done, so that no MOVE of the burst interrupts their CPUs.
+    pub bursting: AtomicBool,
     pub stop: AtomicBool,
     /// Set by the fork prepare hook: no eviction until the parent hook clears it.
     pub fork_pause: AtomicBool,
@@ -415,11 +438,16 @@ impl Shared {
             AgingPolicy::Fifo => 0,
             AgingPolicy::Refault => budget_pages * config.staging_pct as usize / 100,
         };
+        let burst_pages = (budget_pages / 64).clamp(1, MAX_BURST_PAGES);
         let limits = Limits {
             budget_pages,
             high_pages: budget_pages * config.high_watermark_pct as usize / 100,
             low_pages: budget_pages * config.low_watermark_pct as usize / 100,
             staging_target,
+            burst_pages,
+            mapped_limit: budget_pages
+                .saturating_sub(staging_target + burst_pages)
+                .max(1),
         };
         let features = crate::event::FEATURES | sys::FEATURE_MOVE | sys::FEATURE_POISON;
         let uffd = match config.mode {
@@ -484,6 +512,7 @@ impl Shared {
             reclaimer_idle: AtomicBool::new(false),
             room: AtomicU32::new(0),
             room_waiters: AtomicU32::new(0),
+            bursting: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             fork_pause: AtomicBool::new(false),
             evicting: AtomicUsize::new(0),
@@ -627,11 +656,19 @@ impl Shared {
         }
     }
 
+    /// Whether a fault must wait before it makes one more page resident:
+    /// the budget is full, or the pages mapped in regions reached
+    /// [`Limits::mapped_limit`]. Async-signal-safe.
+    pub fn over_limit(&self) -> bool {
+        let resident = self.resident.load(Ordering::SeqCst);
+        resident >= self.limits.budget_pages
+            || resident.saturating_sub(self.staging.in_use()) >= self.limits.mapped_limit
+            || self.bursting.load(Ordering::SeqCst)
+    }
+
     /// Reclaimer side: wake throttled faults if there is room now.
     pub fn signal_room(&self) {
-        if self.room_waiters.load(Ordering::SeqCst) != 0
-            && self.resident.load(Ordering::SeqCst) < self.limits.budget_pages
-        {
+        if self.room_waiters.load(Ordering::SeqCst) != 0 && !self.over_limit() {
             self.room.fetch_add(1, Ordering::SeqCst);
             sys::futex_wake_all(&self.room);
         }

@@ -113,7 +113,9 @@ pub struct BudgetConfig {
     pub dedup: bool,
     /// Aging policy.
     pub aging: AgingPolicy,
-    /// The reclaimer starts when resident memory exceeds this percentage of the budget.
+    /// When the program is not faulting, the reclaimer starts when resident
+    /// memory exceeds this percentage of the budget (while it faults, pages
+    /// go out in bursts at the budget instead).
     pub high_watermark_pct: u8,
     /// ... and stops when it is back under this percentage.
     pub low_watermark_pct: u8,

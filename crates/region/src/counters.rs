@@ -75,7 +75,8 @@ macro_rules! region_stat_fields {
                 pressure_compression_count,
                 /// Pages the codec or the store refused (kept resident).
                 compress_failure_count,
-                /// Faults that waited because the budget was full.
+                /// Faults that waited: the budget was full, or the reclaimer was moving a burst of
+                /// pages out (it does so while faults wait, see the crate documentation).
                 throttle_count,
                 /// Total time those faults waited.
                 throttle_ns,

@@ -490,7 +490,7 @@ fn make_room(core: &RegionCore) {
 /// rather than stall forever, e.g. when everything resident is pinned).
 fn throttle(core: &RegionCore) {
     let budget = &*core.budget;
-    let full = || budget.resident.load(Ordering::SeqCst) >= budget.limits.budget_pages;
+    let full = || budget.over_limit();
     if !full() {
         return;
     }

@@ -81,8 +81,10 @@
 //! # Reclaim and staging
 //!
 //! The budget's reclaimer keeps resident memory (every region's mapped pages
-//! plus the staging area) between watermarks: it starts above
-//! `high_watermark_pct` of the budget and evicts down to `low_watermark_pct`.
+//! plus the staging area) within the budget. While the program faults it
+//! takes pages out in bursts, while the faults wait (their CPUs then need no
+//! TLB-flush interrupt: module `reclaim`); when the program is idle above
+//! `high_watermark_pct` of the budget, it evicts down to `low_watermark_pct`.
 //! Eviction is `UFFDIO_MOVE` of the page into a staging slot (MOVE's
 //! destination must be registered: the staging area has a uffd of its own,
 //! with no events). MOVE takes the physical page under both page-table locks,
@@ -93,10 +95,12 @@
 //! page instead. Staged pages are compressed from their slot; slots are freed
 //! with `MADV_DONTNEED` in batches of adjacent slots (one TLB flush each).
 //!
-//! A fault that would go over the budget first gives back the staging slots
-//! waiting to be discarded, then waits for the reclaimer (bounded at 100 ms,
-//! counted in `throttle_count`/`throttle_ns`). That is the only cross-thread
-//! wait on the fault path, and it happens only at the limit.
+//! A fault that would go over the budget, or over the pages a region may
+//! keep mapped (the budget less the trial set and one burst), first gives
+//! back the staging slots waiting to be discarded, then waits for the
+//! reclaimer (bounded at 100 ms, counted in `throttle_count`/`throttle_ns`),
+//! as does a fault during a burst. That is the only cross-thread wait on the
+//! fault path: once per burst of up to 256 pages, and at the limit.
 //!
 //! After fork, MOVE fails with `EBUSY` (the page is shared copy-on-write);
 //! `MADV_POPULATE_WRITE` makes it exclusive again from the kernel side, so
