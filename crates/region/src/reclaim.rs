@@ -124,7 +124,15 @@ pub struct Reclaimer {
     last_kick: u32,
     /// Resident pages at the last look.
     last_resident: usize,
+    /// When either last changed.
+    last_activity: Instant,
 }
+
+/// With no fault for this long the program counts as idle, and a round
+/// (rather than bursts) brings resident memory to the low watermark. Two
+/// looks a few microseconds apart can see the same resident count while
+/// the program faults (a fault and a compression cancel out).
+const PROGRAM_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Compaction runs when the pool holds more than this fraction above its
 /// blobs' bytes. Pages restored give their blobs up (exclusive loads) and
@@ -169,6 +177,7 @@ impl Reclaimer {
             compaction_check: Instant::now(),
             last_kick: 0,
             last_resident: 0,
+            last_activity: Instant::now(),
         })
     }
 
@@ -317,12 +326,23 @@ impl Reclaimer {
         done
     }
 
+    /// Staged pages beyond the trial set: moved out, not yet compressed.
+    fn backlog(&self) -> usize {
+        self.staged
+            .len()
+            .saturating_sub(self.budget.limits.staging_target)
+    }
+
     /// Faults wait on the pages mapped in regions while the budget itself
-    /// has room: moving a burst out would let them go on.
+    /// has room, and less than a burst waits to be compressed: moving a
+    /// burst out would let them go on. (Bursts on top of an uncompressed
+    /// backlog would fill the budget with staged pages, and the faults would
+    /// then wait for all of them to be compressed.)
     fn burst_would_release_faults(&self) -> bool {
         let budget = &self.budget;
         budget.room_waiters.load(Ordering::Acquire) != 0
             && budget.resident.load(Ordering::Acquire) < budget.limits.budget_pages
+            && self.backlog() < budget.limits.burst_pages
     }
 
     /// A burst: while faults wait (their threads run on no CPU, so a MOVE
@@ -340,10 +360,11 @@ impl Reclaimer {
             return;
         }
         let limits = budget.limits;
+        let wanted = limits.burst_pages.saturating_sub(self.backlog());
         let mut moved = 0;
         let mut attempts = 0;
         budget.bursting.store(true, Ordering::SeqCst);
-        while moved < limits.burst_pages
+        while moved < wanted
             && attempts < 4 * limits.burst_pages + 64
             && budget.resident.load(Ordering::Acquire) < limits.budget_pages
         {
@@ -411,8 +432,8 @@ impl Reclaimer {
         self.compact_if_fragmented();
     }
 
-    /// Compresses staged pages beyond the trial set; true if there were any.
-    fn compress_backlog(&mut self) -> bool {
+    /// Compresses staged pages until `keep` remain; returns how many.
+    fn compress_backlog(&mut self, keep: usize) -> usize {
         let budget = Arc::clone(&self.budget);
         let _g = budget
             .reclaim_lock
@@ -420,7 +441,7 @@ impl Reclaimer {
             .unwrap_or_else(|e| e.into_inner());
         self.drain();
         self.write_back();
-        self.compress_staged(budget.limits.staging_target) > 0
+        self.compress_staged(keep)
     }
 
     /// The first use of a thread-local with a destructor on this thread (the
@@ -487,13 +508,23 @@ impl Reclaimer {
                 continue;
             }
             let limits = self.budget.limits;
-            // Resident memory grows only by faults: unchanged since the last
-            // look, and no kick, means the program is not faulting.
-            let faults_active = kick != self.last_kick || resident != self.last_resident;
+            // Resident memory grows only by faults: unchanged, with no kick,
+            // for `PROGRAM_IDLE_AFTER`, means the program is not faulting.
+            if kick != self.last_kick || resident != self.last_resident {
+                self.last_activity = Instant::now();
+            }
+            let faults_active = self.last_activity.elapsed() < PROGRAM_IDLE_AFTER;
             self.last_kick = kick;
             self.last_resident = resident;
-            if self.burst_would_release_faults() {
-                self.burst();
+            if self.budget.room_waiters.load(Ordering::Acquire) != 0 {
+                // Faults wait: a burst lets them go on; with the budget full
+                // of staged pages, compressing them does.
+                if self.burst_would_release_faults() {
+                    self.burst();
+                } else if self.compress_backlog(0) == 0 {
+                    // Nothing staged, and the budget full of mapped pages.
+                    self.round();
+                }
                 if let Some(cold) = &mut self.cold {
                     cold.train_if_wanted(&self.budget, &mut self.worker);
                 }
@@ -504,7 +535,7 @@ impl Reclaimer {
                 // its faults wait (see `burst`); meanwhile, compress what is
                 // staged (training the cold codec's dictionary when it is
                 // wanted), then sleep.
-                if self.compress_backlog() {
+                if self.compress_backlog(limits.staging_target) > 0 {
                     continue;
                 }
                 if let Some(cold) = &mut self.cold {
