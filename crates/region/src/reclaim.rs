@@ -15,9 +15,11 @@
 //! and one burst); the reclaimer then moves up to `Limits::burst_pages`
 //! victims to staging with the faults' CPUs asleep, lets them go on, and
 //! compresses the burst while they run. A fault that arrives during a burst
-//! waits for it too (`Shared::bursting`). With the `fault_cost` bench this
-//! took the MOVE from 7-8 µs to 2.2-2.4 µs a page, and the faults' own
-//! signal delivery from 5.5 to 3.9 µs (fewer interrupts on their CPU).
+//! waits for it too (`Shared::bursting`). Bursts stop while
+//! `BACKLOG_BURSTS` bursts wait to be compressed; faults that wait with the
+//! budget full of staged pages wait for compression. With the `fault_cost`
+//! bench this took the MOVE from 7-8 µs to 2.3 µs a page, and the faults'
+//! own signal delivery from 5.5 to 3.8 µs (fewer interrupts on their CPU).
 //!
 //! When the program does not fault (resident memory unchanged and no kick
 //! since the last look), a round brings resident memory from above the high
@@ -127,6 +129,12 @@ pub struct Reclaimer {
     /// When either last changed.
     last_activity: Instant,
 }
+
+/// Bursts stop while this many bursts' worth of moved pages wait to be
+/// compressed: more would fill the budget with staged pages, and faults
+/// would then wait for all of them; fewer leaves a second faulting thread
+/// waiting on compression while the other CPU could run it.
+const BACKLOG_BURSTS: usize = 4;
 
 /// With no fault for this long the program counts as idle, and a round
 /// (rather than bursts) brings resident memory to the low watermark. Two
@@ -342,7 +350,7 @@ impl Reclaimer {
         let budget = &self.budget;
         budget.room_waiters.load(Ordering::Acquire) != 0
             && budget.resident.load(Ordering::Acquire) < budget.limits.budget_pages
-            && self.backlog() < budget.limits.burst_pages
+            && self.backlog() < BACKLOG_BURSTS * budget.limits.burst_pages
     }
 
     /// A burst: while faults wait (their threads run on no CPU, so a MOVE
@@ -360,7 +368,7 @@ impl Reclaimer {
             return;
         }
         let limits = budget.limits;
-        let wanted = limits.burst_pages.saturating_sub(self.backlog());
+        let wanted = limits.burst_pages;
         let mut moved = 0;
         let mut attempts = 0;
         budget.bursting.store(true, Ordering::SeqCst);
