@@ -108,7 +108,7 @@ typedef struct zpage_stats {
     uint64_t eager_compression_count; /* Of which by `advise_cold` (Zircon's eager compressions). */
     uint64_t pressure_compression_count; /* Of which by the reclaimer (Zircon's memory-pressure compressions). */
     uint64_t compress_failure_count; /* Pages the codec or the store refused (kept resident). */
-    uint64_t throttle_count; /* Faults that waited because the budget was full. */
+    uint64_t throttle_count; /* Faults that waited: the budget was full, or the reclaimer was moving a burst of pages out (it does so while faults wait, see the crate documentation). */
     uint64_t throttle_ns; /* Total time those faults waited. */
     uint64_t ebusy_fix_count; /* Pages made exclusive again after fork (`EBUSY` from MOVE). */
     uint64_t hole_count; /* Pages found absent at eviction (the program discarded them): now zero. */

@@ -342,10 +342,8 @@ impl Reclaimer {
     }
 
     /// Faults wait on the pages mapped in regions while the budget itself
-    /// has room, and less than a burst waits to be compressed: moving a
-    /// burst out would let them go on. (Bursts on top of an uncompressed
-    /// backlog would fill the budget with staged pages, and the faults would
-    /// then wait for all of them to be compressed.)
+    /// has room, and less than `BACKLOG_BURSTS` bursts wait to be
+    /// compressed: moving a burst out would let them go on.
     fn burst_would_release_faults(&self) -> bool {
         let budget = &self.budget;
         budget.room_waiters.load(Ordering::Acquire) != 0
@@ -368,15 +366,28 @@ impl Reclaimer {
             return;
         }
         let limits = budget.limits;
-        let wanted = limits.burst_pages;
-        let mut moved = 0;
-        let mut attempts = 0;
         budget.bursting.store(true, Ordering::SeqCst);
-        while moved < wanted
-            && attempts < 4 * limits.burst_pages + 64
-            && budget.resident.load(Ordering::Acquire) < limits.budget_pages
-        {
-            attempts += 1;
+        self.move_victims(limits.burst_pages, &|| {
+            budget.resident.load(Ordering::Acquire) < limits.budget_pages
+        });
+        budget.bursting.store(false, Ordering::SeqCst);
+        budget.signal_room();
+        self.refill_victims();
+        self.write_back();
+        self.compress_staged(limits.staging_target);
+        self.compact_if_fragmented();
+        drop(guard);
+    }
+
+    /// Moves up to `count` victims out while `go_on` holds (and at most
+    /// four tries a page: victims may be busy or gone); returns how many
+    /// left their regions.
+    fn move_victims(&mut self, count: usize, go_on: &dyn Fn() -> bool) -> usize {
+        let mut moved = 0;
+        for _ in 0..4 * count + 64 {
+            if moved >= count || !go_on() {
+                break;
+            }
             let Some(record) = self.aging.next_victim(&mut standing, &mut with_page_aging) else {
                 break;
             };
@@ -386,13 +397,7 @@ impl Reclaimer {
                 None => break,
             }
         }
-        budget.bursting.store(false, Ordering::SeqCst);
-        budget.signal_room();
-        self.refill_victims();
-        self.write_back();
-        self.compress_staged(limits.staging_target);
-        self.compact_if_fragmented();
-        drop(guard);
+        moved
     }
 
     /// One round: brings resident memory down to the low watermark.
@@ -412,20 +417,8 @@ impl Reclaimer {
             let to_free = resident - limits.low_pages;
             // Move enough pages out that, after compressing the oldest staged
             // pages, `staging_target` remain on trial.
-            let mut to_move = (to_free + limits.staging_target).saturating_sub(self.staged.len());
-            let mut attempts = 0usize;
-            while to_move > 0 && attempts < 4 * (to_free + limits.staging_target) + 64 {
-                attempts += 1;
-                let Some(record) = self.aging.next_victim(&mut standing, &mut with_page_aging)
-                else {
-                    break;
-                };
-                match self.take_out(record) {
-                    Some(true) => to_move -= 1,
-                    Some(false) => {}
-                    None => break,
-                }
-            }
+            let to_move = (to_free + limits.staging_target).saturating_sub(self.staged.len());
+            self.move_victims(to_move, &|| true);
         }
         self.refill_victims();
         self.write_back();
