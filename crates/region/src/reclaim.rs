@@ -22,8 +22,8 @@
 //! own signal delivery from 5.5 to 3.8 µs (fewer interrupts on their CPU).
 //!
 //! When the program does not fault (resident memory unchanged and no kick
-//! since the last look), a round brings resident memory from above the high
-//! watermark down to the low one, as a budget lowered or pages made
+//! for `PROGRAM_IDLE_AFTER`), a round brings resident memory from above the
+//! high watermark down to the low one, as a budget lowered or pages made
 //! resident by the API need.
 //!
 //! Why faulting threads drop clean pages themselves (with clean copies
