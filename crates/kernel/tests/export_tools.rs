@@ -221,11 +221,14 @@ fn nix_eval(text: &str, attribute: &str, name: &str) -> Option<serde_json::Value
     let dir = scratch(name);
     let file = dir.join("zpage.nix");
     std::fs::write(&file, text).unwrap();
-    let parse = Command::new(&nix)
-        .arg("--parse")
-        .arg(&file)
-        .output()
-        .unwrap();
+    // Every call gets this test's own state directory: two tests sharing
+    // the system's Nix database found it busy.
+    let nix_command = || {
+        let mut command = Command::new(&nix);
+        command.env("NIX_STATE_DIR", dir.join("state"));
+        command
+    };
+    let parse = nix_command().arg("--parse").arg(&file).output().unwrap();
     assert!(
         parse.status.success(),
         "nix-instantiate --parse: {}",
@@ -235,9 +238,8 @@ fn nix_eval(text: &str, attribute: &str, name: &str) -> Option<serde_json::Value
         "(import {} {{ config = {{}}; lib = {{}}; pkgs = {{}}; }}).{attribute}",
         file.display()
     );
-    let output = Command::new(&nix)
+    let output = nix_command()
         .args(["--eval", "--strict", "--json", "-E", &expression])
-        .env("NIX_STATE_DIR", dir.join("state"))
         .output()
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
