@@ -112,10 +112,14 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
     assert_eq!(summary["exit_status"], 3);
     assert!(summary["evictions"].as_u64().unwrap() > 0, "{summary}");
     assert!(summary["faults"].as_u64().unwrap() > 0, "{summary}");
-    // 64 MiB of data under a 16 MiB budget: the peak stays well below the data.
+    // 64 MiB of data under a 16 MiB budget: the peak stays well below the
+    // data. It is the budget plus the pool, the staging area and zpage's
+    // own memory: 37.3-38.2 MiB on a quiet machine, 40.4 MiB once in CI
+    // with the other tests running (the same before and after pages went
+    // out in bursts), so the bound is three quarters of the data.
     let peak = summary["peak_resident_bytes"].as_u64().unwrap();
     assert!(
-        peak < 40 << 20,
+        peak < 48 << 20,
         "peak {peak} with a 16 MiB budget over 64 MiB"
     );
     assert!(
