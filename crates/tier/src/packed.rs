@@ -607,6 +607,9 @@ impl PackedTier {
     }
 }
 
+/// Reads of a blob that collection keeps moving, before `get` gives up.
+const GET_TRIES_WHILE_MOVING: usize = 64;
+
 impl Tier for PackedTier {
     fn describe(&self) -> &str {
         &self.describe
@@ -622,8 +625,10 @@ impl Tier for PackedTier {
         let named = SlotRef::decode(tier_ref);
         let mut result = Err(ReadFailure::Stale);
         // A collection may move the blob between our look at the index and
-        // our read; a few tries always see it settle.
-        for _ in 0..4 {
+        // our read; we try again only when the index shows it moved. Small
+        // segments under heavy churn can move one blob several times in a
+        // row (four tries were seen to run out in CI), hence the bound.
+        for _ in 0..GET_TRIES_WHILE_MOVING {
             let entry = {
                 let index = spin_read(&self.index);
                 match index.entries.get(named.slot) {
