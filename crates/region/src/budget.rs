@@ -17,7 +17,7 @@ use crate::sys::{self, Errno, Mapping, PAGE_SIZE};
 use crate::tier_reader::TierReader;
 use crate::workers::WorkerSlots;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use zpage_store::{PageRef, PageStore, PageStoreConfig};
 
@@ -406,8 +406,9 @@ pub struct Shared {
     /// program-side `MADV_DONTNEED` has been acknowledged and before its pages
     /// are marked discarded.
     pub installs: AtomicUsize,
-    /// Serialises the reclaimer's work with `advise_cold` and region teardown.
-    pub reclaim_lock: Mutex<()>,
+    /// Serialises the reclaimer's work with `advise_cold` and region teardown
+    /// (taken through [`Shared::lock_reclaim`]).
+    reclaim_lock: Mutex<()>,
     /// The process whose regions these are: the creator, or a child made by
     /// `fork()` once its hook took the budget over (module `fork`).
     owner_pid: AtomicI32,
@@ -608,6 +609,14 @@ impl Shared {
 
     pub fn end_evict(&self) {
         self.evicting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Takes the lock that serialises the reclaimer's work with `advise_cold`,
+    /// the fork hooks and region teardown. A holder that panicked leaves
+    /// nothing half-done behind the lock (it guards no data: page states
+    /// are claimed by compare-and-swap), so a poisoned lock is taken as is.
+    pub fn lock_reclaim(&self) -> MutexGuard<'_, ()> {
+        self.reclaim_lock.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sets a pause flag and waits until no eviction is in flight.

@@ -235,10 +235,7 @@ pub fn recompress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Resul
         ));
     }
     let mut worker = budget.store.worker()?;
-    let _g = budget
-        .reclaim_lock
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _g = budget.lock_reclaim();
     if budget.store.wants_recompress_dictionary() {
         let step = (pages.len() / MAX_SAMPLE_PAGES).max(1);
         let mut out = zpage_codec::zeroed_page();

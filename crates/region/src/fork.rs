@@ -139,10 +139,7 @@ extern "C" fn prepare() {
             continue;
         }
         shared.close_resolve_gate();
-        let guard = shared
-            .reclaim_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let guard = shared.lock_reclaim();
         // SAFETY: the guard borrows the mutex inside `shared`, which `Held`
         // keeps alive and outlives the guard (field order drops it first).
         let guard: MutexGuard<'static, ()> = unsafe { std::mem::transmute(guard) };

@@ -357,10 +357,7 @@ impl Reclaimer {
     /// the faults go on, then compresses what is staged while they run.
     fn burst(&mut self) {
         let budget = Arc::clone(&self.budget);
-        let guard = budget
-            .reclaim_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let guard = budget.lock_reclaim();
         self.drain();
         if budget.fork_pause.load(Ordering::SeqCst) {
             return;
@@ -403,10 +400,7 @@ impl Reclaimer {
     /// One round: brings resident memory down to the low watermark.
     pub fn round(&mut self) {
         let budget = Arc::clone(&self.budget);
-        let _g = budget
-            .reclaim_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _g = budget.lock_reclaim();
         self.drain();
         if budget.fork_pause.load(Ordering::SeqCst) {
             return;
@@ -436,10 +430,7 @@ impl Reclaimer {
     /// Compresses staged pages until `keep` remain; returns how many.
     fn compress_backlog(&mut self, keep: usize) -> usize {
         let budget = Arc::clone(&self.budget);
-        let _g = budget
-            .reclaim_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _g = budget.lock_reclaim();
         self.drain();
         self.write_back();
         self.compress_staged(keep)
@@ -499,10 +490,7 @@ impl Reclaimer {
                 // No eviction while a fork is prepared, but the queues keep
                 // being drained: the prepare hook's restores fill them.
                 let budget = Arc::clone(&self.budget);
-                let _g = budget
-                    .reclaim_lock
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
+                let _g = budget.lock_reclaim();
                 self.drain();
                 drop(_g);
                 self.sleep(kick);
@@ -568,10 +556,7 @@ impl Reclaimer {
             }
             if self.writeback_wanted() {
                 let budget = Arc::clone(&self.budget);
-                let _g = budget
-                    .reclaim_lock
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
+                let _g = budget.lock_reclaim();
                 self.write_back();
             }
             // Keep the queues drained and the victim queue full even when no
@@ -579,10 +564,7 @@ impl Reclaimer {
             let refill = self.budget.refill_wanted.load(Ordering::Acquire);
             if refill || !self.budget.admits.is_empty() || !self.budget.freed_refs.is_empty() {
                 let budget = Arc::clone(&self.budget);
-                let _g = budget
-                    .reclaim_lock
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner());
+                let _g = budget.lock_reclaim();
                 self.drain();
                 if refill {
                     self.refill_victims();
@@ -605,10 +587,7 @@ impl Reclaimer {
             return false;
         };
         let budget = Arc::clone(&self.budget);
-        let _g = budget
-            .reclaim_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _g = budget.lock_reclaim();
         cold.pass(&budget, &mut self.worker, pages)
     }
 
@@ -689,10 +668,7 @@ impl Reclaimer {
 pub fn compress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Result<(), RegionError> {
     let budget = &*core.budget;
     let mut worker = budget.store.worker()?;
-    let _g = budget
-        .reclaim_lock
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let _g = budget.lock_reclaim();
     for page in pages {
         for _attempt in 0..3 {
             match evict::evict(core, page) {

@@ -477,10 +477,7 @@ impl Drop for Region {
         // Give back what the region holds: references (pool memory), staging
         // slots, and its share of the budget. Freeing takes the pool's lock.
         let _signals = SignalGuard::block_async();
-        let _g = budget
-            .reclaim_lock
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let _g = budget.lock_reclaim();
         for slot in core.pages.iter() {
             let s = slot.load();
             if let Some(page_ref) = slot.take_page_ref() {

@@ -318,26 +318,40 @@ fn run(s: Scenario) -> Outcome {
 
 /// At rest, the region's Rss (pages the kernel maps there) must not exceed
 /// the resident accounting the budget is enforced on (zero-page mappings are
-/// counted by zpage but not in Rss, hence <=). The reclaimer may still be
-/// finishing a round when the workers stop: take Rss between two equal
-/// snapshots of the counters, so all three describe the same moment.
+/// counted by zpage but not in Rss, hence <=). Rss is taken between two
+/// equal snapshots of the counters, so all three describe the same moment.
+/// A restore can still be in flight when the workers stop (in handler-thread
+/// mode the event thread may still be working through fault messages read
+/// in one batch), and between its `UFFDIO_COPY` and its count no counter
+/// shows it: the 10-million-operation run met one such page in 6 runs of
+/// 16. So an excess must last: a page mapped but never counted stays
+/// visible for the whole second this waits.
 fn at_rest_rss_matches(region: &Region) {
-    let (st, rss) = loop {
-        let before = region.stats();
-        let rss = rss_of(region.as_ptr() as usize);
-        let after = region.stats();
-        if (before.resident_bytes, before.staged_bytes)
-            == (after.resident_bytes, after.staged_bytes)
-        {
-            break (after, rss);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
+    let snapshot = || {
+        let st = region.stats();
+        (
+            st.resident_bytes,
+            st.staged_bytes,
+            st.restore_count,
+            st.eviction_count,
+        )
     };
-    assert!(
-        rss as u64 <= st.resident_bytes - st.staged_bytes,
-        "rss {rss} above resident-staged {}",
-        st.resident_bytes - st.staged_bytes
-    );
+    let mut excess = Vec::new();
+    for _ in 0..50 {
+        let before = snapshot();
+        let rss = rss_of(region.as_ptr() as usize) as u64;
+        if before != snapshot() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
+        }
+        let mapped = before.0 - before.1;
+        if rss <= mapped {
+            return;
+        }
+        excess.push((rss, mapped));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("rss above resident-staged for a second: (rss, resident-staged) {excess:?}");
 }
 
 fn check(o: &Outcome, s: &Scenario) {
@@ -383,7 +397,10 @@ fn check(o: &Outcome, s: &Scenario) {
 /// hooks) in a child process of its own.
 fn in_child(name: &str, s: Scenario) {
     if !is_child() {
-        let output = run_child_output(name);
+        // 120 s per default size (2 million operations): the 10 million
+        // acceptance run takes 105 s alone for the largest scenario.
+        let sizes = s.ops.div_ceil(1_000_000).max(2) as u64;
+        let output = run_child_output_within(name, std::time::Duration::from_secs(60 * sizes));
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{:?}\n{stderr}", output.status);
         assert!(stderr.contains("bad children 0"), "{stderr}");

@@ -98,8 +98,15 @@ pub fn run_child(name: &str) -> std::process::ExitStatus {
     }
 }
 
-/// Like [`run_child`], with the child's stderr captured.
+/// Like [`run_child`], with the child's stderr captured; a child that does
+/// not finish within 120 s is killed.
 pub fn run_child_output(name: &str) -> std::process::Output {
+    run_child_output_within(name, std::time::Duration::from_secs(120))
+}
+
+/// Like [`run_child_output`], killing the child after `limit` (for tests
+/// whose size is set from the environment).
+pub fn run_child_output_within(name: &str, limit: std::time::Duration) -> std::process::Output {
     let child = child_command(name)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -109,10 +116,12 @@ pub fn run_child_output(name: &str) -> std::process::Output {
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watchdog = {
         let done = std::sync::Arc::clone(&done);
+        let name = name.to_owned();
         std::thread::spawn(move || {
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            let deadline = std::time::Instant::now() + limit;
             while !done.load(Ordering::Acquire) {
                 if std::time::Instant::now() > deadline {
+                    eprintln!("child test {name} still running after {limit:?}: killed");
                     // SAFETY: kill(2) on our unreaped child (its pid cannot
                     // have been reused: `done` is set only after the wait).
                     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
