@@ -66,6 +66,10 @@ pub struct BenchResult {
     /// keeping `disk_bytes_per_payload_byte` low costs in writes).
     #[serde(default)]
     pub tier_gc_moved_bytes: u64,
+    /// What the tier did to each blob ("AES-256-GCM"; a build made to
+    /// measure encryption's cost says "none ..."); `null` without a tier.
+    #[serde(default)]
+    pub tier_sealing: Option<String>,
     /// Pages read back from that tier during the phase.
     pub tier_reads: u64,
     /// Their mean read latency (device read and authentication), microseconds.
@@ -198,6 +202,9 @@ impl BenchResult {
             backing_live_payload_bytes: outcome.backing_live_payload_bytes,
             disk_bytes_per_payload_byte: outcome.disk_bytes_per_payload_byte,
             tier_gc_moved_bytes: outcome.tier_gc_moved_bytes,
+            tier_sealing: outcome
+                .backing_live_payload_bytes
+                .map(|_| zpage_store::SEALING.to_string()),
             tier_reads: outcome.tier_reads,
             tier_read_mean_us: if outcome.tier_reads == 0 {
                 0.0
@@ -476,6 +483,7 @@ mod tests {
             backing_live_payload_bytes: None,
             disk_bytes_per_payload_byte: None,
             tier_gc_moved_bytes: 0,
+            tier_sealing: None,
             tier_reads: 0,
             tier_read_mean_us: 0.0,
             faults: 100,

@@ -538,6 +538,7 @@ mod tests {
             "{random:?}"
         );
         assert!(random.compressed_bytes > 0, "{random:?}");
+        assert_eq!(random.tier_sealing.as_deref(), Some("AES-256-GCM"));
         // The file's blocks on disk, the live pages' compressed bytes, and
         // the one per the other as the tier computed it.
         let disk = random

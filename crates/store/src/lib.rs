@@ -40,5 +40,5 @@ pub use zpage_codec::{CodecSpec, Page, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;
 pub use zpage_tier::{
     KeySource, MemoryTier, MemoryTierConfig, PackedConfig, PackedTier, ReadFailure, RedisConfig,
-    RedisTier, Tier, TierError, TierRef, TierStats,
+    RedisTier, Tier, TierError, TierRef, TierStats, SEALING,
 };

@@ -1,7 +1,9 @@
 //! What sealing costs next to the tier's own work, on blobs of a compressed
 //! page's size: `seal+open` alone, and a packed file tier's put, get and
-//! free (which include it). The ratio of the two is the encryption's share
-//! of the tier's throughput. The file goes to `ZPAGE_BENCH_DIR` (default the
+//! free (which include it). Run it again with `--features
+//! measure-without-encryption` (the same tier, sealing nothing): the two
+//! runs' ratio is encryption's share of the tier's throughput (figures in
+//! the README's "What encryption costs"). The file goes to `ZPAGE_BENCH_DIR` (default the
 //! system's temporary directory).
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};

@@ -63,7 +63,7 @@ mod stats;
 pub use memory::{MemoryTier, MemoryTierConfig};
 pub use packed::{PackedConfig, PackedTier};
 pub use redis::{RedisConfig, RedisTier, CLUSTER_SCHEME};
-pub use seal::{KeySource, Sealer, KEY_BYTES, TAG_BYTES};
+pub use seal::{KeySource, Sealer, KEY_BYTES, SEALING, TAG_BYTES};
 pub use stats::TierStats;
 
 use std::num::NonZeroU64;
