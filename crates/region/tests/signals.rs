@@ -227,41 +227,6 @@ extern "C" fn on_alarm(_signal: libc::c_int) {
     HANDLER_READS.fetch_add(1, Ordering::Relaxed);
 }
 
-fn start_timer(interval_us: i64) {
-    // SAFETY: installs a plain handler (it only reads memory and bumps
-    // atomics) and arms the process-wide real-time timer.
-    unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_alarm as *const () as usize;
-        act.sa_flags = libc::SA_RESTART;
-        libc::sigemptyset(&mut act.sa_mask);
-        assert_eq!(
-            libc::sigaction(libc::SIGALRM, &act, std::ptr::null_mut()),
-            0
-        );
-        let tick = libc::timeval {
-            tv_sec: 0,
-            tv_usec: interval_us,
-        };
-        let timer = libc::itimerval {
-            it_interval: tick,
-            it_value: tick,
-        };
-        assert_eq!(
-            libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()),
-            0
-        );
-    }
-}
-
-fn stop_timer() {
-    // SAFETY: disarms the timer.
-    unsafe {
-        let zero: libc::itimerval = std::mem::zeroed();
-        libc::setitimer(libc::ITIMER_REAL, &zero, std::ptr::null_mut());
-    }
-}
-
 /// How long the signal test runs (longer with ZPAGE_STRESS_SECONDS).
 fn seconds() -> u64 {
     std::env::var("ZPAGE_STRESS_SECONDS")
@@ -316,7 +281,7 @@ fn a_timer_signal_handler_reads_region_memory() {
             wrong
         })
     };
-    start_timer(100);
+    start_alarm(on_alarm, 100);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds());
     let mut rng = Rng(7);
     let mut wrong = 0u64;
@@ -343,7 +308,7 @@ fn a_timer_signal_handler_reads_region_memory() {
             .advise_willneed(rng.below(pages - 8) * PAGE_SIZE, 8 * PAGE_SIZE)
             .expect("willneed");
     }
-    stop_timer();
+    stop_alarm();
     stop.store(true, Ordering::Relaxed);
     let neighbour_wrong = reader.join().expect("reader");
     let reads = HANDLER_READS.load(Ordering::Relaxed);

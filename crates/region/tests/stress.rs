@@ -103,35 +103,6 @@ extern "C" fn on_alarm(_signal: libc::c_int) {
     HANDLER_READS.fetch_add(1, Ordering::Relaxed);
 }
 
-fn set_timer(interval_us: i64) {
-    // SAFETY: installs a handler that only reads memory and bumps atomics,
-    // and (re)arms the process-wide real-time timer (0 disarms it).
-    unsafe {
-        if interval_us > 0 {
-            let mut act: libc::sigaction = std::mem::zeroed();
-            act.sa_sigaction = on_alarm as *const () as usize;
-            act.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut act.sa_mask);
-            assert_eq!(
-                libc::sigaction(libc::SIGALRM, &act, std::ptr::null_mut()),
-                0
-            );
-        }
-        let tick = libc::timeval {
-            tv_sec: 0,
-            tv_usec: interval_us,
-        };
-        let timer = libc::itimerval {
-            it_interval: tick,
-            it_value: tick,
-        };
-        assert_eq!(
-            libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()),
-            0
-        );
-    }
-}
-
 /// Forks; the child reads every page's tag in every region and exits 0 if
 /// all are right (it reads plain memory: the regions' machinery stayed in
 /// the parent). Returns the child's exit status.
@@ -216,7 +187,7 @@ fn run(s: Scenario) -> Outcome {
         })
     };
     if s.timer_signal {
-        set_timer(100);
+        start_alarm(on_alarm, 100);
     }
     let per_thread = s.ops / THREADS;
     let workers: Vec<_> = (0..THREADS)
@@ -284,7 +255,7 @@ fn run(s: Scenario) -> Outcome {
     }
     let wrong: usize = workers.into_iter().map(|h| h.join().expect("worker")).sum();
     if s.timer_signal {
-        set_timer(0);
+        stop_alarm();
     }
     stop.store(true, Ordering::Relaxed);
     sampler.join().expect("sampler");

@@ -22,6 +22,45 @@ pub fn write(region: &Region, p: usize, w: usize, v: u64) {
     word(region, p, w).store(v, Ordering::Relaxed)
 }
 
+/// Installs `handler` for SIGALRM and arms the process-wide real-time
+/// timer to fire every `interval_us` (a process-directed signal, so any
+/// thread may take it: zpage's own threads must not).
+pub fn start_alarm(handler: extern "C" fn(libc::c_int), interval_us: i64) {
+    // SAFETY: installs the caller's handler (the tests' handlers only read
+    // memory and bump atomics) and arms the timer.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler as *const () as usize;
+        act.sa_flags = libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        assert_eq!(
+            libc::sigaction(libc::SIGALRM, &act, std::ptr::null_mut()),
+            0
+        );
+        let tick = libc::timeval {
+            tv_sec: 0,
+            tv_usec: interval_us,
+        };
+        let timer = libc::itimerval {
+            it_interval: tick,
+            it_value: tick,
+        };
+        assert_eq!(
+            libc::setitimer(libc::ITIMER_REAL, &timer, std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+/// Disarms the timer [`start_alarm`] armed (the handler stays installed).
+pub fn stop_alarm() {
+    // SAFETY: disarms the timer.
+    unsafe {
+        let zero: libc::itimerval = std::mem::zeroed();
+        libc::setitimer(libc::ITIMER_REAL, &zero, std::ptr::null_mut());
+    }
+}
+
 /// Rss (bytes) of the mapping that starts at `base`, from /proc/self/smaps.
 pub fn rss_of(base: usize) -> usize {
     let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
