@@ -148,9 +148,10 @@ pub struct Staging {
 /// most, whatever the pool's size).
 const POOL_SHARDS: usize = 4;
 
-/// Discard batches at least this large (one `madvise` and one TLB flush per
-/// run of adjacent slots in it).
+/// Discard batches at least this large (one `process_madvise` and one TLB
+/// flush for the runs of adjacent slots in it).
 const DISCARD_BATCH: usize = 64;
+const _: () = assert!(4 * DISCARD_BATCH <= sys::DISCARD_RANGES_MAX);
 
 impl Staging {
     fn new(slots: usize) -> Result<Staging, RegionError> {
@@ -292,15 +293,19 @@ impl Staging {
             }
             let batch = &mut batch[..n];
             batch.sort_unstable();
+            let mut ranges = [(0usize, 0usize); 4 * DISCARD_BATCH];
+            let mut runs = 0;
             let mut i = 0;
             while i < n {
                 let mut j = i + 1;
                 while j < n && batch[j] == batch[j - 1] + 1 {
                     j += 1;
                 }
-                let _ = sys::discard(self.addr(batch[i] as usize), (j - i) * PAGE_SIZE);
+                ranges[runs] = (self.addr(batch[i] as usize), (j - i) * PAGE_SIZE);
+                runs += 1;
                 i = j;
             }
+            sys::discard_ranges(&ranges[..runs]);
             for &slot in batch.iter() {
                 self.free_unused(slot as usize);
             }

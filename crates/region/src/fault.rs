@@ -19,7 +19,8 @@
 //!   `tier_reader` argues it); references given
 //!   up go to a lock-free ring for the reclaimer to free (freeing takes the
 //!   pool's write lock); fatal messages are built in a stack buffer;
-//! - makes only async-signal-safe system calls: ioctl, madvise, futex,
+//! - makes only async-signal-safe system calls: ioctl, madvise,
+//!   process_madvise, futex,
 //!   sched_yield, nanosleep, clock_gettime, pread, write and abort. A
 //!   `pread` of a local file or block device returns or fails in bounded
 //!   time unless the device itself hangs (as the kernel's own swap-in would);

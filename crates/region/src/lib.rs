@@ -281,7 +281,13 @@
 //! delivery 3.8 µs (5.2-5.6 before: fewer interrupts land on the faulting
 //! CPU), decompression 2.7 µs, `UFFDIO_COPY` 2.4 µs, 114k touches/s (88-100k
 //! before), with faults waiting for bursts and for compression 2.9 µs per
-//! faulting touch on average (317 waits of 3.2 ms). Tried before that, measured and reverted: faulting threads
+//! faulting touch on average (317 waits of 3.2 ms). Staging slots are
+//! discarded in batches with one `process_madvise` for all their runs
+//! (`sys::discard_ranges`), one TLB flush a batch: the same bench, two
+//! runs each way, put a slot's discard at 0.71-0.86 µs against 0.90-0.97
+//! with one `madvise` a run (most runs are already several slots long, and
+//! many batches go while faults wait), and touches/s moved 1-2%, within
+//! the noise. Tried before that, measured and reverted: faulting threads
 //! taking dirty victims out themselves while the reclaimer slept. Its
 //! MOVEs fell to 3 µs, but half the faults' own MOVEs still met a
 //! reclaimer awake, and reads ran at 84-88k touches/s.

@@ -12,6 +12,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An `errno` value from a failed system call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -350,6 +351,66 @@ pub fn discard(addr: usize, len: usize) -> Result<(), Errno> {
         Ok(())
     } else {
         Err(Errno::last())
+    }
+}
+
+/// Most ranges one [`discard_ranges`] call hands the kernel (its iovec array
+/// is on the stack).
+pub const DISCARD_RANGES_MAX: usize = 256;
+
+/// `process_madvise`'s "the calling thread's process" (Linux 6.15+): no
+/// pidfd to open, and none to reopen in a forked child.
+const PIDFD_SELF_THREAD: libc::c_int = -10000;
+
+/// Whether [`discard_ranges`] still tries `process_madvise`: cleared once
+/// the kernel refuses it, so that an older kernel costs one failed call, not
+/// one a batch.
+static BATCHED: AtomicBool = AtomicBool::new(true);
+
+/// `MADV_DONTNEED` on many ranges of the staging area at once, with one
+/// `process_madvise` call: the kernel flushes the TLB once for the lot
+/// instead of once a range, and a flush interrupts every CPU running a
+/// thread of the process (0.72 against 10.08 µs a one-page range with a
+/// thread running on the other CPU: the crate documentation's table). A
+/// kernel without it (before 6.15), or a partial advice, falls back to one
+/// `madvise` a range (advising a range twice is harmless). At most
+/// [`DISCARD_RANGES_MAX`] `(address, length)` ranges. Async-signal-safe.
+pub fn discard_ranges(ranges: &[(usize, usize)]) {
+    let ranges = &ranges[..ranges.len().min(DISCARD_RANGES_MAX)];
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; DISCARD_RANGES_MAX];
+    let mut total = 0;
+    for (slot, &(addr, len)) in iov.iter_mut().zip(ranges) {
+        *slot = libc::iovec {
+            iov_base: addr as *mut c_void,
+            iov_len: len,
+        };
+        total += len;
+    }
+    if ranges.len() > 1 && BATCHED.load(Ordering::Relaxed) {
+        // SAFETY: the iovecs name staging ranges whose data is no longer
+        // needed (as for `discard`); the kernel only reads the array.
+        let done = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                PIDFD_SELF_THREAD,
+                iov.as_ptr(),
+                ranges.len(),
+                libc::MADV_DONTNEED,
+                0,
+            )
+        };
+        if done == total as i64 {
+            return;
+        }
+        if done < 0 && matches!(Errno::last().0, libc::EBADF | libc::ENOSYS | libc::EINVAL) {
+            BATCHED.store(false, Ordering::Relaxed);
+        }
+    }
+    for &(addr, len) in ranges {
+        let _ = discard(addr, len);
     }
 }
 
@@ -830,6 +891,39 @@ pub fn getpid() -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn discard_ranges_empties_exactly_the_ranges_given() {
+        let mapping = Mapping::new(16).unwrap();
+        let page = |p: usize| mapping.addr(p) as *mut u8;
+        for p in 0..16 {
+            // SAFETY: inside the mapping just made, which nothing else uses.
+            unsafe { page(p).write_volatile(p as u8 + 1) };
+        }
+        let ranges = [
+            (mapping.addr(1), PAGE_SIZE),
+            (mapping.addr(4), 3 * PAGE_SIZE),
+            (mapping.addr(15), PAGE_SIZE),
+        ];
+        discard_ranges(&ranges);
+        for p in 0..16 {
+            let emptied = p == 1 || (4..7).contains(&p) || p == 15;
+            // SAFETY: as above.
+            let byte = unsafe { page(p).read_volatile() };
+            assert_eq!(byte, if emptied { 0 } else { p as u8 + 1 }, "page {p}");
+        }
+        // Kernels from 6.15 take the batch in one call.
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut numbers = release.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = numbers.next().unwrap().parse().unwrap();
+        let minor: u32 = numbers.next().unwrap().parse().unwrap();
+        if (major, minor) >= (6, 15) {
+            assert!(
+                BATCHED.load(Ordering::Relaxed),
+                "process_madvise refused on {release}"
+            );
+        }
+    }
 
     #[test]
     fn fatal_messages_format_numbers_without_allocating() {
