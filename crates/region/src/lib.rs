@@ -312,6 +312,15 @@
 //!   is not waiting still takes an interrupt per page (about 9 µs on a VM,
 //!   see "Where a fault's time goes"), which is why two threads stay below
 //!   the kernel's rate.
+//! - Faulting threads never compress: one reclaimer per budget does all of
+//!   it, and with one program thread it is the bound (the `fault_cost` bench
+//!   above: MOVE 2.2, compression 5.4 and discard 0.7-0.9 µs a page, about
+//!   11.3 µs of reclaimer time per fault with its bookkeeping, while the
+//!   faulting thread waits 2.7 µs of each). Faulting threads compressing
+//!   while they wait, as the kernel's direct reclaim does, would balance the
+//!   two CPUs at about 10 µs a fault by those figures: some 1.15x more
+//!   touches/s, not the 2x the kernel's rate that a fault path this long
+//!   would need. It needs the store's `put` made async-signal-safe.
 //! - `mprotect`ed (read-only) parts of a region cannot be moved out; they are
 //!   skipped, not evicted by copy.
 //! - `mremap` of a region is refused rather than followed.
