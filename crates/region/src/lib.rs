@@ -318,9 +318,11 @@
 //!   11.3 µs of reclaimer time per fault with its bookkeeping, while the
 //!   faulting thread waits 2.7 µs of each). Faulting threads compressing
 //!   while they wait, as the kernel's direct reclaim does, would balance the
-//!   two CPUs at about 10 µs a fault by those figures: some 1.15x more
-//!   touches/s, not the 2x the kernel's rate that a fault path this long
-//!   would need. It needs the store's `put` made async-signal-safe.
+//!   two CPUs at about 10 µs a fault by those figures: some 13% more
+//!   touches/s. Twice the kernel's rate needs a shorter fault path too: its
+//!   signal delivery, decompression and `UFFDIO_COPY` alone take 8.7 µs.
+//!   Compressing on the fault path needs the store's `put` made
+//!   async-signal-safe.
 //! - `mprotect`ed (read-only) parts of a region cannot be moved out; they are
 //!   skipped, not evicted by copy.
 //! - `mremap` of a region is refused rather than followed.
