@@ -405,7 +405,13 @@ pub fn discard_ranges(ranges: &[(usize, usize)]) {
         if done == total as i64 {
             return;
         }
-        if done < 0 && matches!(Errno::last().0, libc::EBADF | libc::ENOSYS | libc::EINVAL) {
+        // EPERM: a seccomp filter that allows `madvise` but not this.
+        if done < 0
+            && matches!(
+                Errno::last().0,
+                libc::EBADF | libc::ENOSYS | libc::EINVAL | libc::EPERM
+            )
+        {
             BATCHED.store(false, Ordering::Relaxed);
         }
     }
