@@ -248,6 +248,9 @@ fn a_timer_signal_handler_reads_region_memory() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{:?}\n{stderr}", output.status);
         assert!(stderr.contains("handler reads:"), "{stderr}");
+        for line in stderr.lines().filter(|l| l.contains("handler reads:")) {
+            eprintln!("{line}");
+        }
         return;
     }
     let budget = Budget::new(BudgetConfig::new(8 * MIB)).expect("budget");

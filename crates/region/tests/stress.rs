@@ -375,6 +375,10 @@ fn in_child(name: &str, s: Scenario) {
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(output.status.success(), "{:?}\n{stderr}", output.status);
         assert!(stderr.contains("bad children 0"), "{stderr}");
+        // The child's figures, for the acceptance run's record.
+        for line in stderr.lines().filter(|l| l.starts_with("ops ")) {
+            eprintln!("{name}: {line}");
+        }
         return;
     }
     let o = run(s);
