@@ -43,7 +43,7 @@ use parking_lot::{Mutex, RwLock};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 /// Where and how a [`PackedTier`] writes.
@@ -162,6 +162,10 @@ pub struct PackedTier {
     health: Health,
     deleted_reported: AtomicBool,
     counters: Counters,
+    /// Bumped, under the index's write lock, each time collection repoints
+    /// blobs: a read whose blob failed while this moved may have read a
+    /// place the blob had left, and tries again (see `get`).
+    relocations: AtomicU64,
 }
 
 /// Reads exactly `buf.len()` bytes at `offset` with `pread` (async-signal-safe;
@@ -239,6 +243,7 @@ impl PackedTier {
             device: RwLock::new(None),
             regular,
             deleted_reported: AtomicBool::new(false),
+            relocations: AtomicU64::new(0),
             counters: Counters::default(),
             config,
         };
@@ -421,6 +426,8 @@ impl PackedTier {
                     Counters::add(&self.counters.gc_moved_bytes, u64::from(entry.sealed_len));
                 }
             }
+            // Before the lock goes and before `victim` can be reused.
+            self.relocations.fetch_add(1, SeqCst);
         }
         let dest_segment = &mut layout.segments[dest as usize];
         layout.filled += fill - dest_segment.fill;
@@ -607,7 +614,8 @@ impl PackedTier {
     }
 }
 
-/// Reads of a blob that collection keeps moving, before `get` gives up.
+/// Reads of a blob while collections keep repointing blobs, before `get`
+/// gives up (each retry follows a collection that ran during the read).
 const GET_TRIES_WHILE_MOVING: usize = 64;
 
 impl Tier for PackedTier {
@@ -624,11 +632,14 @@ impl Tier for PackedTier {
         let started = Instant::now();
         let named = SlotRef::decode(tier_ref);
         let mut result = Err(ReadFailure::Stale);
-        // A collection may move the blob between our look at the index and
-        // our read; we try again only when the index shows it moved. Small
-        // segments under heavy churn can move one blob several times in a
-        // row (four tries were seen to run out in CI), hence the bound.
+        // Collection may repoint the blob after our look at the index and
+        // reuse the place it left before our read: the read then fails. A
+        // failure while no collection repointed anything is the blob's own;
+        // otherwise we look again. (Comparing the blob's place before and
+        // after is not enough: moved to and fro between two segments, a
+        // blob comes back to the same offset.)
         for _ in 0..GET_TRIES_WHILE_MOVING {
+            let relocations = self.relocations.load(SeqCst);
             let entry = {
                 let index = spin_read(&self.index);
                 match index.entries.get(named.slot) {
@@ -654,15 +665,17 @@ impl Tier for PackedTier {
             if result.is_ok() {
                 break;
             }
-            let moved = {
+            if self.relocations.load(SeqCst) == relocations {
+                // Freed meanwhile (its segment emptied and reused): stale,
+                // not corrupt.
                 let index = spin_read(&self.index);
-                index.entries.get(named.slot).is_some_and(|e| {
-                    e.live
-                        && e.generation == entry.generation
-                        && (e.segment, e.offset) != (entry.segment, entry.offset)
-                })
-            };
-            if !moved {
+                if !index
+                    .entries
+                    .get(named.slot)
+                    .is_some_and(|e| e.live && named.is_current(e.generation))
+                {
+                    result = Err(ReadFailure::Stale);
+                }
                 break;
             }
         }
