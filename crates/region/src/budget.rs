@@ -250,6 +250,17 @@ impl Staging {
         self.in_use.fetch_sub(1, Ordering::AcqRel);
     }
 
+    /// Gives back a slot after a MOVE into it failed. The slot should be
+    /// empty; if a page sits there anyway (a MOVE that failed after moving,
+    /// see `sys::move_page`), it is discarded first, or every later MOVE
+    /// into the slot would fail with `EEXIST`. Async-signal-safe.
+    pub fn free_after_failed_move(&self, slot: usize) {
+        if sys::page_present(self.addr(slot)) {
+            let _ = sys::discard(self.addr(slot), PAGE_SIZE);
+        }
+        self.free_unused(slot);
+    }
+
     /// Queues `slot` to be discarded with others; when enough are waiting,
     /// discards them now. Async-signal-safe.
     pub fn discard_later(&self, slot: usize, budget_resident: &AtomicUsize) {
@@ -632,7 +643,7 @@ impl Shared {
         }
     }
 
-    fn wait_events_applied(&self) {
+    pub fn wait_events_applied(&self) {
         while self.event_seq.load(Ordering::SeqCst) & 1 == 1 {
             sys::yield_now();
         }

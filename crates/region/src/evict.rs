@@ -114,14 +114,14 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
     profile::end(profile::Part::EvictInBackground, timed, 1);
     match moved {
         Ok(()) => {}
-        Err(Errno(libc::ENOENT)) => return hole(core, page, staging_slot, Path::Reclaim),
+        Err(Errno(libc::ENOENT)) => return vanished(core, page, staging_slot, Path::Reclaim),
         Err(Errno(libc::EBUSY)) => {
-            budget.staging.free_unused(staging_slot);
+            budget.staging.free_after_failed_move(staging_slot);
             make_exclusive(core, page, s);
             return Evict::Retry;
         }
         Err(_) => {
-            budget.staging.free_unused(staging_slot);
+            budget.staging.free_after_failed_move(staging_slot);
             slot.publish(s);
             return Evict::Retry;
         }
@@ -160,16 +160,11 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
 /// `UFFDIO_MOVE` of the page into the staging slot.
 fn move_out(core: &RegionCore, page: usize, staging_slot: usize) -> Result<(), Errno> {
     let budget = &*core.budget;
-    match sys::uffd_move(
+    sys::move_page(
         budget.staging.uffd.fd(),
         budget.staging.addr(staging_slot),
         core.page_addr(page),
-        PAGE_SIZE,
-        0,
-    ) {
-        Ok(_) | Err((_, PAGE_SIZE)) => Ok(()),
-        Err((e, _)) => Err(e),
-    }
+    )
 }
 
 /// Marks the region's entry of an evicted page so that it never reads as
@@ -198,6 +193,26 @@ fn poison(core: &RegionCore, page: usize) {
         }
         sys::uffd_poison(budget.uffd.fd(), addr, PAGE_SIZE)
     });
+}
+
+/// The MOVE found no page to move. That is right when the program discarded
+/// the page (its `REMOVE` event, read before the kernel's zap, has marked it
+/// by the time events are applied) or unmapped it; then it reads as zeros
+/// from now on. Otherwise its contents are lost (a kernel or zpage fault),
+/// and the process ends naming the page rather than let it read as zeros.
+fn vanished(core: &RegionCore, page: usize, staging_slot: usize, path: Path) -> Evict {
+    let budget = &*core.budget;
+    budget.wait_events_applied();
+    let explained = core.pages[page].load().discarded()
+        || core.is_unmapped.load(std::sync::atomic::Ordering::Acquire)
+        || budget.in_forked_child()
+        || sys::mincore(core.page_addr(page), &mut [0u8; 1]) == Err(Errno(libc::ENOMEM));
+    if !explained {
+        crate::fault::about_page(core, page)
+            .text(" vanished while zpage was evicting it: the program neither discarded nor unmapped it, but the kernel found no page to move; ending the process rather than let it read as zeros")
+            .abort()
+    }
+    hole(core, page, staging_slot, path)
 }
 
 /// The page was not there (the program discarded it): zeros from now on.
@@ -282,11 +297,11 @@ fn evict_clean_unpaused(core: &RegionCore, record: Record) -> bool {
     match move_out(core, page, staging_slot) {
         Ok(()) => {}
         Err(Errno(libc::ENOENT)) => {
-            hole(core, page, staging_slot, Path::Fault);
+            vanished(core, page, staging_slot, Path::Fault);
             return true;
         }
         Err(_) => {
-            budget.staging.free_unused(staging_slot);
+            budget.staging.free_after_failed_move(staging_slot);
             slot.publish(s);
             return false;
         }

@@ -19,7 +19,7 @@
 //!   `tier_reader` argues it); references given
 //!   up go to a lock-free ring for the reclaimer to free (freeing takes the
 //!   pool's write lock); fatal messages are built in a stack buffer;
-//! - makes only async-signal-safe system calls: ioctl, madvise,
+//! - makes only async-signal-safe system calls: ioctl, madvise, mincore,
 //!   process_madvise, futex,
 //!   sched_yield, nanosleep, clock_gettime, pread, write and abort. A
 //!   `pread` of a local file or block device returns or fails in bounded
@@ -33,6 +33,10 @@
 //!   asynchronous signals while they hold them). So no handler of the
 //!   program can run on a thread while that thread holds what the handler's
 //!   own fault would wait for;
+//! - waits for the event thread to apply the events it read only when a
+//!   page it evicts (`evict::evict_clean_now`) was not there to move: the
+//!   event thread itself waits only for installs in flight, and this
+//!   thread has none in flight then;
 //! - waits at the budget's resolve gate only before it holds anything: the
 //!   gate is closed by a fork prepare hook on another thread, for as long
 //!   as the fork takes, and that thread's own faults and zpage's threads'

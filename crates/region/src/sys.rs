@@ -237,6 +237,37 @@ pub fn uffd_move(
     }
 }
 
+/// `UFFDIO_MOVE` of one page from `src` to `dst`, judged by where the page
+/// ended up rather than by the ioctl's answer alone.
+///
+/// Linux 6.18 can fail a MOVE that did move the page: when the source is the
+/// shared zero page and a write replaces it with a private copy during the
+/// MOVE, the ioctl returns `EEXIST` with no bytes counted, though the page
+/// now sits at `dst` and `src` is empty (a page restored by a read fault is
+/// the zero page, and the program's write often follows at once). Taken at
+/// its word, that answer loses the page: the caller keeps it as if still
+/// mapped, and the next MOVE finds nothing to move. So after a failure the
+/// two addresses are looked at (`mincore`): the source gone and the
+/// destination present means moved. Async-signal-safe (two system calls).
+pub fn move_page(fd: i32, dst: usize, src: usize) -> Result<(), Errno> {
+    match uffd_move(fd, dst, src, PAGE_SIZE, 0) {
+        Ok(_) | Err((_, PAGE_SIZE)) => Ok(()),
+        Err((e, _)) => {
+            if !page_present(src) && page_present(dst) {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Whether the page at `addr` is mapped (`mincore`): false if the call fails.
+pub fn page_present(addr: usize) -> bool {
+    let mut present = [0u8; 1];
+    mincore(addr, &mut present).is_ok() && present[0] & 1 != 0
+}
+
 /// Reads pending `uffd_msg`s from a non-blocking uffd into `out`; returns how many.
 pub fn uffd_read(fd: i32, out: &mut [UffdMsg]) -> Result<usize, Errno> {
     let mut raw = [0u8; UFFD_MSG_BYTES * 16];
@@ -929,6 +960,80 @@ mod tests {
                 "process_madvise refused on {release}"
             );
         }
+    }
+
+    /// A MOVE racing with a write that replaces the zero page at its source
+    /// by a private copy (what a read fault restored as the zero page sees
+    /// when the program writes it next): Linux 6.18 answers `EEXIST` to
+    /// some of these after moving the page. `move_page` must say moved.
+    #[test]
+    fn move_page_reports_a_move_the_kernel_answers_with_eexist() {
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::AtomicUsize;
+        const PAGES: usize = 1024;
+        const ROUNDS: usize = 150;
+        let fd = userfaultfd(libc::O_CLOEXEC | UFFD_USER_MODE_ONLY).unwrap();
+        // SIGBUS: the writer's access to a page moved away fails (EFAULT)
+        // instead of waiting for a fault reader this test does not have.
+        uffd_api(fd, FEATURE_MOVE | FEATURE_SIGBUS).unwrap();
+        let src = Mapping::new(PAGES).unwrap();
+        let dst = Mapping::new(PAGES).unwrap();
+        for m in [&src, &dst] {
+            uffd_register(fd, m.base(), m.len(), REGISTER_MODE_MISSING).unwrap();
+        }
+        // Writes through /proc/self/mem take the write fault (and its copy
+        // of the zero page) in the kernel, with no signal to handle.
+        let mem = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/proc/self/mem")
+            .unwrap();
+        let (src_base, dst_base) = (src.base(), dst.base());
+        let ready = AtomicUsize::new(0);
+        let stop = AtomicBool::new(false);
+        let mut failure = None;
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for round in 0..ROUNDS {
+                    while ready.load(Ordering::Acquire) != round * (PAGES + 1) {
+                        if stop.load(Ordering::Acquire) {
+                            return;
+                        }
+                        std::hint::spin_loop();
+                    }
+                    for page in 0..PAGES {
+                        let addr = src_base + page * PAGE_SIZE;
+                        uffd_zeropage(fd, addr, 0).unwrap();
+                        ready.fetch_add(1, Ordering::AcqRel);
+                        let _ = mem.write_at(&[1], addr as u64);
+                    }
+                }
+            });
+            'rounds: for round in 0..ROUNDS {
+                for page in 0..PAGES {
+                    while ready.load(Ordering::Acquire) <= round * (PAGES + 1) + page {
+                        std::hint::spin_loop();
+                    }
+                    let (from, to) = (src_base + page * PAGE_SIZE, dst_base + page * PAGE_SIZE);
+                    let moved = move_page(fd, to, from);
+                    if moved != Ok(()) || !page_present(to) || page_present(from) {
+                        failure = Some((round, page, moved, page_present(from), page_present(to)));
+                        break 'rounds;
+                    }
+                }
+                // The last write may still be under way: let it end, then
+                // empty both sides for the next round.
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                discard(src_base, src.len()).unwrap();
+                discard(dst_base, dst.len()).unwrap();
+                ready.fetch_add(1, Ordering::AcqRel);
+            }
+            stop.store(true, Ordering::Release);
+        });
+        close(fd);
+        assert_eq!(
+            failure, None,
+            "(round, page, move_page's answer, source present, destination present)"
+        );
     }
 
     #[test]
