@@ -385,8 +385,8 @@ pub fn discard(addr: usize, len: usize) -> Result<(), Errno> {
     }
 }
 
-/// Most ranges one [`discard_ranges`] call hands the kernel (its iovec array
-/// is on the stack).
+/// Most ranges one `process_madvise` call of [`discard_ranges`] hands the
+/// kernel (its iovec array is on the stack; more ranges take more calls).
 pub const DISCARD_RANGES_MAX: usize = 256;
 
 /// `process_madvise`'s "the calling thread's process" (Linux 6.15+): no
@@ -404,10 +404,15 @@ static BATCHED: AtomicBool = AtomicBool::new(true);
 /// thread of the process (0.72 against 10.08 µs a one-page range with a
 /// thread running on the other CPU: the crate documentation's table). A
 /// kernel without it (before 6.15), or a partial advice, falls back to one
-/// `madvise` a range (advising a range twice is harmless). At most
-/// [`DISCARD_RANGES_MAX`] `(address, length)` ranges. Async-signal-safe.
+/// `madvise` a range (advising a range twice is harmless). Async-signal-safe.
 pub fn discard_ranges(ranges: &[(usize, usize)]) {
-    let ranges = &ranges[..ranges.len().min(DISCARD_RANGES_MAX)];
+    for batch in ranges.chunks(DISCARD_RANGES_MAX) {
+        discard_batch(batch);
+    }
+}
+
+/// [`discard_ranges`] for at most [`DISCARD_RANGES_MAX`] ranges.
+fn discard_batch(ranges: &[(usize, usize)]) {
     let mut iov = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
@@ -959,6 +964,29 @@ mod tests {
                 BATCHED.load(Ordering::Relaxed),
                 "process_madvise refused on {release}"
             );
+        }
+    }
+
+    #[test]
+    fn discard_ranges_takes_more_ranges_than_one_call_can() {
+        let pages = 2 * DISCARD_RANGES_MAX + 20;
+        let mapping = Mapping::new(pages).unwrap();
+        let page = |p: usize| mapping.addr(p) as *mut u8;
+        for p in 0..pages {
+            // SAFETY: inside the mapping just made, which nothing else uses.
+            unsafe { page(p).write_volatile(1) };
+        }
+        // Every other page: one range each, more than one call's worth.
+        let ranges: Vec<(usize, usize)> = (0..pages)
+            .step_by(2)
+            .map(|p| (mapping.addr(p), PAGE_SIZE))
+            .collect();
+        assert!(ranges.len() > DISCARD_RANGES_MAX);
+        discard_ranges(&ranges);
+        for p in 0..pages {
+            // SAFETY: as above.
+            let byte = unsafe { page(p).read_volatile() };
+            assert_eq!(byte, (p % 2) as u8, "page {p}");
         }
     }
 
