@@ -259,6 +259,73 @@ fn dontneed_races_with_faults() {
 }
 
 #[test]
+fn fresh_pages_read_then_written_keep_their_writes() {
+    // A read fault on an empty page maps the zero page; the write that
+    // follows replaces it with a private copy. A MOVE evicting the page
+    // during that write can be answered EEXIST though it moved the page
+    // (Linux 6.18): taken at its word, the page was lost and read as zeros.
+    // Four threads keep discarding blocks of their own pages and updating
+    // them in place (each word read, then written), as an in-place NumPy
+    // operation on fresh memory does, over a region eight times its budget,
+    // checking every page against a shadow copy.
+    const THREADS: usize = 4;
+    const BLOCK: usize = 32;
+    let region = std::sync::Arc::new(small_region(16, 2));
+    let pages = region.len() / PAGE_SIZE;
+    let rounds = std::env::var("ZPAGE_FRESH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000usize);
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let region = region.clone();
+            std::thread::spawn(move || {
+                let mut rng = Rng(0xF00D + t as u64);
+                let mine = pages / THREADS;
+                let first = t * mine;
+                let mut shadow = vec![0u64; mine];
+                let mut wrong = 0;
+                for round in 0..rounds {
+                    let at = first + rng.below(mine / BLOCK) * BLOCK;
+                    if rng.below(2) == 0 {
+                        // SAFETY: discarding whole pages of the region's own mapping.
+                        let rc = unsafe {
+                            libc::madvise(
+                                region.as_ptr().add(at * PAGE_SIZE).cast(),
+                                BLOCK * PAGE_SIZE,
+                                libc::MADV_DONTNEED,
+                            )
+                        };
+                        assert_eq!(rc, 0);
+                        shadow[at - first..at - first + BLOCK].fill(0);
+                    }
+                    let add = pattern(at, round);
+                    for p in at..at + BLOCK {
+                        let w = word(&region, p, 5);
+                        // A read, then a write: not one atomic add, which
+                        // would fault as a write at once.
+                        let old = w.load(std::sync::atomic::Ordering::Relaxed);
+                        wrong += usize::from(old != shadow[p - first]);
+                        w.store(old.wrapping_add(add), std::sync::atomic::Ordering::Relaxed);
+                        shadow[p - first] = old.wrapping_add(add);
+                    }
+                }
+                wrong
+                    + (first..first + mine)
+                        .filter(|&p| read(&region, p, 5) != shadow[p - first])
+                        .count()
+            })
+        })
+        .collect();
+    let wrong: usize = threads.into_iter().map(|h| h.join().expect("thread")).sum();
+    assert_eq!(wrong, 0, "{:#?}", region.stats());
+    assert!(
+        region.stats().eviction_count > 0,
+        "the test ran under pressure"
+    );
+}
+
+#[test]
 fn munmap_frees_and_refuses() {
     let region = small_region(8, 2);
     fill(&region);
