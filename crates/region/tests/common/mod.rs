@@ -120,21 +120,15 @@ fn child_command(name: &str) -> std::process::Command {
 }
 
 /// Runs the test named `name` of this test binary in a child process with
-/// `ZPAGE_CHILD=1`, returning its exit status.
-/// A child that does not finish within 60 s is killed and reported as hung.
+/// `ZPAGE_CHILD=1`, returning its exit status. A child that does not finish
+/// within 60 s is killed (its status then says SIGKILL).
 pub fn run_child(name: &str) -> std::process::ExitStatus {
-    let mut child = child_command(name).spawn().expect("spawn child");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.try_wait().expect("wait child") {
-            return status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("child test {name} hung (killed after 60 s)");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    watched(
+        child_command(name),
+        name,
+        std::time::Duration::from_secs(60),
+    )
+    .status
 }
 
 /// Like [`run_child`], with the child's stderr captured; a child that does
@@ -146,11 +140,21 @@ pub fn run_child_output(name: &str) -> std::process::Output {
 /// Like [`run_child_output`], killing the child after `limit` (for tests
 /// whose size is set from the environment).
 pub fn run_child_output_within(name: &str, limit: std::time::Duration) -> std::process::Output {
-    let child = child_command(name)
+    let mut command = child_command(name);
+    command
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn child");
+        .stderr(std::process::Stdio::piped());
+    watched(command, name, limit)
+}
+
+/// Runs `command` (the child test `name`) to its end, killing it after
+/// `limit`; what it printed is in the output only where `command` pipes it.
+fn watched(
+    mut command: std::process::Command,
+    name: &str,
+    limit: std::time::Duration,
+) -> std::process::Output {
+    let child = command.spawn().expect("spawn child");
     let pid = child.id();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let watchdog = {
