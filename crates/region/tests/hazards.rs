@@ -758,3 +758,24 @@ fn fork_while_other_threads_fault_and_discard() {
     }
     std::process::exit(0);
 }
+
+#[test]
+fn madv_free_then_written_keeps_the_new_contents() {
+    // MADV_FREE raises the same REMOVE event as MADV_DONTNEED, but leaves
+    // the page mapped: a write after it keeps the page and its new bytes.
+    let region = small_region(4, 1);
+    fill(&region);
+    let p = 3;
+    // SAFETY: advising one page of the region's own mapping.
+    let rc = unsafe {
+        libc::madvise(
+            region.as_ptr().add(p * PAGE_SIZE).cast(),
+            PAGE_SIZE,
+            libc::MADV_FREE,
+        )
+    };
+    assert_eq!(rc, 0);
+    write(&region, p, 1, 0xABCD);
+    evict_all(&region);
+    assert_eq!(read(&region, p, 1), 0xABCD, "{:#?}", region.stats());
+}
