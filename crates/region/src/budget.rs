@@ -415,6 +415,10 @@ pub struct Shared {
     pub evicting: AtomicUsize,
     /// Odd while the event thread is reading and applying events.
     pub event_seq: AtomicU64,
+    /// When the event thread last read a `REMOVE` event (`sys::now_ns`):
+    /// until some time after, a zap it announced may still be on its way
+    /// (see `evict::ZAP_SETTLE_NS`).
+    pub last_remove_ns: AtomicU64,
     /// Installs (COPY / ZEROPAGE / MOVE into a region) in flight. With
     /// `event_seq` this forms a Dekker pair: an install starts only while no
     /// event is being read, and the event thread reads only when no install is
@@ -534,6 +538,7 @@ impl Shared {
             fork_pause: AtomicBool::new(false),
             evicting: AtomicUsize::new(0),
             event_seq: AtomicU64::new(0),
+            last_remove_ns: AtomicU64::new(0),
             installs: AtomicUsize::new(0),
             reclaim_lock: Mutex::new(()),
             owner_pid: AtomicI32::new(sys::getpid()),

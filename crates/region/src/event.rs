@@ -20,6 +20,12 @@
 //! A fault that follows the program's madvise starts after the read, waits
 //! for step 3, and finds the page EMPTY: zeros.
 //!
+//! `MADV_FREE` raises the same event but zaps nothing: its pages stay
+//! mapped, and a write after it keeps its bytes without a fault. A RESIDENT
+//! page left marked and still mapped once no event was read for a while is
+//! such a page: the reclaimer clears its mark and evicts it with its
+//! contents (`evict::settle_discard`).
+//!
 //! This thread never waits on a thread that waits for events to be read: it
 //! takes no lock but the pool's and the dedup table's (whose holders never
 //! install while holding them), and it frees references itself rather than through a ring the
@@ -160,6 +166,11 @@ pub fn run(budget: Arc<Shared>) {
         };
         // Step 2.
         for m in &msgs[..n] {
+            if m.event == sys::EVENT_REMOVE {
+                // Before any page is marked: an evictor that sees a mark
+                // sees this time too.
+                budget.last_remove_ns.store(sys::now_ns(), Ordering::SeqCst);
+            }
             match m.event {
                 sys::EVENT_REMOVE | sys::EVENT_UNMAP => {
                     each_region_in(&budget, m.a, m.b, |core| {

@@ -93,11 +93,15 @@ pub fn evict(core: &RegionCore, page: usize) -> Evict {
 fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
     let budget = &*core.budget;
     let slot = &core.pages[page];
-    let s = slot.load();
+    let mut s = slot.load();
     match s.tag() {
         // Resident, but another thread holds it for a moment: keep its record.
         Tag::Restoring | Tag::Evicting => return Evict::Retry,
         Tag::Resident if s.pins() != 0 => return Evict::Retry,
+        Tag::Resident if s.discarded() => match settle_discard(core, page, s) {
+            Some(settled) => s = settled,
+            None => return Evict::Retry,
+        },
         Tag::Resident => {}
         _ => return Evict::Stale,
     }
@@ -155,6 +159,40 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
     }
     core.count_staged();
     Evict::Staged(staging_slot)
+}
+
+/// How long after the last `REMOVE` event a zap it announced is taken to
+/// have happened. The madvise caller zaps as soon as it runs again after
+/// the event is read: microseconds, or as long as the scheduler keeps it
+/// off a CPU.
+const ZAP_SETTLE_NS: u64 = 1_000_000_000;
+
+/// A RESIDENT page marked DISCARD by a `REMOVE` event. `MADV_DONTNEED`
+/// zaps it right after the event is read (the next access faults, finds
+/// the page gone and clears the mark); `MADV_FREE` raises the same event
+/// but leaves the page mapped, and the program's writes after it keep their
+/// bytes without a fault. So a marked page still mapped is either waiting
+/// for its zap (its old contents must not be carried past it) or freed
+/// lazily and perhaps written since (its contents must be kept). Time tells
+/// them apart: once no `REMOVE` event was read for [`ZAP_SETTLE_NS`], the
+/// zaps announced have happened, and a page still mapped with the mark is
+/// a `MADV_FREE`d one: the mark is cleared and the page evicted with its
+/// contents (`Some`). Until then it stays (`None`). A page no longer mapped
+/// goes on marked: the MOVE finds nothing and it reads as zeros.
+fn settle_discard(core: &RegionCore, page: usize, s: State) -> Option<State> {
+    if !sys::page_present(core.page_addr(page)) {
+        return Some(s);
+    }
+    let since = sys::now_ns().saturating_sub(
+        core.budget
+            .last_remove_ns
+            .load(std::sync::atomic::Ordering::SeqCst),
+    );
+    if since < ZAP_SETTLE_NS {
+        return None;
+    }
+    let kept = s.undiscarded();
+    core.pages[page].claim(s, kept).then_some(kept)
 }
 
 /// `UFFDIO_MOVE` of the page into the staging slot.

@@ -129,6 +129,12 @@ impl State {
         State(self.0 & PIN_MASK)
     }
 
+    /// This state without DISCARD (a mark that turned out not to be
+    /// followed by a zap, see `evict::settle_discard`).
+    pub fn undiscarded(self) -> State {
+        State(self.0 & !DISCARD)
+    }
+
     pub fn pinned_once_more(self) -> State {
         State(self.0 + PIN_ONE)
     }

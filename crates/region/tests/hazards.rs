@@ -766,6 +766,9 @@ fn madv_free_then_written_keeps_the_new_contents() {
     let region = small_region(4, 1);
     fill(&region);
     let p = 3;
+    // Mapped now (the fill evicted it): its restore is the one fault.
+    write(&region, p, 1, 0x1234);
+    let faults = region.stats().fault_count;
     // SAFETY: advising one page of the region's own mapping.
     let rc = unsafe {
         libc::madvise(
@@ -776,6 +779,26 @@ fn madv_free_then_written_keeps_the_new_contents() {
     };
     assert_eq!(rc, 0);
     write(&region, p, 1, 0xABCD);
+    assert_eq!(
+        region.stats().fault_count,
+        faults,
+        "the write after MADV_FREE found the page mapped"
+    );
     evict_all(&region);
+    assert_eq!(read(&region, p, 1), 0xABCD, "{:#?}", region.stats());
+    // A second after the last discard, the page is evicted like any other,
+    // with its contents.
+    std::thread::sleep(std::time::Duration::from_millis(1_200));
+    evict_all(&region);
+    let mut mapped = [0u8; 1];
+    // SAFETY: one page of the region's own mapping, one byte of output.
+    let rc = unsafe {
+        libc::mincore(
+            region.as_ptr().add(p * PAGE_SIZE) as *mut libc::c_void,
+            PAGE_SIZE,
+            mapped.as_mut_ptr(),
+        )
+    };
+    assert_eq!((rc, mapped[0] & 1), (0, 0), "evicted");
     assert_eq!(read(&region, p, 1), 0xABCD, "{:#?}", region.stats());
 }
