@@ -28,7 +28,7 @@
 //! | `munmap` of a whole region (or `free` of its allocation) | the region is given up (its compressed pages freed), then the range unmapped |
 //! | `munmap` of part, `mmap(MAP_FIXED)` over part, `mprotect` to anything but read-write, `mremap` of part or without `MREMAP_MAYMOVE` | the region becomes plain memory first: every page restored, the range unregistered, the address and contents unchanged (counted as "ejected" in the report); then the call proceeds. Correct, no longer compressed. |
 //! | `mremap(MREMAP_MAYMOVE)` of a whole region, `realloc` | a new region of the new size, the written pages copied (pages that read as zeros are not), the old one given up |
-//! | `madvise(MADV_DONTNEED/MADV_FREE)` | passed through: the region drops what it held for the range (userfaultfd remove event); it reads as zeros, as without zpage |
+//! | `madvise(MADV_DONTNEED/MADV_FREE)` | passed through (`MADV_FREE` as `MADV_DONTNEED`, which it allows): the region drops what it held for the range (userfaultfd remove event); it reads as zeros |
 //! | `madvise(MADV_POPULATE_*)` | the range is restored first (the kernel cannot fault an evicted page in) |
 //! | `sigaction(SIGBUS)`, `signal(SIGBUS)` | recorded as the action zpage chains foreign faults to; zpage's handler stays in front (module `sig`) |
 //! | `pthread_sigmask`/`sigprocmask` blocking SIGBUS, a `sa_mask` with SIGBUS | every other signal is blocked as asked, SIGBUS is not: a fault with SIGBUS blocked is fatal (module `sig`) |

@@ -158,11 +158,14 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -
     }
 }
 
-/// `madvise` goes through unchanged: `MADV_DONTNEED`/`MADV_FREE` on region
-/// memory reach the region as userfaultfd remove events (the pages read as
-/// zeros afterwards, as without zpage), and the other advice values leave a
-/// region's contents alone. Interposed so the library's own calls and the
-/// program's are told apart in one place if that ever changes.
+/// `madvise` goes through: `MADV_DONTNEED` on region memory reaches the
+/// region as a userfaultfd remove event (the pages read as zeros afterwards,
+/// as without zpage), and the other advice values leave a region's contents
+/// alone, except `MADV_FREE`, made a `MADV_DONTNEED` on region memory. Its
+/// remove event is the same, but the kernel zaps nothing, so the region
+/// cannot tell its pages from ones a `MADV_DONTNEED` is about to zap and
+/// keeps them resident for a second (`zpage_region`'s hazards table);
+/// dropping the contents at once is what `MADV_FREE` allows anyway.
 ///
 /// # Safety
 /// The caller's contract is `madvise(2)`'s.
@@ -176,6 +179,11 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
             let _ = zpage_region::prefault_range(addr as usize, len);
         }
     }
+    let advice = if advice == libc::MADV_FREE && program_call(addr as usize, len).is_some() {
+        libc::MADV_DONTNEED
+    } else {
+        advice
+    };
     match real::madvise() {
         // SAFETY: the C library's madvise with the caller's arguments.
         Some(f) => unsafe { f(addr, len, advice) },

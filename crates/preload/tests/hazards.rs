@@ -180,6 +180,12 @@ fn madvise_dontneed_reads_zeros_and_keeps_the_rest() {
 }
 
 #[test]
+fn madvise_free_discards_at_once_and_keeps_what_is_written_after() {
+    let r = run("free");
+    assert_ok("free", &r);
+}
+
+#[test]
 fn fork_child_and_parent_see_their_own_contents() {
     let r = run("fork");
     assert_ok("fork", &r);

@@ -179,6 +179,24 @@ static int mode_dontneed(void) {
     return bad;
 }
 
+/* MADV_FREE: under zpage it discards at once, like MADV_DONTNEED (a valid
+   MADV_FREE: the kernel may drop the contents whenever it likes); what is
+   written after it stays. */
+static int mode_free(void) {
+    int bad = 0;
+    unsigned char *m = map(SIZE);
+    fill(m, SIZE, 9, 0);
+    /* Mapped again (the fill evicted them), so the advice finds them there. */
+    bad |= check("before MADV_FREE", m, 2 * MiB, 9, 0);
+    if (madvise(m, 2 * MiB, MADV_FREE)) { perror("madvise"); return 1; }
+    bad |= check_zero("after MADV_FREE", m, 2 * MiB);
+    fill(m + MiB, MiB, 10, 0);
+    bad |= check("written after MADV_FREE", m + MiB, MiB, 10, 0);
+    bad |= check("rest after MADV_FREE", m + 2 * MiB, SIZE - 2 * MiB, 9, 2 * MiB / 8);
+    munmap(m, SIZE);
+    return bad;
+}
+
 static int mode_fork(void) {
     int bad = 0;
     unsigned char *m = map(SIZE);
@@ -471,6 +489,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "mprotect")) bad = mode_mprotect();
     else if (!strcmp(mode, "munmap")) bad = mode_munmap();
     else if (!strcmp(mode, "dontneed")) bad = mode_dontneed();
+    else if (!strcmp(mode, "free")) bad = mode_free();
     else if (!strcmp(mode, "fork")) bad = mode_fork();
     else if (!strcmp(mode, "io")) bad = mode_io();
     else if (!strcmp(mode, "vfork")) bad = mode_vfork();
