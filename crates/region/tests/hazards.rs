@@ -41,6 +41,24 @@ fn evict_all(region: &Region) {
     region.advise_cold(0, region.len()).expect("advise_cold");
 }
 
+/// `madvise(advice)` on `pages` pages of `region` from page `first`, as the
+/// program would; returns its result.
+fn advise_pages(region: &Region, first: usize, pages: usize, advice: libc::c_int) -> libc::c_int {
+    assert!(
+        first + pages <= region.len() / PAGE_SIZE,
+        "inside the region"
+    );
+    // SAFETY: a whole-page range inside the region's own mapping (checked
+    // above); the advice values the tests use change contents only.
+    unsafe {
+        libc::madvise(
+            region.as_ptr().add(first * PAGE_SIZE) as *mut libc::c_void,
+            pages * PAGE_SIZE,
+            advice,
+        )
+    }
+}
+
 #[test]
 fn fork_child_sees_evicted_pages() {
     // fork() hooks act on every region of the process: run this in a child
@@ -128,14 +146,7 @@ fn forked_child_checks(region: &Region, budget: usize) -> i32 {
         }
     }
     // A discard in the child (its own event thread sees it): zeros.
-    // SAFETY: discarding a range of the child's copy of the region.
-    let rc = unsafe {
-        libc::madvise(
-            region.as_ptr() as *mut _,
-            64 * PAGE_SIZE,
-            libc::MADV_DONTNEED,
-        )
-    };
+    let rc = advise_pages(region, 0, 64, libc::MADV_DONTNEED);
     if rc != 0 || (0..64).any(|p| read(region, p, 1) != 0) {
         return 14;
     }
@@ -186,15 +197,8 @@ fn dontneed_reads_zeros() {
     assert!(region.stats().stored_pages > 0);
     // The program discards a range straddling evicted and resident pages.
     let (from, to) = (pages / 4, 3 * pages / 4);
-    // SAFETY: discarding part of the region's own mapping; the region must
-    // then read zeros there.
-    let rc = unsafe {
-        libc::madvise(
-            region.as_ptr().add(from * PAGE_SIZE).cast(),
-            (to - from) * PAGE_SIZE,
-            libc::MADV_DONTNEED,
-        )
-    };
+    // The region must then read zeros there.
+    let rc = advise_pages(&region, from, to - from, libc::MADV_DONTNEED);
     assert_eq!(rc, 0);
     for p in 0..pages {
         for w in (0..WORDS).step_by(97) {
@@ -235,14 +239,7 @@ fn dontneed_races_with_faults() {
     let mut rng = Rng(5);
     for _ in 0..2000 {
         let p = rng.below(pages);
-        // SAFETY: discarding one page of the region's own mapping.
-        let rc = unsafe {
-            libc::madvise(
-                region.as_ptr().add(p * PAGE_SIZE).cast(),
-                PAGE_SIZE,
-                libc::MADV_DONTNEED,
-            )
-        };
+        let rc = advise_pages(&region, p, 1, libc::MADV_DONTNEED);
         assert_eq!(rc, 0);
         assert_eq!(
             read(&region, p, 97),
@@ -288,14 +285,7 @@ fn fresh_pages_read_then_written_keep_their_writes() {
                 for round in 0..rounds {
                     let at = first + rng.below(mine / BLOCK) * BLOCK;
                     if rng.below(2) == 0 {
-                        // SAFETY: discarding whole pages of the region's own mapping.
-                        let rc = unsafe {
-                            libc::madvise(
-                                region.as_ptr().add(at * PAGE_SIZE).cast(),
-                                BLOCK * PAGE_SIZE,
-                                libc::MADV_DONTNEED,
-                            )
-                        };
+                        let rc = advise_pages(&region, at, BLOCK, libc::MADV_DONTNEED);
                         assert_eq!(rc, 0);
                         shadow[at - first..at - first + BLOCK].fill(0);
                     }
@@ -490,8 +480,7 @@ fn thp_is_avoided_and_safe() {
         .collect();
     assert!(block.contains("AnonHugePages:         0 kB"), "{block}");
     // The program asks for huge pages anyway: still correct (MOVE splits).
-    // SAFETY: non-destructive advice on the region.
-    let rc = unsafe { libc::madvise(region.as_ptr().cast(), region.len(), libc::MADV_HUGEPAGE) };
+    let rc = advise_pages(&region, 0, region.len() / PAGE_SIZE, libc::MADV_HUGEPAGE);
     assert_eq!(rc, 0);
     fill(&region);
     evict_all(&region);
@@ -707,14 +696,7 @@ fn fork_while_other_threads_fault_and_discard() {
                             let _ = region.advise_cold(p * PAGE_SIZE, PAGE_SIZE);
                         }
                         1 => {
-                            // SAFETY: discarding one page of the region's own mapping.
-                            unsafe {
-                                libc::madvise(
-                                    region.as_ptr().add(p * PAGE_SIZE).cast(),
-                                    PAGE_SIZE,
-                                    libc::MADV_DONTNEED,
-                                )
-                            };
+                            advise_pages(&region, p, 1, libc::MADV_DONTNEED);
                         }
                         _ => {
                             // Either the pattern or, after a discard, zeros.
@@ -769,14 +751,7 @@ fn madv_free_then_written_keeps_the_new_contents() {
     // Mapped now (the fill evicted it): its restore is the one fault.
     write(&region, p, 1, 0x1234);
     let faults = region.stats().fault_count;
-    // SAFETY: advising one page of the region's own mapping.
-    let rc = unsafe {
-        libc::madvise(
-            region.as_ptr().add(p * PAGE_SIZE).cast(),
-            PAGE_SIZE,
-            libc::MADV_FREE,
-        )
-    };
+    let rc = advise_pages(&region, p, 1, libc::MADV_FREE);
     assert_eq!(rc, 0);
     write(&region, p, 1, 0xABCD);
     assert_eq!(
