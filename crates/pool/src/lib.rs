@@ -76,6 +76,14 @@ pub trait Pool: Send + Sync + fmt::Debug {
     /// Designs without compaction return zeros.
     fn compact(&mut self) -> CompactStats;
 
+    /// Step `step` (from 0) of [`Pool::compact`], or `None` past the last
+    /// one: a caller that locks the pool around each step lets the pool's
+    /// readers in between (zsmalloc's `__zs_compact` stops when its lock is
+    /// contended). Designs that compact in one go do it all at step 0.
+    fn compact_step(&mut self, step: usize) -> Option<CompactStats> {
+        (step == 0).then(|| self.compact())
+    }
+
     /// Current counters; O(1), kept incrementally.
     fn stats(&self) -> PoolStats;
 

@@ -541,14 +541,22 @@ impl Pool for SizeClassPool {
 
     fn compact(&mut self) -> CompactStats {
         let mut total = CompactStats::default();
-        // zs_compact walks the classes from the largest down.
-        for class in (0..self.classes.len() as u16).rev() {
-            let done = self.compact_class(class);
+        for step in 0.. {
+            let Some(done) = self.compact_step(step) else {
+                break;
+            };
             total.objects_moved += done.objects_moved;
             total.pages_freed += done.pages_freed;
         }
-        self.counters.pages_compacted(total.pages_freed);
         total
+    }
+
+    /// One class a step, from the largest down (as `zs_compact` walks them).
+    fn compact_step(&mut self, step: usize) -> Option<CompactStats> {
+        let class = self.classes.len().checked_sub(step + 1)?;
+        let done = self.compact_class(class as u16);
+        self.counters.pages_compacted(done.pages_freed);
+        Some(done)
     }
 
     fn stats(&self) -> PoolStats {

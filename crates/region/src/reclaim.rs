@@ -147,13 +147,16 @@ const PROGRAM_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis
 /// leave holes across the pool's spans; zsmalloc leaves them to a shrinker
 /// and zram's `compact`, which the kernel runs under memory pressure. A
 /// budget is under pressure by construction, so the reclaimer compacts when
-/// the holes pass a sixteenth of the blobs (with `zpage bench`'s random
-/// reads on a Python heap image the pool then holds 6% over its blobs, as
-/// zram's does, instead of 17%, at no cost in throughput).
-const COMPACT_ABOVE_BLOB_BYTES: u64 = 16;
+/// the holes pass a thirty-second of the blobs. At a sixteenth, `zpage
+/// bench`'s random reads on a Python heap image ended at 1.00-1.02x zram's
+/// memory; at a thirty-second, 0.98-1.00x, at the same touches/s. That
+/// needs compaction in steps (the pool's lock let go between size
+/// classes): in one piece, twice as many compactions raised the p99 of two
+/// threads' random reads from 44-49 µs to 60-395 µs; in steps, 37-48 µs.
+const COMPACT_ABOVE_BLOB_BYTES: u64 = 32;
 /// At most one fragmentation check (and compaction) per this interval: a
-/// compaction locks one pool shard at a time, and faults that need a blob
-/// there wait for it.
+/// compaction locks one pool shard at a time, one step at a time, and
+/// faults that need a blob there wait for that step.
 const COMPACTION_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl std::fmt::Debug for Reclaimer {

@@ -1259,13 +1259,22 @@ impl PageStore {
         Ok(self.with_blob(page_ref, |blob| blob.len())?.unwrap_or(0))
     }
 
-    /// Compacts every pool shard (zram's `compact`); counts released pages in `pages_compacted`.
+    /// Compacts every pool shard (zram's `compact`); counts released pages
+    /// in `pages_compacted`. The shard's lock is taken for one step at a
+    /// time (a size class, in the size-class pool), and the CPU offered
+    /// between steps, so a fault spinning for a blob there waits for one
+    /// step, not for the whole compaction.
     pub fn compact(&self) -> CompactStats {
         let mut total = CompactStats::default();
         for shard in 0..self.pools.len() {
-            let stats = self.with_pool(shard, |pool| pool.compact());
-            total.objects_moved += stats.objects_moved;
-            total.pages_freed += stats.pages_freed;
+            for step in 0.. {
+                let Some(stats) = self.with_pool(shard, |pool| pool.compact_step(step)) else {
+                    break;
+                };
+                total.objects_moved += stats.objects_moved;
+                total.pages_freed += stats.pages_freed;
+                std::thread::yield_now();
+            }
         }
         Counters::add(&self.counters.pages_compacted, total.pages_freed);
         total
