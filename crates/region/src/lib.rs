@@ -294,6 +294,41 @@
 //! MOVEs fell to 3 µs, but half the faults' own MOVEs still met a
 //! reclaimer awake, and reads ran at 84-88k touches/s.
 //!
+//! ## The floor under any user-space fault
+//!
+//! `cargo bench -p zpage-region --bench fault_floor` times the mechanism
+//! alone on the same VM: a missing page reached through userfaultfd's SIGBUS
+//! mode and resolved by a bare handler with nothing to look up, no eviction
+//! and no other thread running; LZ4 on the heap images' own pages, from
+//! blobs scattered as in a pool; and one scattered `UFFDIO_MOVE` out:
+//!
+//! | one fault, seen by the program (µs) | p50, Python heap | p50, Redis heap |
+//! |---|---|---|
+//! | SIGBUS, `UFFDIO_ZEROPAGE`, return | 3.71 | 3.77 |
+//! | SIGBUS, `UFFDIO_COPY` of a 4 KiB buffer, return | 5.01 | 5.21 |
+//! | SIGBUS, write a fresh scratch page, `UFFDIO_MOVE` it in, return | 7.01 | 6.98 |
+//! | LZ4 decompression of one page | 1.52 | 1.70 |
+//! | LZ4 compression of one page | 4.36 | 5.77 |
+//! | eviction: `UFFDIO_MOVE` of one page out | 1.06 | 1.07 |
+//!
+//! So a restore cannot take less than SIGBUS + `UFFDIO_COPY` +
+//! decompression: 6.5 µs at the median on the Python heap, 6.9 µs on the
+//! Redis heap, while the kernel's whole swap-in from zram-lz4 takes 5.9-6.4
+//! µs at the median in the same session (`zpage bench --vs-kernel`): a
+//! median at or below the kernel's is out of reach of any user-space fault
+//! path on this machine (decompressing straight into the page that gets
+//! installed is slower still: the fresh page's own fault costs more than the
+//! copy). Every fault at the budget also needs a page compressed and one
+//! moved out: at least 12.6 µs (Python) and 14.4 µs (Redis) of CPU a fault,
+//! at most 159k and 139k faults/s on two CPUs, or 1.9x and 1.6x the
+//! kernel's two-thread random reads (115k and 100k touches/s, 75% of them
+//! faults), short of twice them before any lookup, aging or bookkeeping.
+//! One thread (its faults waiting only for its own page's MOVE out, the
+//! compression beside it on the other CPU) is bounded at 8.0-8.2 µs a
+//! fault, about 2.1x the kernel's rate; zpage runs at 1.3-1.4x, its faults
+//! spending the rest in interrupts from the reclaimer's work on the other
+//! CPU, the blob lookup, the wait for whole bursts and the bookkeeping.
+//!
 //! # Unsafe code
 //!
 //! `unsafe` lives in `sys` (system calls, ioctls, the mappings), `signal`
@@ -321,10 +356,11 @@
 //!   faulting thread waits 2.7 µs of each). Faulting threads compressing
 //!   while they wait, as the kernel's direct reclaim does, would balance the
 //!   two CPUs at about 10 µs a fault by those figures: some 13% more
-//!   touches/s. Twice the kernel's rate needs a shorter fault path too: its
-//!   signal delivery, decompression and `UFFDIO_COPY` alone take 8.7 µs.
-//!   Compressing on the fault path needs the store's `put` made
-//!   async-signal-safe.
+//!   touches/s. A median at or below the kernel's, and two threads at
+//!   twice its rate, are beyond what this machine allows any user-space
+//!   fault path; one thread at twice its rate is within 5-10% of that floor
+//!   (see "The floor under any user-space fault" above). Compressing on the
+//!   fault path needs the store's `put` made async-signal-safe.
 //! - `mprotect`ed (read-only) parts of a region cannot be moved out; they are
 //!   skipped, not evicted by copy.
 //! - `mremap` of a region is refused rather than followed.
