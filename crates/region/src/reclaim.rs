@@ -359,24 +359,32 @@ impl Reclaimer {
     /// documentation), moves up to `burst_pages` victims to staging and lets
     /// the faults go on, then compresses what is staged while they run.
     fn burst(&mut self) {
-        let budget = Arc::clone(&self.budget);
-        let guard = budget.lock_reclaim();
-        self.drain();
-        if budget.fork_pause.load(Ordering::SeqCst) {
-            return;
-        }
-        let limits = budget.limits;
-        budget.bursting.store(true, Ordering::SeqCst);
-        self.move_victims(limits.burst_pages, &|| {
-            budget.resident.load(Ordering::Acquire) < limits.budget_pages
+        self.drained(|this, budget| {
+            if budget.fork_pause.load(Ordering::SeqCst) {
+                return;
+            }
+            let limits = budget.limits;
+            budget.bursting.store(true, Ordering::SeqCst);
+            this.move_victims(limits.burst_pages, &|| {
+                budget.resident.load(Ordering::Acquire) < limits.budget_pages
+            });
+            budget.bursting.store(false, Ordering::SeqCst);
+            budget.signal_room();
+            this.refill_victims();
+            this.write_back();
+            this.compress_staged(limits.staging_target);
+            this.compact_if_fragmented();
         });
-        budget.bursting.store(false, Ordering::SeqCst);
-        budget.signal_room();
-        self.refill_victims();
-        self.write_back();
-        self.compress_staged(limits.staging_target);
-        self.compact_if_fragmented();
-        drop(guard);
+    }
+
+    /// Runs `work` holding the reclaim lock, once the queues the fault path
+    /// and the event thread fill are drained: every piece of the
+    /// reclaimer's work starts from them.
+    fn drained<T>(&mut self, work: impl FnOnce(&mut Self, &Shared) -> T) -> T {
+        let budget = Arc::clone(&self.budget);
+        let _g = budget.lock_reclaim();
+        self.drain();
+        work(self, &budget)
     }
 
     /// Moves up to `count` victims out while `go_on` holds (and at most
@@ -402,41 +410,39 @@ impl Reclaimer {
 
     /// One round: brings resident memory down to the low watermark.
     pub fn round(&mut self) {
-        let budget = Arc::clone(&self.budget);
-        let _g = budget.lock_reclaim();
-        self.drain();
-        if budget.fork_pause.load(Ordering::SeqCst) {
-            return;
-        }
-        let limits = budget.limits;
-        let resident = budget.resident.load(Ordering::Acquire);
-        if resident > limits.low_pages {
-            let to_free = resident - limits.low_pages;
-            // Move enough pages out that, after compressing the oldest staged
-            // pages, `staging_target` remain on trial.
-            let to_move = (to_free + limits.staging_target).saturating_sub(self.staged.len());
-            self.move_victims(to_move, &|| true);
-        }
-        self.refill_victims();
-        self.write_back();
-        let resident = budget.resident.load(Ordering::Acquire);
-        let excess = resident.saturating_sub(limits.low_pages);
-        let keep = self
-            .staged
-            .len()
-            .saturating_sub(excess)
-            .min(limits.staging_target);
-        self.compress_staged(keep);
-        self.compact_if_fragmented();
+        self.drained(|this, budget| {
+            if budget.fork_pause.load(Ordering::SeqCst) {
+                return;
+            }
+            let limits = budget.limits;
+            let resident = budget.resident.load(Ordering::Acquire);
+            if resident > limits.low_pages {
+                let to_free = resident - limits.low_pages;
+                // Move enough pages out that, after compressing the oldest
+                // staged pages, `staging_target` remain on trial.
+                let to_move = (to_free + limits.staging_target).saturating_sub(this.staged.len());
+                this.move_victims(to_move, &|| true);
+            }
+            this.refill_victims();
+            this.write_back();
+            let resident = budget.resident.load(Ordering::Acquire);
+            let excess = resident.saturating_sub(limits.low_pages);
+            let keep = this
+                .staged
+                .len()
+                .saturating_sub(excess)
+                .min(limits.staging_target);
+            this.compress_staged(keep);
+            this.compact_if_fragmented();
+        });
     }
 
     /// Compresses staged pages until `keep` remain; returns how many.
     fn compress_backlog(&mut self, keep: usize) -> usize {
-        let budget = Arc::clone(&self.budget);
-        let _g = budget.lock_reclaim();
-        self.drain();
-        self.write_back();
-        self.compress_staged(keep)
+        self.drained(|this, _| {
+            this.write_back();
+            this.compress_staged(keep)
+        })
     }
 
     /// The first use of a thread-local with a destructor on this thread (the
@@ -492,10 +498,7 @@ impl Reclaimer {
             if self.budget.fork_pause.load(Ordering::SeqCst) {
                 // No eviction while a fork is prepared, but the queues keep
                 // being drained: the prepare hook's restores fill them.
-                let budget = Arc::clone(&self.budget);
-                let _g = budget.lock_reclaim();
-                self.drain();
-                drop(_g);
+                self.drained(|_, _| ());
                 self.sleep(kick);
                 continue;
             }
@@ -566,12 +569,11 @@ impl Reclaimer {
             // round is needed.
             let refill = self.budget.refill_wanted.load(Ordering::Acquire);
             if refill || !self.budget.admits.is_empty() || !self.budget.freed_refs.is_empty() {
-                let budget = Arc::clone(&self.budget);
-                let _g = budget.lock_reclaim();
-                self.drain();
-                if refill {
-                    self.refill_victims();
-                }
+                self.drained(|this, _| {
+                    if refill {
+                        this.refill_victims();
+                    }
+                });
             }
             self.compact_if_fragmented();
             // Last, when nothing else is wanted: a batch of cold
