@@ -202,9 +202,7 @@ impl BenchResult {
             backing_live_payload_bytes: outcome.backing_live_payload_bytes,
             disk_bytes_per_payload_byte: outcome.disk_bytes_per_payload_byte,
             tier_gc_moved_bytes: outcome.tier_gc_moved_bytes,
-            tier_sealing: outcome
-                .backing_live_payload_bytes
-                .map(|_| zpage_store::SEALING.to_string()),
+            tier_sealing: outcome.tier_sealing.clone(),
             tier_reads: outcome.tier_reads,
             tier_read_mean_us: if outcome.tier_reads == 0 {
                 0.0

@@ -302,6 +302,8 @@ pub struct TierSample {
     pub reads: u64,
     /// Their total time, nanoseconds.
     pub read_ns: u64,
+    /// What the tier does to each blob (`None`: no tier).
+    pub sealing: Option<&'static str>,
 }
 
 /// How one touch accesses memory.
@@ -546,6 +548,9 @@ pub struct PhaseOutcome {
     /// Bytes the tier's garbage collection copied during the phase.
     #[serde(default)]
     pub tier_gc_moved_bytes: u64,
+    /// What the tier did to each blob (`None`: no tier).
+    #[serde(default)]
+    pub tier_sealing: Option<String>,
     /// Reads from the tier during the phase (warm-up included).
     #[serde(default)]
     pub tier_reads: u64,
@@ -830,6 +835,7 @@ pub fn run_phase(
         backing_bytes: tier_after.backing_bytes,
         backing_disk_bytes: tier_after.disk_bytes,
         backing_live_payload_bytes: tier_after.live_payload_bytes,
+        tier_sealing: tier_after.sealing.map(str::to_string),
         disk_bytes_per_payload_byte: tier_after.disk_bytes_per_payload_byte,
         tier_gc_moved_bytes: tier_after
             .gc_moved_bytes

@@ -119,6 +119,7 @@ impl MemoryProbe for RegionProbe<'_> {
             gc_moved_bytes: tier.gc_moved_bytes,
             reads: tier.gets,
             read_ns: tier.get_ns,
+            sealing: Some(zpage_store::SEALING),
         }
     }
 }
