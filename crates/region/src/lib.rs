@@ -313,21 +313,22 @@
 //!
 //! So a restore cannot take less than SIGBUS + `UFFDIO_COPY` +
 //! decompression: 6.5 µs at the median on the Python heap, 6.9 µs on the
-//! Redis heap, while the kernel's whole swap-in from zram-lz4 takes 5.9-6.4
+//! Redis heap, while the kernel's whole swap-in from zram-lz4 takes 5.9-6.2
 //! µs at the median in the same session (`zpage bench --vs-kernel`): a
 //! median at or below the kernel's is out of reach of any user-space fault
 //! path on this machine (decompressing straight into the page that gets
 //! installed is slower still: the fresh page's own fault costs more than the
 //! copy). Every fault at the budget also needs a page compressed and one
 //! moved out: at least 12.6 µs (Python) and 14.4 µs (Redis) of CPU a fault,
-//! at most 159k and 139k faults/s on two CPUs, or 1.9x and 1.6x the
-//! kernel's two-thread random reads (115k and 100k touches/s, 75% of them
-//! faults), short of twice them before any lookup, aging or bookkeeping.
-//! One thread (its faults waiting only for its own page's MOVE out, the
-//! compression beside it on the other CPU) is bounded at 8.0-8.2 µs a
-//! fault, about 2.1x the kernel's rate; zpage runs at 1.3-1.4x, its faults
-//! spending the rest in interrupts from the reclaimer's work on the other
-//! CPU, the blob lookup, the wait for whole bursts and the bookkeeping.
+//! so two CPUs serve at most 159k and 139k faults/s. At the 75% of random
+//! touches that fault, that is 1.8x the kernel's two-thread random reads
+//! in the same session (119k and 100k touches/s), short of twice them
+//! before any lookup, aging or bookkeeping. One thread (its faults waiting
+//! only for their own pages' MOVEs out, the compression beside them on the
+//! other CPU) is bounded at 8.0-8.2 µs a fault, 1.98-2.29x the kernel's rate;
+//! zpage runs at 1.2-1.4x, its faults spending the rest in interrupts from
+//! the reclaimer's work on the other CPU, the blob lookup, the wait for
+//! whole bursts and the bookkeeping.
 //!
 //! # Unsafe code
 //!
@@ -358,8 +359,9 @@
 //!   two CPUs at about 10 µs a fault by those figures: some 13% more
 //!   touches/s. A median at or below the kernel's, and two threads at
 //!   twice its rate, are beyond what this machine allows any user-space
-//!   fault path; one thread at twice its rate is within 5-10% of that floor
-//!   (see "The floor under any user-space fault" above). Compressing on the
+//!   fault path; one thread at twice its rate needs 87-101% of the rate
+//!   that floor allows (beyond it for the Python heap after a sequential
+//!   pass; see "The floor under any user-space fault" above). Compressing on the
 //!   fault path needs the store's `put` made async-signal-safe.
 //! - `mprotect`ed (read-only) parts of a region cannot be moved out; they are
 //!   skipped, not evicted by copy.
