@@ -122,6 +122,12 @@ impl Ring {
         true
     }
 
+    /// How many values are queued or being queued (a snapshot).
+    pub fn len(&self) -> usize {
+        let head = self.head.load(Ordering::Acquire);
+        self.tail.load(Ordering::Acquire).wrapping_sub(head)
+    }
+
     /// True if nothing is waiting at the consumer's position.
     pub fn is_empty(&self) -> bool {
         let head = self.head.load(Ordering::Relaxed);
@@ -274,12 +280,15 @@ mod tests {
             assert!(ring.try_push(v));
         }
         assert!(!ring.try_push(1025), "a full ring refuses");
+        assert_eq!(ring.len(), 1024);
         assert_eq!(ring.pop(), Some(1));
+        assert_eq!(ring.len(), 1023);
         assert!(ring.try_push(1025));
         for v in 2..=1025u64 {
             assert_eq!(ring.pop(), Some(v));
         }
         assert!(ring.is_empty());
+        assert_eq!(ring.len(), 0);
         assert_eq!(ring.pop(), None);
     }
 
