@@ -326,7 +326,7 @@
 //! before any lookup, aging or bookkeeping. One thread (its faults waiting
 //! only for their own pages' MOVEs out, the compression beside them on the
 //! other CPU) is bounded at 8.0-8.2 µs a fault, 1.98-2.29x the kernel's rate;
-//! zpage runs at 1.2-1.4x, its faults spending the rest in interrupts from
+//! zpage runs at 1.2-1.5x, its faults spending the rest in interrupts from
 //! the reclaimer's work on the other CPU, the blob lookup, the wait for
 //! whole bursts and the bookkeeping.
 //!
