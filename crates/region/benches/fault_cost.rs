@@ -10,6 +10,9 @@
 //! text-like data), `ZPAGE_BENCH_SIZE_MIB` (default 1024),
 //! `ZPAGE_BENCH_BUDGET_MIB` (default a quarter), `ZPAGE_BENCH_THREADS`
 //! (default 1), `ZPAGE_BENCH_KEEP_COPIES=1` (keep clean copies).
+mod common;
+
+use common::TextLike;
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -42,16 +45,9 @@ fn fill(region: &Region) -> String {
             format!("{} ({} MiB used)", path.to_string_lossy(), at >> 20)
         }
         None => {
-            let mut x = 0x2545_F491_4F6C_DD1Du64;
+            let mut text = TextLike::new();
             for w in 0..region.len() / 8 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let v = if w % 4 == 0 {
-                    x
-                } else {
-                    (x & 0x0f0f) | ((w as u64 / 512) << 32)
-                };
+                let v = text.next_word(w / (PAGE_SIZE / 8), w % (PAGE_SIZE / 8));
                 // SAFETY: in bounds of the region, aligned.
                 unsafe { (base as *mut u64).add(w).write_volatile(v) };
             }

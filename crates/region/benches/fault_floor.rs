@@ -27,14 +27,14 @@ use std::io::Read;
 use std::sync::atomic::{AtomicI32, AtomicU8, AtomicUsize, Ordering};
 use std::time::Instant;
 
+mod common;
+
+use common::{anonymous, move_page, register_missing, userfaultfd, TextLike, PAGE};
 use zpage_codec::{CodecSpec, Decoder, Encoded, Encoder, Page, RejectThreshold};
 use zpage_region::uffd_abi::{
-    UffdioApi, UffdioCopy, UffdioMove, UffdioRange, UffdioRegister, UffdioZeropage, FEATURE_MOVE,
-    FEATURE_SIGBUS, REGISTER_MODE_MISSING, UFFDIO_API, UFFDIO_COPY, UFFDIO_MOVE, UFFDIO_REGISTER,
-    UFFDIO_ZEROPAGE, UFFD_API, UFFD_USER_MODE_ONLY,
+    UffdioCopy, UffdioRange, UffdioZeropage, FEATURE_MOVE, FEATURE_SIGBUS, UFFDIO_COPY,
+    UFFDIO_ZEROPAGE,
 };
-
-const PAGE: usize = zpage_region::PAGE_SIZE;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -102,39 +102,13 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
             // SAFETY: `scratch` is a page of the scratch mapping (same length
             // as the region), `source` a page made in `main`.
             unsafe { std::ptr::copy_nonoverlapping(source as *const u8, scratch as *mut u8, PAGE) };
-            let mut moved = UffdioMove {
-                dst: addr as u64,
-                src: scratch as u64,
-                len: PAGE as u64,
-                mode: 0,
-                moved: 0,
-            };
-            // SAFETY: as above.
-            unsafe { libc::ioctl(uffd, UFFDIO_MOVE as _, &mut moved) }
+            move_page(uffd, addr, scratch)
         }
     };
     if done != 0 {
         // SAFETY: abort is async-signal-safe.
         unsafe { libc::abort() };
     }
-}
-
-fn anonymous(pages: usize) -> *mut u8 {
-    // SAFETY: a fresh private anonymous mapping; checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            pages * PAGE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED, "mmap failed");
-    // SAFETY: the mapping made above; no huge pages, as in a region.
-    unsafe { libc::madvise(p, pages * PAGE, libc::MADV_NOHUGEPAGE) };
-    p.cast()
 }
 
 /// Median and mean, in µs, of `ns`.
@@ -151,41 +125,8 @@ type Summary = (f64, f64);
 fn fault_floor(install: Install, pages: usize, source: &Page) -> (Summary, Option<Summary>) {
     let region = anonymous(pages);
     let scratch = anonymous(pages);
-    // SAFETY: plain system calls on a descriptor and mappings made here; the
-    // structs match the kernel's layouts (`uffd_abi` checks their sizes).
-    let uffd = unsafe {
-        let uffd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | UFFD_USER_MODE_ONLY)
-            as libc::c_int;
-        assert!(
-            uffd >= 0,
-            "userfaultfd: {}",
-            std::io::Error::last_os_error()
-        );
-        let mut api = UffdioApi {
-            api: UFFD_API,
-            features: FEATURE_SIGBUS | FEATURE_MOVE,
-            ioctls: 0,
-        };
-        assert_eq!(
-            libc::ioctl(uffd, UFFDIO_API as _, &mut api),
-            0,
-            "UFFDIO_API"
-        );
-        let mut register = UffdioRegister {
-            range: UffdioRange {
-                start: region as u64,
-                len: (pages * PAGE) as u64,
-            },
-            mode: REGISTER_MODE_MISSING,
-            ioctls: 0,
-        };
-        assert_eq!(
-            libc::ioctl(uffd, UFFDIO_REGISTER as _, &mut register),
-            0,
-            "UFFDIO_REGISTER"
-        );
-        uffd
-    };
+    let uffd = userfaultfd(FEATURE_SIGBUS | FEATURE_MOVE, 0);
+    register_missing(uffd, region, pages);
     UFFD.store(uffd, Ordering::Relaxed);
     MODE.store(install as u8, Ordering::Relaxed);
     REGION.store(region as usize, Ordering::Relaxed);
@@ -218,32 +159,16 @@ fn fault_floor(install: Install, pages: usize, source: &Page) -> (Summary, Optio
 fn evict_cost(uffd: libc::c_int, region: *mut u8, scratch: *mut u8, pages: usize) -> Summary {
     // A MOVE's destination must be registered with the same userfaultfd
     // (a region's staging area is).
-    let mut register = UffdioRegister {
-        range: UffdioRange {
-            start: scratch as u64,
-            len: (pages * PAGE) as u64,
-        },
-        mode: REGISTER_MODE_MISSING,
-        ioctls: 0,
-    };
-    // SAFETY: the struct matches the kernel's layout; `scratch` is a mapping
-    // of `pages` pages made by the caller.
-    let registered = unsafe { libc::ioctl(uffd, UFFDIO_REGISTER as _, &mut register) };
-    assert_eq!(registered, 0, "UFFDIO_REGISTER of the scratch mapping");
+    register_missing(uffd, scratch, pages);
     let mut ns = vec![0u32; pages];
     for (i, slot) in ns.iter_mut().enumerate() {
         let page = (i * 7919) % pages;
-        let mut moved = UffdioMove {
-            dst: scratch as u64 + (page * PAGE) as u64,
-            src: region as u64 + (page * PAGE) as u64,
-            len: PAGE as u64,
-            mode: 0,
-            moved: 0,
-        };
         let started = Instant::now();
-        // SAFETY: both pages lie in mappings made by the caller; the struct
-        // matches the kernel's layout.
-        let done = unsafe { libc::ioctl(uffd, UFFDIO_MOVE as _, &mut moved) };
+        let done = move_page(
+            uffd,
+            scratch as usize + page * PAGE,
+            region as usize + page * PAGE,
+        );
         *slot = started.elapsed().as_nanos().min(u128::from(u32::MAX)) as u32;
         assert_eq!(
             done,
@@ -267,18 +192,10 @@ fn pages_to_decode(pages: usize) -> (Vec<Page>, String) {
         }
         return (out, path.to_string_lossy().into_owned());
     }
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut text = TextLike::new();
     for (p, page) in out.iter_mut().enumerate() {
         for (w, word) in page.chunks_exact_mut(8).enumerate() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let v = if w % 4 == 0 {
-                x
-            } else {
-                (x & 0x0f0f) | ((p as u64) << 32)
-            };
-            word.copy_from_slice(&v.to_le_bytes());
+            word.copy_from_slice(&text.next_word(p, w).to_le_bytes());
         }
     }
     (out, "generated text-like data".into())

@@ -18,12 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use zpage_region::uffd_abi::{
-    UffdioApi, UffdioMove, UffdioRange, UffdioRegister, FEATURE_MOVE, REGISTER_MODE_MISSING,
-    UFFDIO_API, UFFDIO_MOVE, UFFDIO_REGISTER, UFFD_API, UFFD_USER_MODE_ONLY,
-};
+mod common;
 
-const PAGE: usize = zpage_region::PAGE_SIZE;
+use common::{anonymous, move_page, register_missing, userfaultfd, PAGE};
+use zpage_region::uffd_abi::FEATURE_MOVE;
 
 /// Another thread of this process: spinning in user space, sleeping, or none.
 #[derive(Clone, Copy)]
@@ -74,84 +72,33 @@ impl Drop for SiblingThread {
     }
 }
 
-fn anonymous(pages: usize) -> *mut u8 {
-    // SAFETY: a fresh private anonymous mapping; checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            pages * PAGE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED, "mmap failed");
-    p.cast()
-}
-
 /// Microseconds per single-page MOVE of `pages` scattered pages.
 fn move_cost(sibling: Sibling, pages: usize) -> f64 {
-    // SAFETY: plain system calls on descriptors and mappings made here; the
-    // structs match the kernel's layouts (`uffd_abi` checks their sizes).
+    let uffd = userfaultfd(FEATURE_MOVE, libc::O_NONBLOCK);
+    let src = anonymous(pages);
+    let dst = anonymous(pages);
+    register_missing(uffd, dst, pages);
+    for p in 0..pages {
+        // SAFETY: a page of `src`, made above.
+        unsafe { src.add(p * PAGE).write_volatile(1) };
+    }
+    let sibling = SiblingThread::start(sibling);
+    let started = Instant::now();
+    for i in 0..pages {
+        // A stride prime to `pages`: no two consecutive moves are adjacent.
+        let p = (i * 7919) % pages;
+        let done = move_page(uffd, dst as usize + p * PAGE, src as usize + p * PAGE);
+        assert_eq!(done, 0, "UFFDIO_MOVE");
+    }
+    let us = started.elapsed().as_secs_f64() * 1e6 / pages as f64;
+    drop(sibling);
+    // SAFETY: unmapping and closing what was made above.
     unsafe {
-        let uffd = libc::syscall(
-            libc::SYS_userfaultfd,
-            libc::O_CLOEXEC | libc::O_NONBLOCK | UFFD_USER_MODE_ONLY,
-        ) as libc::c_int;
-        assert!(
-            uffd >= 0,
-            "userfaultfd: {}",
-            std::io::Error::last_os_error()
-        );
-        let mut api = UffdioApi {
-            api: UFFD_API,
-            features: FEATURE_MOVE,
-            ioctls: 0,
-        };
-        assert_eq!(
-            libc::ioctl(uffd, UFFDIO_API as _, &mut api),
-            0,
-            "UFFDIO_API"
-        );
-        let src = anonymous(pages);
-        let dst = anonymous(pages);
-        let mut register = UffdioRegister {
-            range: UffdioRange {
-                start: dst as u64,
-                len: (pages * PAGE) as u64,
-            },
-            mode: REGISTER_MODE_MISSING,
-            ioctls: 0,
-        };
-        assert_eq!(libc::ioctl(uffd, UFFDIO_REGISTER as _, &mut register), 0);
-        for p in 0..pages {
-            src.add(p * PAGE).write_volatile(1);
-        }
-        let _sibling = SiblingThread::start(sibling);
-        let started = Instant::now();
-        for i in 0..pages {
-            // A stride prime to `pages`: no two consecutive moves are adjacent.
-            let p = (i * 7919) % pages;
-            let mut m = UffdioMove {
-                dst: dst as u64 + (p * PAGE) as u64,
-                src: src as u64 + (p * PAGE) as u64,
-                len: PAGE as u64,
-                mode: 0,
-                moved: 0,
-            };
-            assert_eq!(
-                libc::ioctl(uffd, UFFDIO_MOVE as _, &mut m),
-                0,
-                "UFFDIO_MOVE"
-            );
-        }
-        let us = started.elapsed().as_secs_f64() * 1e6 / pages as f64;
         libc::munmap(src.cast(), pages * PAGE);
         libc::munmap(dst.cast(), pages * PAGE);
         libc::close(uffd);
-        us
     }
+    us
 }
 
 /// Microseconds per page to discard 64 one-page ranges, `rounds` times:

@@ -5,6 +5,9 @@
 //!
 //! At the end each group prints the region's own fault-handling histogram
 //! (p50/p99 from inside the handler) and its counters.
+mod common;
+
+use common::TextLike;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,20 +24,10 @@ fn word(region: &Region, p: usize, w: usize) -> &AtomicU64 {
 
 /// Fills pages with text-like data that compresses about 3:1 with LZ4.
 fn fill(region: &Region) {
-    let words = PAGE_SIZE / 8;
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut text = TextLike::new();
     for p in 0..region.len() / PAGE_SIZE {
-        for w in 0..words {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // Mostly small numbers and repeated words: compressible, not trivial.
-            let v = if w % 4 == 0 {
-                x
-            } else {
-                (x & 0x0f0f) | ((p as u64) << 32)
-            };
-            word(region, p, w).store(v, Ordering::Relaxed);
+        for w in 0..PAGE_SIZE / 8 {
+            word(region, p, w).store(text.next_word(p, w), Ordering::Relaxed);
         }
     }
 }
