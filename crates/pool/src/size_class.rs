@@ -545,8 +545,7 @@ impl Pool for SizeClassPool {
             let Some(done) = self.compact_step(step) else {
                 break;
             };
-            total.objects_moved += done.objects_moved;
-            total.pages_freed += done.pages_freed;
+            total += done;
         }
         total
     }

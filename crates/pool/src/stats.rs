@@ -60,6 +60,14 @@ pub struct CompactStats {
     pub pages_freed: u64,
 }
 
+/// The sum of several compactions (or steps of one).
+impl std::ops::AddAssign for CompactStats {
+    fn add_assign(&mut self, other: CompactStats) {
+        self.objects_moved += other.objects_moved;
+        self.pages_freed += other.pages_freed;
+    }
+}
+
 /// One row of the per-class table (zsmalloc's debugfs `classes` file).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ClassStats {

@@ -750,11 +750,14 @@ impl Shared {
         }
     }
 
-    /// Queues a record for the reclaimer, or flags the loss. Async-signal-safe.
-    pub fn queue_record(&self, ring: &Ring, record: Record) {
-        if !ring.try_push_record(record) {
+    /// Queues a record for the reclaimer, or flags the loss (and returns
+    /// false). Async-signal-safe.
+    pub fn queue_record(&self, ring: &Ring, record: Record) -> bool {
+        let queued = ring.try_push_record(record);
+        if !queued {
             self.records_lost.store(true, Ordering::Release);
         }
+        queued
     }
 
     /// Records that a page of `core` became resident: its record goes to the
@@ -765,11 +768,7 @@ impl Shared {
             // No reclaimer here: the child's own budget is kept by its faults.
             return;
         }
-        if !self
-            .admits
-            .try_push_record(Record::new(core.id(), page, gen, activate))
-        {
-            self.records_lost.store(true, Ordering::Release);
+        if !self.queue_record(&self.admits, Record::new(core.id(), page, gen, activate)) {
             self.kick_reclaimer();
         } else if self.resident.load(Ordering::Relaxed) > self.limits.high_pages {
             // Between two bursts the reclaimer's only work for these faults

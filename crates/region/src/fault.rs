@@ -474,7 +474,9 @@ fn make_room(core: &RegionCore) {
             match dropped {
                 Some(true) => break,
                 // Not clean (written since), or held for a moment: back to the reclaimer.
-                Some(false) => budget.queue_record(&budget.returned, record),
+                Some(false) => {
+                    budget.queue_record(&budget.returned, record);
+                }
                 // Its region is gone.
                 None => {}
             }

@@ -1271,8 +1271,7 @@ impl PageStore {
                 let Some(stats) = self.with_pool(shard, |pool| pool.compact_step(step)) else {
                     break;
                 };
-                total.objects_moved += stats.objects_moved;
-                total.pages_freed += stats.pages_freed;
+                total += stats;
                 std::thread::yield_now();
             }
         }
