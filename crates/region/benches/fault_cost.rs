@@ -12,18 +12,11 @@
 //! (default 1), `ZPAGE_BENCH_KEEP_COPIES=1` (keep clean copies).
 mod common;
 
-use common::TextLike;
+use common::{env_usize, TextLike};
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use zpage_region::{fault_profile, reset_fault_profile, Region, RegionConfig, PAGE_SIZE};
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn fill(region: &Region) -> String {
     let base = region.as_ptr();
@@ -60,10 +53,10 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let size = env("ZPAGE_BENCH_SIZE_MIB", 1024) << 20;
-    let budget = env("ZPAGE_BENCH_BUDGET_MIB", (size >> 20) / 4) << 20;
-    let threads = env("ZPAGE_BENCH_THREADS", 1).max(1);
-    let keep_copies = env("ZPAGE_BENCH_KEEP_COPIES", 0) == 1;
+    let size = env_usize("ZPAGE_BENCH_SIZE_MIB", 1024) << 20;
+    let budget = env_usize("ZPAGE_BENCH_BUDGET_MIB", (size >> 20) / 4) << 20;
+    let threads = env_usize("ZPAGE_BENCH_THREADS", 1).max(1);
+    let keep_copies = env_usize("ZPAGE_BENCH_KEEP_COPIES", 0) == 1;
     let mut config = RegionConfig::new(size, budget);
     config.keep_clean_copies = keep_copies;
     let region = std::sync::Arc::new(Region::new(config).expect("region"));

@@ -29,7 +29,7 @@ use std::time::Instant;
 
 mod common;
 
-use common::{anonymous, move_page, register_missing, userfaultfd, TextLike, PAGE};
+use common::{anonymous, env_usize, move_page, register_missing, userfaultfd, TextLike, PAGE};
 use zpage_codec::{CodecSpec, Decoder, Encoded, Encoder, Page, RejectThreshold};
 use zpage_region::uffd_abi::{
     UffdioCopy, UffdioRange, UffdioZeropage, FEATURE_MOVE, FEATURE_SIGBUS, UFFDIO_COPY,
@@ -252,10 +252,7 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let pages: usize = std::env::var("ZPAGE_BENCH_FLOOR_PAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(65_536);
+    let pages = env_usize("ZPAGE_BENCH_FLOOR_PAGES", 65_536);
     // SAFETY: installing a handler for this benchmark's own faults; nothing
     // else in this process expects SIGBUS.
     unsafe {

@@ -8,6 +8,14 @@ use zpage_region::uffd_abi::{
 
 pub const PAGE: usize = zpage_region::PAGE_SIZE;
 
+/// A whole number from the environment variable `name`, or `default`.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Text-like data that compresses about 3:1 with LZ4: mostly small numbers
 /// and repeated words, one word in four noise. Words come page by page, in
 /// order; every benchmark that generates data makes the same words.
