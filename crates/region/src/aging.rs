@@ -36,6 +36,7 @@
 //! The per-page functions are async-signal-safe: relaxed atomics only.
 
 use crate::config::AgingPolicy;
+use crate::counters::Counters;
 use crate::queues::Record;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -152,9 +153,9 @@ pub fn on_trial_hit(clock: &AgingClock, page: &PageAging) -> bool {
     on_refault(clock, page)
 }
 
-/// Runs a closure on the aging data of the page a record names (when the
-/// record's region still exists).
-pub type PageOf<'a> = dyn FnMut(Record, &mut dyn FnMut(&PageAging)) + 'a;
+/// Runs a closure on the aging data of the page a record names and on its
+/// region's counters (when the record's region still exists).
+pub type PageOf<'a> = dyn FnMut(Record, &mut dyn FnMut(&PageAging, &Counters)) + 'a;
 
 /// What the reclaimer learns when it looks a record up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -265,9 +266,12 @@ impl Aging {
             if standing(record) == Standing::Stale {
                 continue;
             }
-            if repeat {
-                page_of(record, &mut |aging| aging.spend_activation());
-            }
+            page_of(record, &mut |aging, counters| {
+                Counters::bump(&counters.demotion_count);
+                if repeat {
+                    aging.spend_activation();
+                }
+            });
             return Some(record);
         }
     }

@@ -97,10 +97,13 @@ fn clean(record: Record) -> bool {
     .unwrap_or(false)
 }
 
-fn with_page_aging(record: Record, f: &mut dyn FnMut(&crate::aging::PageAging)) {
+fn with_page_aging(
+    record: Record,
+    f: &mut dyn FnMut(&crate::aging::PageAging, &crate::counters::Counters),
+) {
     table::with_region(record.region(), |core| {
         if let Some(slot) = core.pages.get(record.page()) {
-            f(&slot.aging);
+            f(&slot.aging, &core.counters);
         }
     });
 }
@@ -209,7 +212,7 @@ impl Reclaimer {
         }
         while let Some(record) = budget.admits.pop_record() {
             let mut activations = 0;
-            with_page_aging(record, &mut |aging| activations = aging.activations());
+            with_page_aging(record, &mut |aging, _| activations = aging.activations());
             self.aging.admit(record, activations);
         }
         self.aging
