@@ -332,7 +332,8 @@
 //!
 //! # Unsafe code
 //!
-//! `unsafe` lives in `sys` (system calls, ioctls, the mappings), `signal`
+//! `unsafe` lives in `sys` (system calls, ioctls, the mappings), `far` (the
+//! trampoline's code page and calls through it), `signal`
 //! (the handler, chaining), `table` (the region table's pointers), `workers`
 //! (the preallocated decompression workers), `tier_reader` (the request
 //! slots handed to the tier reader thread) and `fork` (registering the
@@ -393,6 +394,7 @@ mod dedup;
 mod error;
 mod event;
 mod evict;
+pub mod far;
 mod fault;
 mod fork;
 mod metrics;
@@ -428,10 +430,11 @@ pub use range::{overlaps_any_region, pin_range, prefault_range, unpin_range};
 pub use region::Region;
 pub use signal::{
     chain_to as chain_sigbus_to, chained as chained_sigbus, installed as sigbus_handler_installed,
+    Chain as SignalChain,
 };
 /// For front ends that run zpage code inside the program (the preload
 /// library): the same signal discipline as the region's own threads.
-pub use sys::{spawn_blocking_signals, SignalGuard};
+pub use sys::{spawn_blocking_signals, Fatal, SignalGuard};
 pub use table::MAX_REGIONS;
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;

@@ -43,7 +43,8 @@ impl Region {
         validate_size(size_bytes)?;
         let shared: &Arc<Shared> = budget.shared();
         let pages = size_bytes.div_ceil(PAGE_SIZE);
-        let mapping = Mapping::new(pages).map_err(|e| RegionError::sys("mmap(region)", e))?;
+        let mapping =
+            Mapping::new_for_region(pages).map_err(|e| RegionError::sys("mmap(region)", e))?;
         let mode = if shared.keep_clean_copies {
             sys::REGISTER_MODE_MISSING | sys::REGISTER_MODE_WP
         } else {

@@ -8,7 +8,8 @@
 //!   top of `fault.rs` (no allocation, no lock held by a thread that could be
 //!   waiting on this one, async-signal-safe system calls only);
 //! - saves and restores `errno`;
-//! - blocks every other signal while it runs (`sa_mask` is full), so no other
+//! - blocks every other signal but SIGSYS while it runs (a seccomp trap of
+//!   one of its calls must be served, see `our_action`), so no other
 //!   handler interleaves with a half-done restore;
 //! - in a forked child that took the budget over (module `fork`), resolves
 //!   as in the parent; in one where the region's machinery stayed with the
@@ -36,14 +37,12 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 struct OldAction(libc::sigaction);
-// SAFETY: the saved sigaction is plain data written once, under INSTALL,
-// before the handler that reads it is installed, and only read afterwards.
+// SAFETY: the saved sigaction is plain data written once, before the
+// handler that reads it is installed, and only read afterwards.
 unsafe impl Send for OldAction {}
 // SAFETY: as above.
 unsafe impl Sync for OldAction {}
 
-/// The action zpage chains to, written once under [`INSTALL`].
-static OLD: std::sync::OnceLock<OldAction> = std::sync::OnceLock::new();
 /// Serialises installation; a failed `sigaction` leaves it uninstalled, so
 /// the next region tries again (a failure is never remembered as success).
 static INSTALL: Mutex<()> = Mutex::new(());
@@ -57,6 +56,10 @@ fn our_action() -> libc::sigaction {
         act.sa_sigaction = on_sigbus as *const () as usize;
         act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigfillset(&mut act.sa_mask);
+        // A seccomp trap (crate `zpage-syscalls`) of a call the handler
+        // makes must be served, not kill the process: blocked, the kernel
+        // resets SIGSYS to its default action.
+        libc::sigdelset(&mut act.sa_mask, libc::SIGSYS);
         act
     }
 }
@@ -81,7 +84,7 @@ pub fn install() -> Result<(), sys::Errno> {
     };
     // The first successful install records the action to chain to; a later
     // re-install (after someone replaced ours) keeps the original.
-    let _ = OLD.set(OldAction(old));
+    SIGBUS_CHAIN.record_replaced(old);
     INSTALLED.store(true, Ordering::Release);
     Ok(())
 }
@@ -185,71 +188,113 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     }
 }
 
-/// A SIGBUS action the program asked for after zpage's handler was
-/// installed (through [`chain_to`]): `sa_sigaction` then `sa_flags`; a
-/// handler of 0 means none (chain to [`OLD`]). Two words read without a lock
-/// in the handler.
-static PROGRAM_HANDLER: AtomicUsize = AtomicUsize::new(0);
-static PROGRAM_FLAGS: AtomicI32 = AtomicI32::new(0);
-static PROGRAM_SET: AtomicBool = AtomicBool::new(false);
-
-/// Makes `action` the SIGBUS action faults outside zpage's regions go to,
-/// keeping zpage's handler installed in front (for a preload library that
-/// intercepts the program's `sigaction(SIGBUS)`: a crash reporter such as
-/// CPython's faulthandler would otherwise replace it and kill the program
-/// at the first evicted page). Returns the action chained to until now. The
-/// handler and flags are what is kept; the mask of zpage's handler (full)
-/// applies while the program's handler runs.
-pub fn chain_to(action: &libc::sigaction) -> libc::sigaction {
-    let previous = chained();
-    PROGRAM_FLAGS.store(action.sa_flags, Ordering::Release);
-    PROGRAM_HANDLER.store(action.sa_sigaction, Ordering::Release);
-    PROGRAM_SET.store(true, Ordering::Release);
-    previous
+/// The action a handler of zpage's passes what is not its own to: the
+/// program's, or the one installed before zpage's. One per signal zpage
+/// handles (SIGBUS here, SIGSYS in crate `zpage-syscalls`). The handler and
+/// flags are kept, in words read without a lock in the handler; the mask of
+/// zpage's handler applies while the program's runs.
+pub struct Chain {
+    /// The action found when zpage's handler was first installed.
+    old: std::sync::OnceLock<OldAction>,
+    /// A program's action set afterwards through [`Chain::chain_to`]:
+    /// `sa_sigaction`, then `sa_flags`; `set` says whether there is one.
+    program_handler: AtomicUsize,
+    program_flags: AtomicI32,
+    program_set: AtomicBool,
 }
 
-/// The SIGBUS action faults outside zpage's regions go to now.
-pub fn chained() -> libc::sigaction {
-    // SAFETY: a zeroed sigaction is a valid empty value.
-    let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-    if PROGRAM_SET.load(Ordering::Acquire) {
-        action.sa_sigaction = PROGRAM_HANDLER.load(Ordering::Acquire);
-        action.sa_flags = PROGRAM_FLAGS.load(Ordering::Acquire);
-    } else if let Some(old) = OLD.get() {
-        action = old.0;
+impl Chain {
+    pub const fn new() -> Chain {
+        Chain {
+            old: std::sync::OnceLock::new(),
+            program_handler: AtomicUsize::new(0),
+            program_flags: AtomicI32::new(0),
+            program_set: AtomicBool::new(false),
+        }
     }
-    action
+
+    /// Records the action zpage's handler replaced (the first time only: a
+    /// later re-install keeps the original).
+    pub fn record_replaced(&self, old: libc::sigaction) {
+        let _ = self.old.set(OldAction(old));
+    }
+
+    /// Makes `action` the one chained to, keeping zpage's handler installed
+    /// in front (for a preload library that intercepts the program's
+    /// `sigaction`: a crash reporter such as CPython's faulthandler would
+    /// otherwise replace it). Returns the action chained to until now.
+    pub fn chain_to(&self, action: &libc::sigaction) -> libc::sigaction {
+        let previous = self.chained();
+        self.program_flags.store(action.sa_flags, Ordering::Release);
+        self.program_handler
+            .store(action.sa_sigaction, Ordering::Release);
+        self.program_set.store(true, Ordering::Release);
+        previous
+    }
+
+    /// The action chained to now. Async-signal-safe.
+    pub fn chained(&self) -> libc::sigaction {
+        // SAFETY: a zeroed sigaction is a valid empty value.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        if self.program_set.load(Ordering::Acquire) {
+            action.sa_sigaction = self.program_handler.load(Ordering::Acquire);
+            action.sa_flags = self.program_flags.load(Ordering::Acquire);
+        } else if let Some(old) = self.old.get() {
+            action = old.0;
+        }
+        action
+    }
+
+    /// Passes a signal that is not zpage's on: calls the chained handler,
+    /// or, for `SIG_DFL`/`SIG_IGN`, resets the disposition to `SIG_DFL` so
+    /// the instruction, executed again, ends the process the usual way.
+    /// Async-signal-safe.
+    pub fn call(&self, sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+        let action = self.chained();
+        if action.sa_sigaction == libc::SIG_DFL || action.sa_sigaction == libc::SIG_IGN {
+            return reset_default(sig);
+        }
+        if action.sa_flags & libc::SA_SIGINFO != 0 {
+            // SAFETY: the action was installed as an SA_SIGINFO handler with
+            // this signature.
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                unsafe { std::mem::transmute(action.sa_sigaction) };
+            f(sig, info, ctx);
+        } else {
+            // SAFETY: the action was installed as a plain handler.
+            let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(action.sa_sigaction) };
+            f(sig);
+        }
+    }
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Chain::new()
+    }
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Chain")
+    }
+}
+
+/// Where SIGBUS faults outside zpage's regions go.
+static SIGBUS_CHAIN: Chain = Chain::new();
+
+/// SIGBUS's [`Chain::chain_to`].
+pub fn chain_to(action: &libc::sigaction) -> libc::sigaction {
+    SIGBUS_CHAIN.chain_to(action)
+}
+
+/// SIGBUS's [`Chain::chained`].
+pub fn chained() -> libc::sigaction {
+    SIGBUS_CHAIN.chained()
 }
 
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let program;
-    let old = if PROGRAM_SET.load(Ordering::Acquire) {
-        // SAFETY: a zeroed sigaction is a valid empty value.
-        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-        act.sa_sigaction = PROGRAM_HANDLER.load(Ordering::Acquire);
-        act.sa_flags = PROGRAM_FLAGS.load(Ordering::Acquire);
-        program = act;
-        &program
-    } else {
-        let Some(old) = OLD.get() else {
-            return reset_default(sig);
-        };
-        &old.0
-    };
-    if old.sa_sigaction == libc::SIG_DFL || old.sa_sigaction == libc::SIG_IGN {
-        return reset_default(sig);
-    }
-    if old.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the previous action was installed as an SA_SIGINFO handler
-        // with this signature.
-        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-            unsafe { std::mem::transmute(old.sa_sigaction) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: the previous action was installed as a plain handler.
-        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(old.sa_sigaction) };
-        f(sig);
-    }
+    SIGBUS_CHAIN.call(sig, info, ctx)
 }
 
 fn reset_default(sig: libc::c_int) {

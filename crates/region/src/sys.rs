@@ -327,6 +327,49 @@ pub fn mmap_anon(len: usize) -> Result<*mut u8, Errno> {
     }
 }
 
+/// A private anonymous mapping of `len` bytes at exactly `addr` with
+/// protection `prot` (`MAP_NORESERVE`). `noreplace`: fail with `EEXIST`
+/// where something is mapped already; otherwise replace what is there.
+pub fn map_fixed(addr: usize, len: usize, prot: i32, noreplace: bool) -> Result<(), Errno> {
+    let fixed = if noreplace {
+        libc::MAP_FIXED_NOREPLACE
+    } else {
+        libc::MAP_FIXED
+    };
+    // SAFETY: maps fresh anonymous memory at a range of the far reservation
+    // zpage owns (or, with `noreplace`, where nothing is mapped).
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut c_void,
+            len,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | fixed,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    if p as usize != addr {
+        // A kernel that ignores MAP_FIXED_NOREPLACE put it elsewhere.
+        // SAFETY: the mapping just made, unused.
+        unsafe { libc::munmap(p, len) };
+        return Err(Errno(libc::EEXIST));
+    }
+    Ok(())
+}
+
+/// `mprotect`.
+pub fn protect(addr: usize, len: usize, prot: i32) -> Result<(), Errno> {
+    // SAFETY: changes the protection of a range the caller owns.
+    if unsafe { libc::mprotect(addr as *mut c_void, len, prot) } == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
 /// `munmap`.
 ///
 /// # Safety
@@ -619,6 +662,13 @@ impl Fatal {
         std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
     }
 
+    /// Writes the message and a newline to stderr, and goes on.
+    pub fn print(self) {
+        let this = self.text("\n");
+        // SAFETY: write(2) is async-signal-safe; the buffer is live.
+        unsafe { libc::write(2, this.buf.as_ptr().cast(), this.len) };
+    }
+
     /// Writes the message and a newline to stderr and aborts.
     pub fn abort(self) -> ! {
         let this = self.text("\n");
@@ -656,7 +706,21 @@ impl Mapping {
     /// MOVE anyway).
     pub fn new(pages: usize) -> Result<Mapping, Errno> {
         let len = pages * PAGE_SIZE;
-        let base = mmap_anon(len)? as usize;
+        Mapping::at(mmap_anon(len)? as usize, len)
+    }
+
+    /// As [`Mapping::new`], in the far range when this process reserved it
+    /// (`crate::far`): region memory the program sees, recognisable by its
+    /// address.
+    pub fn new_for_region(pages: usize) -> Result<Mapping, Errno> {
+        let len = pages * PAGE_SIZE;
+        match crate::far::take(len) {
+            Some(base) => Mapping::at(base, len),
+            None => Mapping::new(pages),
+        }
+    }
+
+    fn at(base: usize, len: usize) -> Result<Mapping, Errno> {
         let m = Mapping {
             base,
             len,
@@ -708,7 +772,12 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if !self.leak.load(std::sync::atomic::Ordering::Acquire) {
+        if self.leak.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        if crate::far::contains(self.base) {
+            crate::far::give_back(self.base, self.len);
+        } else {
             // SAFETY: we own the mapping and this is its last use.
             let _ = unsafe { munmap(self.base as *mut u8, self.len) };
         }
@@ -725,8 +794,11 @@ pub(crate) fn exclusive_bytes<'a, T>(m: &Mapping, _exclusive: &'a mut T) -> &'a 
 
 /// Signals that report a fault of the instruction being executed; they must
 /// stay deliverable everywhere (blocked, the kernel kills the process).
-const SYNCHRONOUS_SIGNALS: [i32; 5] = [
+const SYNCHRONOUS_SIGNALS: [i32; 6] = [
     libc::SIGBUS,
+    // A seccomp filter's trap (crate `zpage-syscalls`): it reports the
+    // system call the thread is making, and blocked, the kernel kills.
+    libc::SIGSYS,
     libc::SIGSEGV,
     libc::SIGILL,
     libc::SIGFPE,

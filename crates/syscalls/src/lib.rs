@@ -45,6 +45,7 @@ mod guard;
 pub mod inproc;
 mod real;
 mod spans;
+pub mod trap;
 
 pub use guard::{
     chunked, errno, guarded, needs_pieces, set_errno, stderr_line, Continue, Policy, CHUNK_BYTES,
