@@ -169,6 +169,7 @@ pub struct Summary {
     pub throttle_ns: u64,
     pub syscalls_pinned: u64,
     pub syscalls_retried: u64,
+    pub syscalls_trapped: u64,
     pub forks: u64,
     pub wall_seconds: f64,
     pub user_seconds: f64,
@@ -204,6 +205,7 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         throttle_ns: 0,
         syscalls_pinned: 0,
         syscalls_retried: 0,
+        syscalls_trapped: 0,
         forks: 0,
         wall_seconds: 0.0,
         user_seconds: 0.0,
@@ -231,6 +233,7 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         s.throttle_ns += r.throttle_ns;
         s.syscalls_pinned += r.syscalls_pinned;
         s.syscalls_retried += r.syscalls_retried;
+        s.syscalls_trapped += r.syscalls_trapped;
         s.forks += r.forks;
         merged.fault_count += r.fault_count;
         merged.fault_ns += r.fault_ns;
@@ -322,8 +325,8 @@ pub fn render(s: &Summary) -> String {
             s.throttle_ns as f64 / 1e9
         ),
         format!(
-            "\tSystem calls on zpage memory: {} pinned, {} retried",
-            s.syscalls_pinned, s.syscalls_retried
+            "\tSystem calls on zpage memory: {} trapped and served, {} pinned by the wrappers, {} retried",
+            s.syscalls_trapped, s.syscalls_pinned, s.syscalls_retried
         ),
         format!("\tForks: {}", s.forks),
         format!("\tExit status: {}", s.exit_status),

@@ -12,6 +12,21 @@ pub const COLD_CODEC_ENV: &str = "ZPAGE_RUN_COLD_CODEC";
 /// Smallest mapping or allocation placed in a region (default 2 MiB).
 pub const MIN_MAPPING_ENV: &str = "ZPAGE_RUN_MIN_MAPPING_BYTES";
 
+/// How system calls on region memory are served: `trap` (the default: a
+/// seccomp filter traps every call that names region memory, whoever makes
+/// it) or `wrappers` (only the C library functions the library wraps; the
+/// C library's own calls and raw system calls on evicted memory fail with
+/// `EFAULT`). `wrappers` is for programs that must `exec` set-user-ID
+/// programs as a user other than root (the filter needs `no_new_privs`).
+pub const SYSCALLS_ENV: &str = "ZPAGE_RUN_SYSCALLS";
+
+/// How system calls on region memory are served (see [`SYSCALLS_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Syscalls {
+    Trap,
+    Wrappers,
+}
+
 /// Default of [`MIN_MAPPING_ENV`]: large buffers (big lists, dicts, byte
 /// strings, runtime heaps) go into regions. Smaller ones stay out: a program
 /// hands pointers into small objects (path names, `pollfd` arrays, `argv`)
@@ -35,6 +50,7 @@ pub struct Config {
     pub codec_name: String,
     pub cold_codec: Option<CodecSpec>,
     pub min_mapping_bytes: usize,
+    pub syscalls: Syscalls,
 }
 
 fn bytes(var: &str, text: &str) -> Result<usize, String> {
@@ -92,12 +108,22 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, 
             n
         }
     };
+    let syscalls = match get(SYSCALLS_ENV).as_deref() {
+        None | Some("trap") => Syscalls::Trap,
+        Some("wrappers") => Syscalls::Wrappers,
+        Some(other) => {
+            return Err(format!(
+                "{SYSCALLS_ENV}={other:?}: use trap (every system call on compressed memory served) or wrappers (only the C library's wrapped functions)"
+            ))
+        }
+    };
     Ok(Some(Config {
         budget_bytes,
         codec,
         codec_name,
         cold_codec,
         min_mapping_bytes,
+        syscalls,
     }))
 }
 
@@ -143,5 +169,12 @@ mod tests {
         );
         let e = from_env(env(&[(BUDGET_ENV, "1048576"), (MIN_MAPPING_ENV, "10")])).unwrap_err();
         assert!(e.contains(MIN_MAPPING_ENV), "{e}");
+        assert_eq!(c.syscalls, Syscalls::Trap);
+        let c = from_env(env(&[(BUDGET_ENV, "1048576"), (SYSCALLS_ENV, "wrappers")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.syscalls, Syscalls::Wrappers);
+        let e = from_env(env(&[(BUDGET_ENV, "1048576"), (SYSCALLS_ENV, "none")])).unwrap_err();
+        assert!(e.contains(SYSCALLS_ENV) && e.contains("wrappers"), "{e}");
     }
 }

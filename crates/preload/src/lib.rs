@@ -130,8 +130,25 @@ extern "C" fn start() {
         ),
         Err(why) => inactive(why, true),
         Ok(Some(config)) => {
-            if let Err(why) = state::start(config) {
-                inactive(why, true);
+            // Before any region: the trap reserves the range regions are
+            // placed in.
+            let trapped = match config.syscalls {
+                config::Syscalls::Trap => zpage_syscalls::trap::install().map(|_| ()),
+                config::Syscalls::Wrappers => Ok(()),
+            };
+            match trapped {
+                Err(why) => inactive(
+                    format!(
+                        "system calls on compressed memory cannot be served ({why}); {}=wrappers serves only the C library's wrapped functions",
+                        config::SYSCALLS_ENV
+                    ),
+                    true,
+                ),
+                Ok(()) => {
+                    if let Err(why) = state::start(config) {
+                        inactive(why, true);
+                    }
+                }
             }
         }
     }

@@ -1,4 +1,5 @@
-//! The program's signal actions and masks, as they meet zpage's SIGBUS.
+//! The program's signal actions and masks, as they meet zpage's SIGBUS and
+//! SIGSYS.
 //!
 //! **`sigaction(SIGBUS)` and `signal(SIGBUS)`.**
 //! zpage resolves faults on evicted pages in its SIGBUS handler. A program
@@ -24,7 +25,14 @@
 //! process; a fault's SIGBUS cannot be deferred, so nothing a program could
 //! rely on changes. The limit: masks set without the C library's wrappers
 //! (a raw `rt_sigprocmask`, `clone3` with a signal mask, glibc's own
-//! internal blocking around `fork` and `posix_spawn`) are not seen.
+//! internal blocking around `fork` and `posix_spawn`) are not seen; a raw
+//! `rt_sigprocmask` whose set lies in region memory is served by the
+//! system-call trap, which keeps both signals unblocked too.
+//!
+//! **SIGSYS** is zpage's as well once its system-call trap is installed
+//! (crate `zpage-syscalls`, module `trap`): the same rules apply to it, and
+//! the program's own SIGSYS action (a program with a seccomp filter of its
+//! own) receives the traps that are not zpage's.
 #![allow(unsafe_code)]
 
 use crate::real;
@@ -33,6 +41,21 @@ use libc::c_int;
 
 fn active() -> bool {
     state::get().is_some()
+}
+
+/// The chain of `sig` if zpage's handler for it is installed: the program's
+/// action for it is then recorded there instead of replacing zpage's.
+fn chain_of(sig: c_int) -> Option<&'static zpage_region::SignalChain> {
+    if !active() {
+        return None;
+    }
+    match sig {
+        libc::SIGBUS if zpage_region::sigbus_handler_installed() => {
+            Some(zpage_region::sigbus_chain())
+        }
+        libc::SIGSYS if zpage_syscalls::trap::installed() => Some(&zpage_syscalls::trap::CHAIN),
+        _ => None,
+    }
 }
 
 /// # Safety
@@ -44,13 +67,13 @@ pub unsafe extern "C" fn sigaction(
     old: *mut libc::sigaction,
 ) -> c_int {
     let ours = crate::sys::inside();
-    if sig == libc::SIGBUS && !ours && active() && zpage_region::sigbus_handler_installed() {
+    if let Some(chain) = chain_of(sig).filter(|_| !ours) {
         // What the program set last (or what was there before zpage).
         let previous = if act.is_null() {
-            zpage_region::chained_sigbus()
+            chain.chained()
         } else {
             // SAFETY: the caller passes a valid action.
-            zpage_region::chain_sigbus_to(unsafe { &*act })
+            chain.chain_to(unsafe { &*act })
         };
         if !old.is_null() {
             // SAFETY: the caller passes a valid out pointer.
@@ -63,7 +86,7 @@ pub unsafe extern "C" fn sigaction(
     if !ours && active() && !act.is_null() {
         // SAFETY: the caller passes a valid action; it is copied, not changed.
         unblocked = unsafe { *act };
-        if without_sigbus(&mut unblocked.sa_mask) {
+        if without_ours(&mut unblocked.sa_mask) {
             act = &unblocked;
         }
     }
@@ -83,12 +106,12 @@ pub unsafe extern "C" fn sigaction(
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
     let ours = crate::sys::inside();
-    if sig == libc::SIGBUS && !ours && active() && zpage_region::sigbus_handler_installed() {
+    if let Some(chain) = chain_of(sig).filter(|_| !ours) {
         // SAFETY: a zeroed sigaction is valid; BSD semantics as glibc's signal().
         let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
         act.sa_sigaction = handler;
         act.sa_flags = libc::SA_RESTART;
-        return zpage_region::chain_sigbus_to(&act).sa_sigaction;
+        return chain.chain_to(&act).sa_sigaction;
     }
     match real::signal() {
         // SAFETY: the C library's signal with the caller's arguments.
@@ -97,21 +120,24 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
     }
 }
 
-/// Takes SIGBUS out of `set`; true if it was there.
-fn without_sigbus(set: &mut libc::sigset_t) -> bool {
-    // SAFETY: a valid, initialised set.
-    unsafe {
-        if libc::sigismember(set, libc::SIGBUS) == 1 {
-            libc::sigdelset(set, libc::SIGBUS);
-            return true;
+/// Takes SIGBUS and SIGSYS out of `set`; true if either was there.
+fn without_ours(set: &mut libc::sigset_t) -> bool {
+    let mut changed = false;
+    for sig in [libc::SIGBUS, libc::SIGSYS] {
+        // SAFETY: a valid, initialised set.
+        unsafe {
+            if libc::sigismember(set, sig) == 1 {
+                libc::sigdelset(set, sig);
+                changed = true;
+            }
         }
     }
-    false
+    changed
 }
 
 type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
 
-/// Calls the C library's mask function with SIGBUS taken out of a set that
+/// Calls the C library's mask function with SIGBUS and SIGSYS taken out of a set that
 /// blocks (`SIG_BLOCK`, `SIG_SETMASK`); unblocking goes through as asked.
 ///
 /// # Safety
@@ -127,7 +153,7 @@ unsafe fn set_mask(
     if active() && !set.is_null() && how != libc::SIG_UNBLOCK {
         // SAFETY: the caller passes a valid set; it is copied, not changed.
         copy = unsafe { *set };
-        if without_sigbus(&mut copy) {
+        if without_ours(&mut copy) {
             set = &copy;
         }
     }

@@ -399,6 +399,7 @@ impl State {
         r.peak_stored_pages = self.peak_stored.load(Ordering::Relaxed);
         r.syscalls_pinned = self.pinned_calls.load(Ordering::Relaxed);
         r.syscalls_retried = self.retried_calls.load(Ordering::Relaxed);
+        r.syscalls_trapped = zpage_syscalls::trap::trapped_calls();
         r.forks = self.forks.load(Ordering::Relaxed);
         r
     }

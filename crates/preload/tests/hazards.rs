@@ -5,58 +5,11 @@
 //! the process's report proves zpage was in the way (evictions, the
 //! fallbacks and pins the hazard should cause).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{compile_c, preload_library, tempdir};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
-
-/// The preload library, built now: `cargo test` does not build a
-/// `cdylib` for integration tests (they cannot link it), so the test asks
-/// cargo for it, with the test profile, next to this test's binary.
-pub fn preload_library() -> PathBuf {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--profile", "test", "-p", "zpage-preload"])
-            .status()
-            .expect("running cargo to build the preload library");
-        assert!(status.success(), "cargo build -p zpage-preload failed");
-        let exe = std::env::current_exe().expect("test binary path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let lib = profile_dir.join("libzpage_preload.so");
-        assert!(lib.exists(), "{} missing after the build", lib.display());
-        lib
-    })
-    .clone()
-}
-
-fn hazards_program() -> &'static Path {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let dir =
-            std::env::temp_dir().join(format!("zpage-preload-hazards-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("hazards");
-        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/hazards.c");
-        let out = Command::new("cc")
-            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&exe)
-            .arg(&source)
-            .arg("-lpthread")
-            .output()
-            .expect("cc (the C compiler) must be installed");
-        assert!(
-            out.status.success(),
-            "cc failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        exe
-    })
-}
 
 const DATA_MIB: usize = 32;
 const BUDGET_BYTES: usize = DATA_MIB * 1024 * 1024 / 4;
@@ -69,13 +22,18 @@ struct Run {
 }
 
 fn run(mode: &str) -> Run {
+    run_with(mode, &[])
+}
+
+fn run_with(mode: &str, env: &[(&str, &str)]) -> Run {
     let reports = tempdir(mode);
-    let output = Command::new(hazards_program())
+    let output = Command::new(compile_c("hazards"))
         .arg(mode)
         .arg(DATA_MIB.to_string())
         .env("LD_PRELOAD", preload_library())
         .env("ZPAGE_RUN_BUDGET_BYTES", BUDGET_BYTES.to_string())
         .env(REPORT_DIR_ENV, &reports)
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -94,16 +52,6 @@ fn run(mode: &str) -> Run {
         stderr,
         report,
     }
-}
-
-fn tempdir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "zpage-preload-{tag}-{}-{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 fn assert_ok(mode: &str, r: &Run) {
@@ -235,22 +183,35 @@ fn the_programs_sigbus_handlers_get_genuine_faults_before_and_after_the_first_re
     assert!(r.report.restore_count > 0, "{:?}", r.report);
 }
 
+/// A raw `syscall(SYS_read)` into an evicted page: the system-call trap
+/// serves it (the page reads what the kernel wrote).
 #[test]
-fn an_unwrapped_raw_syscall_fails_and_is_named() {
-    let r = run("unsupported");
-    assert_ok("unsupported", &r);
+fn a_raw_syscall_on_an_evicted_page_is_served() {
+    let r = run("raw");
+    assert_ok("raw", &r);
+    assert!(r.stdout.contains("raw read: 4096 errno 0"), "{}", r.stdout);
+    assert!(r.report.syscalls_trapped > 0, "{:?}", r.report);
+}
+
+/// With the trap off (`ZPAGE_RUN_SYSCALLS=wrappers`), the same call fails
+/// with `EFAULT`, never wrong bytes, and a line names it.
+#[test]
+fn without_the_trap_a_raw_syscall_fails_and_is_named() {
+    let r = run_with("raw", &[("ZPAGE_RUN_SYSCALLS", "wrappers")]);
+    assert_ok("raw", &r);
     assert!(r.stdout.contains("raw read: -1 errno 14"), "{}", r.stdout);
     assert!(
         r.stderr.contains("syscall(0) failed with EFAULT"),
         "no diagnostic naming the call:\n{}",
         r.stderr
     );
+    assert_eq!(r.report.syscalls_trapped, 0, "{:?}", r.report);
 }
 
 #[test]
 fn a_bad_budget_is_named_and_the_program_runs_without_zpage() {
     let reports = tempdir("bad");
-    let out = Command::new(hazards_program())
+    let out = Command::new(compile_c("hazards"))
         .args(["dontneed", "4"])
         .env("LD_PRELOAD", preload_library())
         .env("ZPAGE_RUN_BUDGET_BYTES", "lots")

@@ -60,6 +60,10 @@ pub struct ProcessReport {
     /// those retried after `EFAULT` (buffers too large to pin).
     pub syscalls_pinned: u64,
     pub syscalls_retried: u64,
+    /// System calls on region memory the seccomp trap served (made by the C
+    /// library itself, by other libraries, or raw).
+    #[serde(default)]
+    pub syscalls_trapped: u64,
     /// `fork()`s made by this process.
     pub forks: u64,
 }

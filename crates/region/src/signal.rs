@@ -283,6 +283,11 @@ impl std::fmt::Debug for Chain {
 /// Where SIGBUS faults outside zpage's regions go.
 static SIGBUS_CHAIN: Chain = Chain::new();
 
+/// Where SIGBUS faults outside zpage's regions go.
+pub fn sigbus_chain() -> &'static Chain {
+    &SIGBUS_CHAIN
+}
+
 /// SIGBUS's [`Chain::chain_to`].
 pub fn chain_to(action: &libc::sigaction) -> libc::sigaction {
     SIGBUS_CHAIN.chain_to(action)

@@ -362,7 +362,7 @@ static int mode_io(void) {
 
 /* A raw system call zpage does not wrap, on an evicted page: it must fail
  * (never return wrong data) and zpage must name it. */
-static int mode_unsupported(void) {
+static int mode_raw(void) {
     unsigned char *m = map(SIZE);
     fill(m, SIZE, 14, 0);
     unsigned char *page = an_absent_page(m, SIZE);
@@ -493,7 +493,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "fork")) bad = mode_fork();
     else if (!strcmp(mode, "io")) bad = mode_io();
     else if (!strcmp(mode, "vfork")) bad = mode_vfork();
-    else if (!strcmp(mode, "unsupported")) bad = mode_unsupported();
+    else if (!strcmp(mode, "raw")) bad = mode_raw();
     else if (!strcmp(mode, "masked")) bad = mode_masked();
     else if (!strcmp(mode, "sigbus_handlers")) bad = mode_sigbus_handlers();
     else { fprintf(stderr, "unknown mode %s\n", mode); return 2; }

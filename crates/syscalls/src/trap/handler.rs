@@ -145,19 +145,23 @@ fn copy_in(addr: usize, out: &mut [u8]) -> Option<()> {
     (got == out.len() as i64).then_some(())
 }
 
-/// A plain value of the program's memory (see [`copy_in`]).
-fn read_value<T: Copy + Default>(addr: usize) -> Option<T> {
+/// A plain value of the program's memory: in a region, pinned first (it
+/// stays pinned with the call's other spans) and read; elsewhere through
+/// [`copy_in`].
+fn read_value<T: Copy + Default>(pins: &mut Pins, addr: usize) -> Result<Option<T>, Refused> {
+    let size = std::mem::size_of::<T>();
+    if in_region(addr, size) {
+        pins.pin(addr, size)?;
+        // SAFETY: the bytes lie in pinned region pages (mapped, readable);
+        // the read is unaligned-safe.
+        return Ok(Some(unsafe { std::ptr::read_unaligned(addr as *const T) }));
+    }
     let mut value = T::default();
     // SAFETY: `value` is a plain `Copy` type; its bytes are overwritten
     // whole by copy_in or left as the default.
-    let bytes = unsafe {
-        std::slice::from_raw_parts_mut(
-            (&mut value as *mut T).cast::<u8>(),
-            std::mem::size_of::<T>(),
-        )
-    };
-    copy_in(addr, bytes)?;
-    Some(value)
+    let bytes =
+        unsafe { std::slice::from_raw_parts_mut((&mut value as *mut T).cast::<u8>(), size) };
+    Ok(copy_in(addr, bytes).map(|()| value))
 }
 
 /// The length of the NUL-terminated string at `addr`, its pages pinned as
@@ -184,22 +188,19 @@ fn pin_string(pins: &mut Pins, addr: usize) -> Result<usize, Refused> {
     Ok(at - addr)
 }
 
-/// The byte length a `Len` gives for this call's arguments.
-fn len_of(len: Len, args: &[i64; 6]) -> usize {
-    match len {
+/// The byte length a `Len` gives for this call's arguments (a length the
+/// call reads from memory is pinned with its other spans).
+fn len_of(pins: &mut Pins, len: Len, args: &[i64; 6]) -> Result<usize, Refused> {
+    Ok(match len {
         Len::Fixed(n) => n,
         Len::Arg(i) => args[i as usize] as usize,
         Len::ArgTimes(i, n) => (args[i as usize] as usize).saturating_mul(n),
         Len::ArgPlus(i, n) => (args[i as usize] as usize).saturating_add(n),
-        Len::AtArg(i) => {
-            let p = args[i as usize] as usize;
-            if p == 0 {
-                0
-            } else {
-                read_value::<u32>(p).unwrap_or(0) as usize
-            }
-        }
-    }
+        Len::AtArg(i) => match args[i as usize] as usize {
+            0 => 0,
+            p => read_value::<u32>(pins, p)?.unwrap_or(0) as usize,
+        },
+    })
 }
 
 /// Pins an iovec array and the buffers it names, in order, as far as they
@@ -208,7 +209,7 @@ fn pin_iovecs(pins: &mut Pins, iov: usize, count: usize) -> Result<usize, Refuse
     pins.pin(iov, count.saturating_mul(16))?;
     let mut done = 0;
     while done < count {
-        let Some(v) = read_value::<[usize; 2]>(iov + 16 * done) else {
+        let Some(v) = read_value::<[usize; 2]>(pins, iov + 16 * done)? else {
             break;
         };
         if pins.pin(v[0], v[1]).is_err() {
@@ -239,7 +240,7 @@ const _: () = assert!(std::mem::size_of::<MsgHdr>() == std::mem::size_of::<libc:
 /// Pins one message header and everything it names; every buffer or none.
 fn pin_msghdr(pins: &mut Pins, at: usize) -> Result<(), Refused> {
     pins.pin(at, std::mem::size_of::<MsgHdr>())?;
-    let Some(m) = read_value::<MsgHdr>(at) else {
+    let Some(m) = read_value::<MsgHdr>(pins, at)? else {
         return Ok(());
     };
     pins.pin(m.name, m.namelen as usize)?;
@@ -284,7 +285,10 @@ fn pin_arguments(
         let p = args[i] as usize;
         match call.args[i] {
             Arg::N => {}
-            Arg::Buf(len) => pins.pin(p, len_of(len, args))?,
+            Arg::Buf(len) => {
+                let n = len_of(pins, len, args)?;
+                pins.pin(p, n)?
+            }
             Arg::Str => {
                 pin_string(pins, p)?;
             }
@@ -372,8 +376,7 @@ fn pin_special(pins: &mut Pins, nr: i64, i: usize, args: &[i64; 6]) -> Result<()
             1..=3 => pins.pin(p, (args[0].max(0) as usize).div_ceil(64) * 8),
             5 => {
                 // {const sigset_t *, size_t}
-                pins.pin(p, 16)?;
-                let set = read_value::<usize>(p).unwrap_or(0);
+                let set = read_value::<usize>(pins, p)?.unwrap_or(0);
                 pins.pin(set, 8)
             }
             _ => Ok(()),
@@ -385,8 +388,7 @@ fn pin_special(pins: &mut Pins, nr: i64, i: usize, args: &[i64; 6]) -> Result<()
         },
         libc::SYS_seccomp => {
             // struct sock_fprog { unsigned short len; struct sock_filter *filter; }
-            pins.pin(p, 16)?;
-            let Some([len, filter]) = read_value::<[usize; 2]>(p) else {
+            let Some([len, filter]) = read_value::<[usize; 2]>(pins, p)? else {
                 return Ok(());
             };
             pins.pin(filter, (len & 0xffff) * 8)
@@ -400,7 +402,7 @@ fn pin_special(pins: &mut Pins, nr: i64, i: usize, args: &[i64; 6]) -> Result<()
             // struct futex_waitv { u64 val; u64 uaddr; u32 flags; u32 _; }
             pins.pin(p, count.saturating_mul(24))?;
             for k in 0..count {
-                let Some([_, uaddr, _]) = read_value::<[u64; 3]>(p + 24 * k) else {
+                let Some([_, uaddr, _]) = read_value::<[u64; 3]>(pins, p + 24 * k)? else {
                     break;
                 };
                 pins.pin(uaddr as usize, 8)?;
@@ -474,9 +476,10 @@ fn sigprocmask(args: &[i64; 6], uc: &mut libc::ucontext_t) -> i64 {
     let new = if set == 0 {
         None
     } else {
-        match read_value::<u64>(set) {
-            Some(v) => Some(v),
-            None => return -(libc::EFAULT as i64),
+        match read_value::<u64>(&mut pins, set) {
+            Ok(Some(v)) => Some(v),
+            Ok(None) => return -(libc::EFAULT as i64),
+            Err(why) => cannot_serve("rt_sigprocmask", why, args),
         }
     };
     if old != 0 {
@@ -596,19 +599,27 @@ fn touch_vector(v: usize) {
 /// A value of the program's memory: read directly in a region (faulting the
 /// page in if evicted), through `process_vm_readv` elsewhere.
 fn read_or_touch<T: Copy + Default>(addr: usize) -> Option<T> {
-    if in_region(addr, std::mem::size_of::<T>()) {
+    let size = std::mem::size_of::<T>();
+    if in_region(addr, size) {
         // SAFETY: in a live region: the read faults an evicted page in.
-        Some(unsafe { std::ptr::read_volatile(addr as *const T) })
-    } else {
-        read_value(addr)
+        return Some(unsafe { std::ptr::read_unaligned(addr as *const T) });
     }
+    let mut value = T::default();
+    // SAFETY: a plain `Copy` value's bytes, overwritten whole or left.
+    let bytes =
+        unsafe { std::slice::from_raw_parts_mut((&mut value as *mut T).cast::<u8>(), size) };
+    copy_in(addr, bytes).map(|()| value)
 }
+
+/// Calls served (probes excepted).
+pub static TRAPPED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Serves one trapped call; returns the value for `rax`.
 fn serve(nr: i64, mut args: [i64; 6], uc: &mut libc::ucontext_t) -> i64 {
     if nr == libc::SYS_uname && args[0] as usize == PROBE_ADDR {
         return PROBE_ANSWER;
     }
+    TRAPPED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     match nr {
         libc::SYS_execve | libc::SYS_execveat => return exec(nr, args, uc),
         libc::SYS_rt_sigprocmask => return sigprocmask(&args, uc),

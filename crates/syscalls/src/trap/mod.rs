@@ -117,6 +117,7 @@ pub fn install() -> Result<Installed, String> {
     })?;
     install_handler()?;
     if probe() {
+        INSTALLED.store(true, std::sync::atomic::Ordering::Release);
         return Ok(Installed::Inherited);
     }
     let code = filter::program(far::TRAMPOLINE_SYSCALL_END as u64);
@@ -155,11 +156,25 @@ pub fn install() -> Result<Installed, String> {
     if !probe() {
         return Err("the seccomp filter was installed but does not trap its probe".into());
     }
+    INSTALLED.store(true, std::sync::atomic::Ordering::Release);
     Ok(Installed::New)
 }
 
-/// True once the filter is in place in this process (installed here or
-/// inherited).
+/// System calls the trap served in this process.
+pub fn trapped_calls() -> u64 {
+    handler::TRAPPED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// True once [`install`] succeeded in this process (or in its parent
+/// before a `fork`).
+pub fn installed() -> bool {
+    INSTALLED.load(std::sync::atomic::Ordering::Acquire)
+}
+
+static INSTALLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// True if the filter is in place in this process, installed here or
+/// inherited (asks the kernel: one trapped call).
 pub fn active() -> bool {
     far::is_reserved() && probe()
 }
