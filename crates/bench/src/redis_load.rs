@@ -223,6 +223,10 @@ pub struct RedisBenchOptions {
     pub scratch_dir: PathBuf,
     /// A label for the report ("no budget", "kernel zram-lz4 256M" ...).
     pub label: String,
+    /// BGSAVEs in all (at least one): the first while the values are read
+    /// back, the others one after another once the timed GETs are done;
+    /// each RDB is loaded into a plain server and its digest compared.
+    pub bgsaves: u32,
 }
 
 /// The BGSAVE check.
@@ -282,6 +286,9 @@ pub struct RedisReport {
     pub digest_after_reads: String,
     /// The BGSAVE taken while reading back, loaded into a second server.
     pub bgsave: BgsaveCheck,
+    /// The BGSAVEs after it (`RedisBenchOptions::bgsaves` less one), each
+    /// loaded and checked the same way.
+    pub later_bgsaves: Vec<BgsaveCheck>,
     /// Timed GETs at uniform random keys.
     pub get: GetFigures,
     /// INFO memory's used_memory_peak (the server's own accounting).
@@ -298,8 +305,9 @@ impl RedisReport {
         self.wrong_values == 0
             && self.verified_keys == self.keys
             && self.digest == self.digest_after_reads
-            && self.digest == self.bgsave.loaded_digest
-            && self.bgsave.loaded_keys == self.keys
+            && std::iter::once(&self.bgsave)
+                .chain(&self.later_bgsaves)
+                .all(|b| b.loaded_digest == self.digest && b.loaded_keys == self.keys)
     }
 }
 
@@ -666,90 +674,49 @@ fn drive(
     observer.phase_finished("random GET");
 
     // The snapshot must be complete and good.
-    let deadline = Instant::now() + Duration::from_secs(3600);
-    loop {
-        let in_progress = info_field(&mut connection, "persistence", "rdb_bgsave_in_progress");
-        if in_progress.as_deref() == Some("0") {
-            break;
-        }
-        if Instant::now() > deadline {
-            return Err(BenchError::Invalid(
-                "BGSAVE did not finish within an hour".into(),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_bgsave(&mut connection, log)?;
     let bgsave_seconds = bgsave_started.elapsed().as_secs_f64();
-    let status = info_field(&mut connection, "persistence", "rdb_last_bgsave_status");
-    if status.as_deref() != Some("ok") {
-        return Err(BenchError::Invalid(format!(
-            "BGSAVE failed (rdb_last_bgsave_status {status:?}); the server log: {}",
-            log_tail(log)
-        )));
-    }
     let digest_after_reads = digest(&mut connection)?;
+    // The first RDB is kept aside while the later BGSAVEs overwrite it.
+    let first_rdb = work.join("first.rdb");
+    let path = rdb_path_of(&*server, &mut connection, work, rdb_name)?;
+    std::fs::copy(&path, &first_rdb).map_err(|e| BenchError::io(&path, "copy the RDB", e))?;
+    let mut later_bgsaves = Vec::new();
+    for n in 2..=options.bgsaves {
+        let phase = format!("BGSAVE {n}");
+        observer.phase_started(&phase, 1);
+        let started = Instant::now();
+        let _: String = redis::cmd("BGSAVE")
+            .query(&mut connection)
+            .map_err(|e| redis_error("BGSAVE", e))?;
+        wait_for_bgsave(&mut connection, log)?;
+        let seconds = started.elapsed().as_secs_f64();
+        let path = rdb_path_of(&*server, &mut connection, work, rdb_name)?;
+        let (rdb_bytes, loaded_keys, loaded_digest) =
+            load_in_plain_server(options, &path, work, &format!("check{n}"), rdb_name)?;
+        later_bgsaves.push(BgsaveCheck {
+            seconds,
+            rdb_bytes,
+            loaded_keys,
+            loaded_digest,
+        });
+        observer.phase_finished(&phase);
+    }
     let used_memory_peak = info_field(&mut connection, "memory", "used_memory_peak")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     let rss = info_field(&mut connection, "memory", "used_memory_rss")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-
-    // Where the RDB is: ours, or the running server's own.
-    let rdb_path = match server {
-        Server::External => {
-            let dir: Vec<String> = redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("dir")
-                .query(&mut connection)
-                .map_err(|e| redis_error("CONFIG GET dir", e))?;
-            let file: Vec<String> = redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("dbfilename")
-                .query(&mut connection)
-                .map_err(|e| redis_error("CONFIG GET dbfilename", e))?;
-            let from = Path::new(dir.get(1).map_or("", String::as_str))
-                .join(file.get(1).map_or("", String::as_str));
-            let to = work.join(rdb_name);
-            std::fs::copy(&from, &to).map_err(|e| BenchError::io(&from, "copy the RDB", e))?;
-            to
-        }
-        _ => {
-            // Stop our server now: the second one should not compete with it for memory.
-            let _ = redis::cmd("SHUTDOWN")
-                .arg("NOSAVE")
-                .query::<()>(&mut connection);
-            work.join(rdb_name)
-        }
-    };
-    let rdb_bytes = std::fs::metadata(&rdb_path)
-        .map_err(|e| BenchError::io(&rdb_path, "stat the RDB", e))?
-        .len();
-
-    // A second, plain server loads the RDB.
-    let check_dir = work.join("check");
-    std::fs::create_dir_all(&check_dir).map_err(|e| BenchError::io(&check_dir, "create", e))?;
-    std::fs::rename(&rdb_path, check_dir.join(rdb_name))
-        .map_err(|e| BenchError::io(&rdb_path, "move the RDB", e))?;
-    let check_socket = check_dir.join("redis.sock");
-    let check_log = check_dir.join("server.log");
-    let mut checker = Server::Plain(start(
-        &[options.redis_server.display().to_string()],
-        &server_args(&check_dir, &check_socket, rdb_name),
-        &check_log,
-    )?);
-    let check_url = format!("unix://{}", check_socket.display());
-    let checked = (|| {
-        let mut check = connect(&check_url, &mut checker, Some(&check_log))?;
-        let loaded_keys: u64 = redis::cmd("DBSIZE")
-            .query(&mut check)
-            .map_err(|e| redis_error("DBSIZE", e))?;
-        let loaded_digest = digest(&mut check)?;
-        let _ = redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut check);
-        Ok::<_, BenchError>((loaded_keys, loaded_digest))
-    })();
-    checker.kill();
-    let (loaded_keys, loaded_digest) = checked?;
+    if !matches!(server, Server::External) {
+        // Stop our server now: the second one should not compete with it for memory.
+        let _ = redis::cmd("SHUTDOWN")
+            .arg("NOSAVE")
+            .query::<()>(&mut connection);
+    }
+    // A second, plain server loads the first RDB.
+    let (rdb_bytes, loaded_keys, loaded_digest) =
+        load_in_plain_server(options, &first_rdb, work, "check", rdb_name)?;
 
     let us = |ns: u64| ns as f64 / 1000.0;
     Ok(RedisReport {
@@ -774,6 +741,7 @@ fn drive(
             loaded_keys,
             loaded_digest,
         },
+        later_bgsaves,
         get: GetFigures {
             requests: options.get_requests,
             seconds: get_seconds,
@@ -786,6 +754,95 @@ fn drive(
         server_rss_bytes: rss,
         kernel: None,
     })
+}
+
+/// Waits for the BGSAVE in progress to end (an hour at most) and checks
+/// it succeeded.
+fn wait_for_bgsave(connection: &mut redis::Connection, log: &Path) -> Result<(), BenchError> {
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    loop {
+        let in_progress = info_field(connection, "persistence", "rdb_bgsave_in_progress");
+        if in_progress.as_deref() == Some("0") {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Invalid(
+                "BGSAVE did not finish within an hour".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = info_field(connection, "persistence", "rdb_last_bgsave_status");
+    if status.as_deref() != Some("ok") {
+        return Err(BenchError::Invalid(format!(
+            "BGSAVE failed (rdb_last_bgsave_status {status:?}); the server log: {}",
+            log_tail(log)
+        )));
+    }
+    Ok(())
+}
+
+/// Where the server writes its RDB: ours, or the running server's own.
+fn rdb_path_of(
+    server: &Server,
+    connection: &mut redis::Connection,
+    work: &Path,
+    rdb_name: &str,
+) -> Result<PathBuf, BenchError> {
+    if !matches!(server, Server::External) {
+        return Ok(work.join(rdb_name));
+    }
+    let dir: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("dir")
+        .query(connection)
+        .map_err(|e| redis_error("CONFIG GET dir", e))?;
+    let file: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("dbfilename")
+        .query(connection)
+        .map_err(|e| redis_error("CONFIG GET dbfilename", e))?;
+    Ok(Path::new(dir.get(1).map_or("", String::as_str))
+        .join(file.get(1).map_or("", String::as_str)))
+}
+
+/// Loads a copy of the RDB at `rdb` into a plain server of its own (in
+/// `work/subdir`); returns the RDB's size, the keys loaded and the digest.
+fn load_in_plain_server(
+    options: &RedisBenchOptions,
+    rdb: &Path,
+    work: &Path,
+    subdir: &str,
+    rdb_name: &str,
+) -> Result<(u64, u64, String), BenchError> {
+    let rdb_bytes = std::fs::metadata(rdb)
+        .map_err(|e| BenchError::io(rdb, "stat the RDB", e))?
+        .len();
+    let check_dir = work.join(subdir);
+    std::fs::create_dir_all(&check_dir).map_err(|e| BenchError::io(&check_dir, "create", e))?;
+    std::fs::copy(rdb, check_dir.join(rdb_name))
+        .map_err(|e| BenchError::io(rdb, "copy the RDB", e))?;
+    let check_socket = check_dir.join("redis.sock");
+    let check_log = check_dir.join("server.log");
+    let mut checker = Server::Plain(start(
+        &[options.redis_server.display().to_string()],
+        &server_args(&check_dir, &check_socket, rdb_name),
+        &check_log,
+    )?);
+    let check_url = format!("unix://{}", check_socket.display());
+    let checked = (|| {
+        let mut check = connect(&check_url, &mut checker, Some(&check_log))?;
+        let loaded_keys: u64 = redis::cmd("DBSIZE")
+            .query(&mut check)
+            .map_err(|e| redis_error("DBSIZE", e))?;
+        let loaded_digest = digest(&mut check)?;
+        let _ = redis::cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut check);
+        Ok::<_, BenchError>((loaded_keys, loaded_digest))
+    })();
+    checker.kill();
+    let _ = std::fs::remove_dir_all(&check_dir);
+    let (loaded_keys, loaded_digest) = checked?;
+    Ok((rdb_bytes, loaded_keys, loaded_digest))
 }
 
 #[cfg(test)]

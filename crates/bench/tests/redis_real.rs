@@ -33,6 +33,7 @@ fn options(server: ServerSource, data_bytes: u64) -> RedisBenchOptions {
         seed: 3,
         scratch_dir: std::env::temp_dir(),
         label: "test".into(),
+        bgsaves: 2,
     }
 }
 

@@ -34,6 +34,11 @@ pub struct Args {
     /// Seed of the values' places in the text and of the GET keys.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// BGSAVEs in all: the first while the values are read back, the rest
+    /// one after another at the end; every RDB is loaded by a plain server
+    /// and its DEBUG DIGEST compared.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub bgsaves: u32,
     /// How the server runs: plain (the command as given), kernel (in a memory
     /// cgroup limited to --budget, swapping to --kernel-backend; needs root).
     #[arg(long, value_enum, default_value_t = ModeArg::Plain)]
@@ -120,6 +125,7 @@ pub fn run(args: Args) -> Result<()> {
         seed: args.seed,
         scratch_dir: args.scratch_dir.clone(),
         label: args.label.clone().unwrap_or(label),
+        bgsaves: args.bgsaves,
     };
     let mut observer = BarObserver::new(format!("redis {}", options.label));
     let report = redis_load::run_redis_bench(&options, &mut observer)?;
@@ -166,6 +172,20 @@ fn print_report(report: &RedisReport) {
         report.bgsave.loaded_keys,
         if report.digest == report.bgsave.loaded_digest { "equal" } else { "DIFFERENT" },
     );
+    for (n, b) in report.later_bgsaves.iter().enumerate() {
+        println!(
+            "  BGSAVE {} of {} MiB in {:.1} s, loaded by a plain server: {} keys, digest {}",
+            n + 2,
+            mib(b.rdb_bytes),
+            b.seconds,
+            b.loaded_keys,
+            if report.digest == b.loaded_digest {
+                "equal"
+            } else {
+                "DIFFERENT"
+            },
+        );
+    }
     let mut table = Table::new(&["GETs", "ops/s", "p50 µs", "p99 µs", "max µs", "server peak"]);
     table.row(vec![
         report.get.requests.to_string(),

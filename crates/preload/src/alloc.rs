@@ -11,52 +11,100 @@
 //! One lock guards the heap (zpage allocates rarely: region bookkeeping,
 //! reports). It is a spin-then-yield flag rather than a pthread mutex so a
 //! forked child can reset it (see [`after_fork_in_child`]).
+//!
+//! **zpage's threads allocate only here.** What they allocate through the
+//! C library (its first thread-local destructor registration `calloc`s, and
+//! the zstd library and DNS lookups `malloc`) reaches the library's `malloc`
+//! family, which serves zpage's threads from this heap ([`c_malloc`] and
+//! the rest): the program's allocator keeps its memory in regions, and a
+//! zpage thread touching an evicted page there could wait on itself (a
+//! forked child's event thread did, hanging Redis's `BGSAVE`). The heap's
+//! memory comes from one reserved range, so `free` tells its blocks from
+//! the program's by address ([`owns`]), whichever thread frees them.
 #![allow(unsafe_code)]
 
 use dlmalloc::{Allocator, Dlmalloc};
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// Pages straight from the kernel.
+/// The heap's address range: reserved (`PROT_NONE`, no memory) at the
+/// first allocation, handed out to the heap from the bottom up.
+const RANGE_BYTES: usize = 64 << 30;
+static RANGE_BASE: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of the range handed out (changed under the heap's lock: dlmalloc
+/// calls its system allocator with it held).
+static RANGE_USED: AtomicUsize = AtomicUsize::new(0);
+
+/// True if `p` was allocated from this heap. Async-signal-safe.
+pub fn owns(p: *const u8) -> bool {
+    let base = RANGE_BASE.load(Ordering::Acquire);
+    base != 0 && (p as usize).wrapping_sub(base) < RANGE_BYTES
+}
+
+/// Maps `size` bytes read-write at `addr` (in the reserved range), or
+/// makes them `PROT_NONE` again.
+fn remap_fixed(addr: usize, size: usize, prot: i32) -> bool {
+    crate::sys::raw_mmap(
+        addr as *mut libc::c_void,
+        size,
+        prot,
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+        -1,
+        0,
+    ) as usize
+        == addr
+}
+
+/// Pages from the heap's reserved range.
 struct RawPages;
 
-// SAFETY: the methods below return fresh private anonymous mappings (or
-// null), free only what they were given, and report what mmap guarantees
-// (zeroed memory, 4 KiB pages).
+// SAFETY: the methods below return fresh private anonymous mappings in the
+// reserved range (or null), free only what they were given, and report
+// what mmap guarantees (zeroed memory, 4 KiB pages). They run with the
+// heap's lock held, which serialises RANGE_USED.
 unsafe impl Allocator for RawPages {
     fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
-        let p = crate::sys::raw_mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            (std::ptr::null_mut(), 0, 0)
-        } else {
-            (p.cast(), size, 0)
+        let mut base = RANGE_BASE.load(Ordering::Acquire);
+        if base == 0 {
+            let p = crate::sys::raw_mmap(
+                std::ptr::null_mut(),
+                RANGE_BYTES,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+            if p == libc::MAP_FAILED {
+                return (std::ptr::null_mut(), 0, 0);
+            }
+            base = p as usize;
+            RANGE_BASE.store(base, Ordering::Release);
         }
+        let size = size.next_multiple_of(zpage_codec::PAGE_SIZE);
+        let used = RANGE_USED.load(Ordering::Relaxed);
+        if RANGE_BYTES - used < size
+            || !remap_fixed(base + used, size, libc::PROT_READ | libc::PROT_WRITE)
+        {
+            return (std::ptr::null_mut(), 0, 0);
+        }
+        RANGE_USED.store(used + size, Ordering::Relaxed);
+        ((base + used) as *mut u8, size, 0)
     }
 
-    fn remap(&self, ptr: *mut u8, oldsize: usize, newsize: usize, can_move: bool) -> *mut u8 {
-        let flags = if can_move { libc::MREMAP_MAYMOVE } else { 0 };
-        let p = crate::sys::raw_mremap(ptr.cast(), oldsize, newsize, flags);
-        if p == libc::MAP_FAILED {
-            std::ptr::null_mut()
-        } else {
-            p.cast()
-        }
+    fn remap(&self, _ptr: *mut u8, _oldsize: usize, _newsize: usize, _can_move: bool) -> *mut u8 {
+        // dlmalloc then takes a new segment.
+        std::ptr::null_mut()
     }
 
     fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
-        crate::sys::raw_mremap(ptr.cast(), oldsize, newsize, 0) != libc::MAP_FAILED
+        remap_fixed(ptr as usize + newsize, oldsize - newsize, libc::PROT_NONE)
     }
 
     fn free(&self, ptr: *mut u8, size: usize) -> bool {
-        crate::sys::raw_munmap(ptr.cast(), size) == 0
+        // The addresses are not reused: the range is far larger than
+        // anything zpage allocates, and its memory goes back to the kernel.
+        remap_fixed(ptr as usize, size, libc::PROT_NONE)
     }
 
     fn can_release_part(&self, _flags: u32) -> bool {
@@ -143,6 +191,86 @@ unsafe impl GlobalAlloc for PrivateHeap {
 
 #[global_allocator]
 pub static HEAP: PrivateHeap = PrivateHeap::new();
+
+/// Bytes in front of every block of the C-library interface: where the
+/// dlmalloc block starts, and its size.
+const HEADER: usize = 16;
+
+/// `malloc` from this heap for the C library's calls on zpage's threads:
+/// `n` bytes aligned to `align` (at least 16), or null.
+pub fn c_malloc(n: usize, align: usize) -> *mut u8 {
+    let align = align.max(HEADER);
+    let Some(total) = n.checked_add(align).and_then(|t| t.checked_add(HEADER)) else {
+        return std::ptr::null_mut();
+    };
+    let Ok(layout) = Layout::from_size_align(total, HEADER) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: a non-zero size with a valid alignment.
+    let raw = unsafe { HEAP.alloc(layout) };
+    if raw.is_null() {
+        return raw;
+    }
+    let user = (raw as usize + HEADER).next_multiple_of(align);
+    // SAFETY: user - HEADER >= raw, and user + n <= raw + total: the header
+    // words lie inside the block, 8-aligned.
+    unsafe {
+        *((user - HEADER) as *mut usize) = raw as usize;
+        *((user - HEADER + 8) as *mut usize) = total;
+    }
+    user as *mut u8
+}
+
+/// The dlmalloc block and its size behind a block of [`c_malloc`].
+///
+/// # Safety
+/// `p` came from [`c_malloc`] and is live.
+unsafe fn block_of(p: *mut u8) -> (*mut u8, usize) {
+    // SAFETY: per the contract, the header words precede `p`.
+    unsafe {
+        (
+            *((p as usize - HEADER) as *const usize) as *mut u8,
+            *((p as usize - HEADER + 8) as *const usize),
+        )
+    }
+}
+
+/// `free` of a block of [`c_malloc`].
+///
+/// # Safety
+/// `p` came from [`c_malloc`] and is live.
+pub unsafe fn c_free(p: *mut u8) {
+    // SAFETY: the contract.
+    let (raw, total) = unsafe { block_of(p) };
+    // SAFETY: the block was allocated with this layout.
+    unsafe { HEAP.dealloc(raw, Layout::from_size_align_unchecked(total, HEADER)) };
+}
+
+/// `malloc_usable_size` of a block of [`c_malloc`].
+///
+/// # Safety
+/// `p` came from [`c_malloc`] and is live.
+pub unsafe fn c_usable_size(p: *mut u8) -> usize {
+    // SAFETY: the contract.
+    let (raw, total) = unsafe { block_of(p) };
+    total - (p as usize - raw as usize)
+}
+
+/// `realloc` of a block of [`c_malloc`] (or null) to `n` bytes.
+///
+/// # Safety
+/// `p` is null or came from [`c_malloc`] and is live.
+pub unsafe fn c_realloc(p: *mut u8, n: usize) -> *mut u8 {
+    let q = c_malloc(n, HEADER);
+    if !p.is_null() && !q.is_null() {
+        // SAFETY: both blocks are live for the copied length.
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, q, c_usable_size(p).min(n));
+            c_free(p);
+        }
+    }
+    q
+}
 
 /// Taken by the fork prepare hook so the child never inherits the heap
 /// locked by a thread that does not exist there.

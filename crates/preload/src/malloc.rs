@@ -14,8 +14,14 @@
 //! interposer. While the next `malloc` is being looked up (the first call
 //! in the process, before any thread is started in practice), a call made
 //! by the lookup itself goes to glibc's `__libc_malloc` family instead.
+//!
+//! zpage's own threads never reach the program's allocator: their calls
+//! (the C library's thread-local destructor registration, zstd's contexts,
+//! DNS lookups) are served from zpage's private heap (`alloc::c_malloc`),
+//! and `free` and `realloc` recognise its blocks by address on any thread.
 #![allow(unsafe_code)]
 
+use crate::alloc;
 use crate::mm::{copy_nonzero_pages, next_munmap};
 use crate::real;
 use crate::state::{self, Made};
@@ -78,10 +84,7 @@ unsafe fn next_free(p: *mut c_void) {
 /// A region for an allocation of `n` bytes, if it should and can have one.
 fn place(n: usize, align: usize) -> Option<*mut c_void> {
     let state = state::placing()?;
-    // zpage's own threads (the reclaimer sampling pages to train a
-    // dictionary, the trainer) never place their buffers in regions: they
-    // would fault on the budget they serve.
-    if n < state.config.min_mapping_bytes || align > PAGE_SIZE || sys::on_zpage_thread() {
+    if n < state.config.min_mapping_bytes || align > PAGE_SIZE {
         return None;
     }
     let _inside = Inside::enter();
@@ -136,6 +139,9 @@ fn free_ours(p: *mut c_void) -> bool {
 /// `malloc(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
+    if zpage_region::on_zpage_thread() {
+        return alloc::c_malloc(n, 1).cast();
+    }
     if let Some(p) = place(n, 1) {
         return p;
     }
@@ -147,6 +153,17 @@ pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
 /// `calloc(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: size_t, m: size_t) -> *mut c_void {
+    if zpage_region::on_zpage_thread() {
+        let Some(total) = n.checked_mul(m) else {
+            return std::ptr::null_mut();
+        };
+        let p = alloc::c_malloc(total, 1);
+        if !p.is_null() {
+            // SAFETY: a fresh block of `total` bytes.
+            unsafe { std::ptr::write_bytes(p, 0, total) };
+        }
+        return p.cast();
+    }
     if let Some(total) = n.checked_mul(m) {
         // A fresh region reads as zeros.
         if let Some(p) = place(total, 1) {
@@ -166,6 +183,10 @@ pub unsafe extern "C" fn calloc(n: size_t, m: size_t) -> *mut c_void {
 /// `free(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    if alloc::owns(p.cast()) {
+        // SAFETY: a live block of zpage's heap (free's contract).
+        return unsafe { alloc::c_free(p.cast()) };
+    }
     if !free_ours(p) {
         // SAFETY: not ours, so the next allocator's.
         unsafe { next_free(p) }
@@ -176,6 +197,10 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// `realloc(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
+    if alloc::owns(p.cast()) || (p.is_null() && zpage_region::on_zpage_thread()) {
+        // SAFETY: null or a live block of zpage's heap (realloc's contract).
+        return unsafe { alloc::c_realloc(p.cast(), n) }.cast();
+    }
     if p.is_null() {
         // SAFETY: same contract.
         return unsafe { malloc(n) };
@@ -235,6 +260,9 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
 }
 
 fn aligned(align: size_t, n: size_t) -> *mut c_void {
+    if zpage_region::on_zpage_thread() {
+        return alloc::c_malloc(n, align).cast();
+    }
     if let Some(p) = place(n, align) {
         return p;
     }
@@ -295,6 +323,10 @@ pub unsafe extern "C" fn pvalloc(n: size_t) -> *mut c_void {
 /// `malloc_usable_size(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
+    if alloc::owns(p.cast()) {
+        // SAFETY: a live block of zpage's heap.
+        return unsafe { alloc::c_usable_size(p.cast()) };
+    }
     if let Some(len) = ours(p) {
         return len;
     }

@@ -85,7 +85,7 @@ pub unsafe extern "C" fn mmap(
 ) -> *mut c_void {
     if let Some(state) = state::placing() {
         if placeable(addr, len, prot, flags, state.config.min_mapping_bytes)
-            && !sys::on_zpage_thread()
+            && !zpage_region::on_zpage_thread()
         {
             let _inside = Inside::enter();
             if let Some(base) = state.place(len, false) {
@@ -174,7 +174,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
     if matches!(advice, libc::MADV_POPULATE_READ | libc::MADV_POPULATE_WRITE) {
         // The kernel cannot populate an evicted page (EFAULT): restore first.
         // zpage's reclaimer issues this advice itself, on pages it holds.
-        if program_call(addr as usize, len).is_some() && !sys::on_zpage_thread() {
+        if program_call(addr as usize, len).is_some() && !zpage_region::on_zpage_thread() {
             let _inside = Inside::enter();
             let _ = zpage_region::prefault_range(addr as usize, len);
         }

@@ -26,17 +26,6 @@ pub fn raw_munmap(addr: *mut libc::c_void, len: usize) -> i32 {
     unsafe { libc::syscall(libc::SYS_munmap, addr, len) as i32 }
 }
 
-/// `mremap(2)` without a new address, as a raw system call.
-pub fn raw_mremap(
-    addr: *mut libc::c_void,
-    old: usize,
-    new: usize,
-    flags: i32,
-) -> *mut libc::c_void {
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_mremap, addr, old, new, flags, 0usize) as *mut libc::c_void }
-}
-
 pub use zpage_syscalls::{set_errno, stderr_line};
 
 thread_local! {
@@ -78,12 +67,4 @@ impl Drop for Inside {
         // The guard, a field, restores the signal mask after this.
         INSIDE.with(|c| c.set(self.was));
     }
-}
-
-/// True on one of zpage's own threads (they are all named `zpage-...`).
-pub fn on_zpage_thread() -> bool {
-    let mut name = [0u8; 16];
-    // SAFETY: PR_GET_NAME writes at most 16 bytes into the buffer.
-    let rc = unsafe { libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr()) };
-    rc == 0 && name.starts_with(b"zpage-")
 }

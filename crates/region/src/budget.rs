@@ -18,7 +18,6 @@ use crate::tier_reader::TierReader;
 use crate::workers::WorkerSlots;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use zpage_store::{PageRef, PageStore, PageStoreConfig};
 
 /// A userfaultfd zpage owns. Closed on drop, unless the program closed it
@@ -801,7 +800,7 @@ const ADMITS_PER_WAKE: usize = 128;
 #[derive(Debug)]
 pub(crate) struct Owner {
     pub shared: Arc<Shared>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: Mutex<Vec<sys::ZpageThread>>,
     /// The process the threads run in (a forked child has none of them).
     threads_pid: i32,
 }
@@ -818,7 +817,7 @@ impl Drop for Owner {
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         if self.threads_pid == sys::getpid() {
             for thread in threads {
-                let _ = thread.join();
+                thread.join();
             }
         } else {
             // A forked child: the threads stayed in the parent.

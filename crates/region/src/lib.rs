@@ -434,7 +434,7 @@ pub use signal::{
 };
 /// For front ends that run zpage code inside the program (the preload
 /// library): the same signal discipline as the region's own threads.
-pub use sys::{spawn_blocking_signals, Fatal, SignalGuard};
+pub use sys::{on_zpage_thread, spawn_blocking_signals, Fatal, SignalGuard, ZpageThread};
 pub use table::MAX_REGIONS;
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;

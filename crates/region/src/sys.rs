@@ -863,14 +863,69 @@ impl Drop for SignalGuard {
 pub fn spawn_blocking_signals(
     name: &str,
     body: Box<dyn FnOnce() + Send>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
+) -> std::io::Result<ZpageThread> {
+    struct Start {
+        name: std::ffi::CString,
+        body: Box<dyn FnOnce() + Send>,
+    }
+    extern "C" fn start(arg: *mut c_void) -> *mut c_void {
+        // First, before anything on this thread can allocate: the C
+        // library's first thread-local destructor registration (Rust's
+        // runtime makes one) allocates through `calloc`, and under the
+        // preload library zpage's threads allocate from zpage's own heap.
+        ZPAGE_THREAD.with(|t| t.set(true));
+        // SAFETY: `arg` is the Box made by spawn_blocking_signals, handed
+        // over to this thread alone.
+        let start = unsafe { Box::from_raw(arg.cast::<Start>()) };
+        // SAFETY: sets this thread's name from a NUL-terminated string of
+        // at most 15 bytes (longer names are cut by the kernel).
+        unsafe { libc::prctl(libc::PR_SET_NAME, start.name.as_ptr()) };
+        let body = start.body;
+        // A panic must not unwind out of an `extern "C"` function: it is
+        // reported by the panic hook and the thread ends.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+        std::ptr::null_mut()
+    }
+    let name = std::ffi::CString::new(name)
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let arg = Box::into_raw(Box::new(Start { name, body }));
     let _blocked_while_spawning = SignalGuard::block_async();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            ZPAGE_THREAD.with(|t| t.set(true));
-            body()
-        })
+    let mut thread: libc::pthread_t = 0;
+    // SAFETY: `start` has pthread's start-routine type and takes ownership
+    // of `arg` only if the thread is created.
+    let rc = unsafe { libc::pthread_create(&mut thread, std::ptr::null(), start, arg.cast()) };
+    if rc != 0 {
+        // SAFETY: not handed to any thread: reclaimed here.
+        drop(unsafe { Box::from_raw(arg) });
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    Ok(ZpageThread { thread })
+}
+
+/// One of zpage's threads ([`spawn_blocking_signals`]), to be joined.
+#[derive(Debug)]
+pub struct ZpageThread {
+    thread: libc::pthread_t,
+}
+
+impl ZpageThread {
+    /// Waits for the thread to end.
+    pub fn join(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: a thread made by pthread_create and joined once (join
+        // consumes the handle, whose Drop would detach it).
+        unsafe { libc::pthread_join(this.thread, std::ptr::null_mut()) };
+    }
+}
+
+impl Drop for ZpageThread {
+    /// A handle let go without joining detaches its thread (as Rust's
+    /// `JoinHandle` does), so its resources go when it ends.
+    fn drop(&mut self) {
+        // SAFETY: a thread made by pthread_create, neither joined nor
+        // detached before.
+        unsafe { libc::pthread_detach(self.thread) };
+    }
 }
 
 thread_local! {
@@ -1163,7 +1218,7 @@ mod tests {
             }),
         )
         .unwrap();
-        blocked.join().unwrap();
+        blocked.join();
         assert!(
             !blocks_signal(libc::SIGALRM),
             "the spawning thread's mask is restored"
