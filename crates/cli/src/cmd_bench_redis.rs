@@ -174,7 +174,7 @@ fn print_report(report: &RedisReport) {
     );
     for (n, b) in report.later_bgsaves.iter().enumerate() {
         println!(
-            "  BGSAVE {} of {} MiB in {:.1} s, loaded by a plain server: {} keys, digest {}",
+            "  BGSAVE {} of {} in {:.1} s, loaded by a plain server: {} keys, digest {}",
             n + 2,
             mib(b.rdb_bytes),
             b.seconds,

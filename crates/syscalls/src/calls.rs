@@ -166,12 +166,83 @@ macro_rules! define_guarded_call {
             $pieces
             let mut $s = Spans::new();
             $spans
-            guarded($policy, stringify!($name), &$s, || $call($($arg),*)) as $ret
+            const RAW: Option<$crate::calls::RawForm> = $crate::calls::raw_form(stringify!($name));
+            let raw = RAW.map(|(nr, extra)| {
+                let mut args = [0i64; 6];
+                for (slot, value) in args.iter_mut().zip([$($arg as i64),*]) {
+                    *slot = value;
+                }
+                if let Some((i, value)) = extra {
+                    args[i] = value;
+                }
+                (nr, args)
+            });
+            guarded($policy, stringify!($name), &$s, raw, || $call($($arg),*)) as $ret
         }
     };
 }
 
 for_each_wrapped_call!(crate::define_guarded_calls);
+
+/// A system call number and, at most, one argument of a fixed value
+/// (index, value) past the function's own.
+#[doc(hidden)]
+pub type RawForm = (i64, Option<(usize, i64)>);
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The system call a wrapped function makes, when it is exactly one call
+/// with the function's arguments in order (and at most one more, fixed):
+/// with the system-call trap installed, a wrapper whose buffers it pinned
+/// makes that call from the trampoline itself, instead of through the C
+/// library, where the filter would trap it again and pin the same pages a
+/// second time. Evaluated at compile time, per wrapped function.
+#[doc(hidden)]
+pub const fn raw_form(name: &str) -> Option<RawForm> {
+    const FORMS: [(&str, RawForm); 18] = [
+        ("read", (libc::SYS_read, None)),
+        ("write", (libc::SYS_write, None)),
+        ("pread", (libc::SYS_pread64, None)),
+        ("pread64", (libc::SYS_pread64, None)),
+        ("pwrite", (libc::SYS_pwrite64, None)),
+        ("pwrite64", (libc::SYS_pwrite64, None)),
+        ("readv", (libc::SYS_readv, None)),
+        ("writev", (libc::SYS_writev, None)),
+        // No address: the two arguments past the four given are zero.
+        ("send", (libc::SYS_sendto, None)),
+        ("sendto", (libc::SYS_sendto, None)),
+        ("sendmsg", (libc::SYS_sendmsg, None)),
+        ("recv", (libc::SYS_recvfrom, None)),
+        ("recvfrom", (libc::SYS_recvfrom, None)),
+        ("recvmsg", (libc::SYS_recvmsg, None)),
+        ("poll", (libc::SYS_poll, None)),
+        // The kernel's signal set is 8 bytes.
+        ("ppoll", (libc::SYS_ppoll, Some((4, 8)))),
+        ("epoll_wait", (libc::SYS_epoll_wait, None)),
+        ("getrandom", (libc::SYS_getrandom, None)),
+    ];
+    let mut i = 0;
+    while i < FORMS.len() {
+        if same(FORMS[i].0, name) {
+            return Some(FORMS[i].1);
+        }
+        i += 1;
+    }
+    None
+}
 
 /// The C type of `syscall(3)` as the wrappers declare it: the variadic
 /// arguments as six fixed ones (on x86-64 and AArch64 they are passed alike,
@@ -228,7 +299,7 @@ pub unsafe fn syscall<P: Policy>(
         if futex_second_word(b) {
             s.add(e as usize, 4);
         }
-        return guarded(policy, "futex", &s, call) as libc::c_long;
+        return guarded(policy, "futex", &s, Some((nr, args)), call) as libc::c_long;
     }
     let r = call();
     if r == -1 && crate::guard::errno() == libc::EFAULT && !policy.passes_through() {

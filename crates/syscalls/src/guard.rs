@@ -64,6 +64,7 @@ pub fn guarded<P: Policy>(
     policy: &P,
     name: &str,
     spans: &Spans,
+    raw: Option<(i64, [i64; 6])>,
     mut call: impl FnMut() -> isize,
 ) -> isize {
     if policy.passes_through() {
@@ -93,7 +94,25 @@ pub fn guarded<P: Policy>(
         return retried(policy, name, spans, call);
     }
     policy.count_pinned();
-    let r = call();
+    let r = match raw {
+        // The buffers are pinned: the call is made from the trampoline,
+        // which the trap's filter lets through (through the C library it
+        // would be trapped and pinned a second time). Its cancellation
+        // point is not the C library's: a thread cancelled while blocked
+        // here is cancelled at its next one.
+        Some((nr, args)) if crate::trap::installed() => {
+            // SAFETY: the wrapped function's own system call with the
+            // caller's arguments, its memory pinned.
+            let k = unsafe { zpage_region::far::syscall(nr, args) };
+            if (-4095..0).contains(&k) {
+                set_errno(-k as i32);
+                -1
+            } else {
+                k as isize
+            }
+        }
+        _ => call(),
+    };
     let saved = errno();
     {
         let _inside = policy.enter();

@@ -46,6 +46,7 @@ fn scenario() {
         "stdio" => stdio(),
         "no_trap" => no_trap(),
         "big_write" => big_write(),
+        "wrapped" => wrapped(),
         other => panic!("no scenario {other}"),
     }
     println!("SCENARIO PASSED");
@@ -250,6 +251,59 @@ fn big_write() {
     assert!(written.iter().enumerate().all(|(i, &b)| b == pattern(i)));
 }
 
+/// Every region of the process is zpage's (the in-process rule).
+struct AnyRegion;
+
+impl zpage_syscalls::Policy for AnyRegion {
+    type Inside = ();
+    fn passes_through(&self) -> bool {
+        false
+    }
+    fn in_region(&self, addr: usize, len: usize) -> bool {
+        zpage_region::overlaps_any_region(addr, len)
+    }
+    fn enter(&self) {}
+    const ADVICE: &'static str = "(test)";
+}
+
+/// A wrapped call whose buffer the wrapper pinned is made from the
+/// trampoline: the filter does not trap it a second time.
+fn wrapped() {
+    zpage_syscalls::trap::install().expect("install");
+    let region = evicted(4 * MIB, MIB);
+    let mut fds = [0i32; 2];
+    // SAFETY: a valid two-int array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let before = zpage_syscalls::trap::trapped_calls();
+    // SAFETY: 4096 bytes of the region, the C library's write.
+    let n = unsafe {
+        zpage_syscalls::calls::write(
+            &AnyRegion,
+            Some(libc::write),
+            fds[1],
+            region.as_ptr().cast(),
+            4096,
+        )
+    };
+    assert_eq!(n, 4096, "errno {}", errno());
+    assert_eq!(
+        zpage_syscalls::trap::trapped_calls(),
+        before,
+        "trapped again"
+    );
+    let mut back = vec![0u8; 4096];
+    // SAFETY: a local buffer.
+    let got = unsafe { libc::read(fds[0], back.as_mut_ptr().cast(), 4096) };
+    assert_eq!(got, 4096);
+    assert!(back.iter().enumerate().all(|(i, &b)| b == pattern(i)));
+    // The same call through the C library alone is trapped.
+    evict_all(&region);
+    // SAFETY: as above.
+    let n = unsafe { libc::write(fds[1], region.as_ptr().cast(), 4096) };
+    assert_eq!(n, 4096);
+    assert_eq!(zpage_syscalls::trap::trapped_calls(), before + 1);
+}
+
 /// Without the trap (regions placed in the far range, no filter) the
 /// kernel fails the same call: the scenarios above would fail without it.
 fn no_trap() {
@@ -278,6 +332,11 @@ fn stdio_writes_a_string_larger_than_the_budget_whole() {
 #[test]
 fn a_write_larger_than_half_the_budget_goes_in_pieces() {
     in_child("big_write");
+}
+
+#[test]
+fn a_wrapped_call_is_made_from_the_trampoline_not_trapped_again() {
+    in_child("wrapped");
 }
 
 #[test]
