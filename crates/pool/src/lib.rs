@@ -15,6 +15,10 @@
 //! - [`PoolKind::TwoSlot`]: Linux zbud. Two buddies per page; never worse
 //!   than one blob per page, never better than two.
 //!
+//! [`PoolKind::packing`] gives a design's page count for blobs stored in
+//! order and never freed from their lengths alone (see [`Packing`]): how
+//! `zpage analyze` sizes pools for any amount of memory.
+//!
 //! Pools are single-threaded data structures (`&mut self` to change them);
 //! callers that share one wrap it in a lock. Handles are checked on every
 //! call: a stale, double-freed or foreign handle is a [`PoolError`], never a
@@ -24,6 +28,7 @@
 mod error;
 mod handle;
 mod lists;
+mod packing;
 mod size_class;
 mod slotted;
 mod stats;
@@ -35,6 +40,7 @@ use std::str::FromStr;
 
 pub use error::{PoolError, Result};
 pub use handle::Handle;
+pub use packing::{Packed, Packing};
 pub use size_class::{class_size_for, huge_class_size, SizeClassPool};
 pub use stats::{format_classes, ClassStats, CompactStats, PoolStats};
 pub use tri_page::TriPagePool;
@@ -124,6 +130,17 @@ impl PoolKind {
             PoolKind::SizeClass => Box::new(SizeClassPool::new()),
             PoolKind::TriPage => Box::new(TriPagePool::new()),
             PoolKind::TwoSlot => Box::new(TwoSlotPool::new()),
+        }
+    }
+
+    /// This design's packing, from blob lengths alone: the pages and
+    /// per-class table a pool of this kind would show after storing the
+    /// same blobs in the same order with nothing freed.
+    pub fn packing(self) -> Box<dyn Packing> {
+        match self {
+            PoolKind::SizeClass => Box::new(size_class::SizeClassPacking::new()),
+            PoolKind::TriPage => Box::new(tri_page::TriPagePacking::new()),
+            PoolKind::TwoSlot => Box::new(two_slot::TwoSlotPacking::new()),
         }
     }
 }

@@ -27,7 +27,9 @@ use crate::handle::{Generation, HandleCodec};
 use crate::lists::IdLists;
 use crate::stats::Counters;
 use crate::PAGE_SIZE;
-use crate::{ClassStats, CompactStats, Handle, Pool, PoolError, PoolKind, PoolStats, Result};
+use crate::{
+    ClassStats, CompactStats, Handle, Packed, Packing, Pool, PoolError, PoolKind, PoolStats, Result,
+};
 
 /// Smallest object size (`ZS_MIN_ALLOC_SIZE`).
 const MIN_ALLOC_SIZE: usize = 32;
@@ -203,6 +205,23 @@ impl ClassState {
         let wasted = self.objects_allocated() - self.objects_used;
         wasted / u64::from(self.geometry.objs_per_zspage)
             * u64::from(self.geometry.pages_per_zspage)
+    }
+
+    fn pages(&self) -> u64 {
+        self.zspages * u64::from(self.geometry.pages_per_zspage)
+    }
+
+    /// This class's row of the table, given its zspages per fullness column.
+    fn row(&self, fullness: [u64; 11]) -> ClassStats {
+        ClassStats {
+            class_size: self.geometry.size,
+            fullness,
+            objects_allocated: self.objects_allocated(),
+            objects_used: self.objects_used,
+            pages_used: self.pages(),
+            pages_per_span: self.geometry.pages_per_zspage,
+            freeable_pages: self.freeable_pages(),
+        }
     }
 }
 
@@ -574,15 +593,74 @@ impl Pool for SizeClassPool {
                         .len(Self::list_index(class as u16, group))
                         as u64;
                 }
-                ClassStats {
-                    class_size: state.geometry.size,
-                    fullness,
-                    objects_allocated: state.objects_allocated(),
-                    objects_used: state.objects_used,
-                    pages_used: state.zspages * u64::from(state.geometry.pages_per_zspage),
-                    pages_per_span: state.geometry.pages_per_zspage,
-                    freeable_pages: state.freeable_pages(),
+                state.row(fullness)
+            })
+            .collect()
+    }
+}
+
+/// The size-class pool's packing in closed form (see [`crate::packing`]):
+/// with nothing freed, each class holds `ceil(objects / objs_per_zspage)`
+/// zspages, all full but the last.
+#[derive(Debug)]
+pub(crate) struct SizeClassPacking {
+    /// Objects per (merged) class, indexed like `ClassTable::classes`.
+    objects_per_class: Vec<u64>,
+    totals: Packed,
+}
+
+impl SizeClassPacking {
+    pub(crate) fn new() -> Self {
+        Self {
+            objects_per_class: vec![0; class_table().classes.len()],
+            totals: Packed::default(),
+        }
+    }
+
+    /// Each class as the pool would hold it: only as many zspages as its objects fill.
+    fn states(&self) -> impl Iterator<Item = ClassState> + '_ {
+        class_table()
+            .classes
+            .iter()
+            .zip(&self.objects_per_class)
+            .map(|(&geometry, &objects)| ClassState {
+                geometry,
+                zspages: objects.div_ceil(u64::from(geometry.objs_per_zspage)),
+                objects_used: objects,
+            })
+    }
+}
+
+impl Packing for SizeClassPacking {
+    fn kind(&self) -> PoolKind {
+        PoolKind::SizeClass
+    }
+
+    fn add(&mut self, len: usize) -> Result<()> {
+        self.totals.add_object(len)?;
+        let class = class_table().class_of_index[size_class_index(len + HANDLE_SIZE)];
+        self.objects_per_class[usize::from(class)] += 1;
+        Ok(())
+    }
+
+    fn packed(&self) -> Packed {
+        Packed {
+            pages: self.states().map(|state| state.pages()).sum(),
+            ..self.totals
+        }
+    }
+
+    fn classes(&self) -> Vec<ClassStats> {
+        self.states()
+            .map(|state| {
+                let per_zspage = u64::from(state.geometry.objs_per_zspage);
+                let mut fullness = [0u64; 11];
+                fullness[GROUP_FULL - 1] = state.objects_used / per_zspage;
+                let last = (state.objects_used % per_zspage) as u32;
+                if last > 0 {
+                    fullness[fullness_group(last, state.geometry.objs_per_zspage) - 1] += 1;
                 }
+                state.row(fullness)
             })
             .collect()
     }

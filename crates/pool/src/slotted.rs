@@ -3,6 +3,7 @@
 //! where a slot sits in its page and which page a blob goes to; how pages,
 //! handles, lengths and counters are kept is this module's job.
 
+use std::collections::BTreeMap;
 use std::mem::size_of;
 
 use crate::handle::{Generation, HandleCodec};
@@ -12,13 +13,28 @@ use crate::{ClassStats, Handle, PoolError, PoolKind, PoolStats, Result, PAGE_SIZ
 /// Slots per page.
 pub(crate) const SLOTS: usize = 3;
 
+/// The blob length in each slot of a page; 0 means free. Where a design puts
+/// the next blob is a function of these alone, so the pools and their
+/// packing replays (`crate::packing`) apply the same rules to them.
+pub(crate) type SlotLens = [u16; SLOTS];
+
+/// Bytes of blobs in a page with these slot lengths.
+pub(crate) fn used_bytes(lens: &SlotLens) -> u64 {
+    lens.iter().map(|&len| u64::from(len)).sum()
+}
+
+/// Blobs in a page with these slot lengths.
+pub(crate) fn objects(lens: &SlotLens) -> u64 {
+    lens.iter().filter(|&&len| len != 0).count() as u64
+}
+
 /// One page and the record of what it holds (Zircon keeps this in `vm_page_t`,
 /// zbud in its in-page header).
 pub(crate) struct SlottedPage {
     /// `None` while the page id is free for reuse.
     memory: Option<Box<[u8]>>,
     /// Blob length per slot; 0 means free.
-    lens: [u16; SLOTS],
+    lens: SlotLens,
     /// Bumped on each store into the slot, so old handles go stale.
     generations: [Generation; SLOTS],
 }
@@ -29,17 +45,44 @@ impl SlottedPage {
         usize::from(self.lens[slot])
     }
 
+    /// The blob length in each slot.
+    pub(crate) fn lens(&self) -> &SlotLens {
+        &self.lens
+    }
+
     /// Whether no slot holds a blob.
     pub(crate) fn is_empty(&self) -> bool {
         self.lens == [0; SLOTS]
     }
+}
 
-    fn used_bytes(&self) -> u64 {
-        self.lens.iter().map(|&len| u64::from(len)).sum()
+/// Per-class rows of a table of pages that hold at most three blobs, built a
+/// page at a time (by a pool from its live pages, by a packing replay from
+/// the lengths it keeps).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SlottedRows(BTreeMap<u32, ClassStats>);
+
+impl SlottedRows {
+    /// Counts a page of class `class_size` with these slot lengths, which can hold `slots` blobs.
+    pub(crate) fn add_page(&mut self, class_size: u32, lens: &SlotLens, slots: u64) {
+        let row = self.0.entry(class_size).or_insert_with(|| ClassStats {
+            class_size,
+            fullness: [0; 11],
+            objects_allocated: 0,
+            objects_used: 0,
+            pages_used: 0,
+            pages_per_span: 1,
+            freeable_pages: 0,
+        });
+        row.fullness[fullness_column(used_bytes(lens), PAGE_SIZE as u64)] += 1;
+        row.objects_allocated += slots;
+        row.objects_used += objects(lens);
+        row.pages_used += 1;
     }
 
-    fn objects(&self) -> u64 {
-        self.lens.iter().filter(|&&len| len != 0).count() as u64
+    /// The rows, smallest class first.
+    pub(crate) fn into_rows(self) -> Vec<ClassStats> {
+        self.0.into_values().collect()
     }
 }
 
@@ -161,26 +204,12 @@ impl SlottedPages {
         class_of: impl Fn(u32) -> u32,
         slots_of: impl Fn(&SlottedPage) -> u64,
     ) -> Vec<ClassStats> {
-        let mut rows = std::collections::BTreeMap::<u32, ClassStats>::new();
+        let mut rows = SlottedRows::default();
         for (id, page) in self.pages.iter().enumerate() {
-            if page.memory.is_none() {
-                continue;
+            if page.memory.is_some() {
+                rows.add_page(class_of(id as u32), &page.lens, slots_of(page));
             }
-            let class_size = class_of(id as u32);
-            let row = rows.entry(class_size).or_insert_with(|| ClassStats {
-                class_size,
-                fullness: [0; 11],
-                objects_allocated: 0,
-                objects_used: 0,
-                pages_used: 0,
-                pages_per_span: 1,
-                freeable_pages: 0,
-            });
-            row.fullness[fullness_column(page.used_bytes(), PAGE_SIZE as u64)] += 1;
-            row.objects_allocated += slots_of(page);
-            row.objects_used += page.objects();
-            row.pages_used += 1;
         }
-        rows.into_values().collect()
+        rows.into_rows()
     }
 }

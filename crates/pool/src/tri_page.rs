@@ -18,9 +18,9 @@
 use std::fmt;
 
 use crate::lists::IdLists;
-use crate::slotted::{SlottedPage, SlottedPages};
+use crate::slotted::{SlotLens, SlottedPages, SlottedRows, SLOTS};
 use crate::PAGE_SIZE;
-use crate::{ClassStats, CompactStats, Handle, Pool, PoolKind, PoolStats, Result};
+use crate::{ClassStats, CompactStats, Handle, Packed, Packing, Pool, PoolKind, PoolStats, Result};
 
 /// Width of one bucket (`kBucketSize = PAGE_SIZE / 64`).
 const BUCKET_BYTES: usize = PAGE_SIZE / 64;
@@ -50,8 +50,8 @@ fn mid_room_with(left: usize, right: usize) -> usize {
     }
 }
 
-fn len(page: &SlottedPage, slot: Slot) -> usize {
-    page.len(slot as usize)
+fn len(lens: &SlotLens, slot: Slot) -> usize {
+    usize::from(lens[slot as usize])
 }
 
 /// Where a blob of `len` bytes starts in `slot`.
@@ -63,13 +63,13 @@ fn offset(slot: usize, len: usize) -> usize {
     }
 }
 
-fn room(page: &SlottedPage, slot: Slot) -> usize {
+fn room(lens: &SlotLens, slot: Slot) -> usize {
     let (left, mid, right) = (
-        len(page, Slot::Left),
-        len(page, Slot::Mid),
-        len(page, Slot::Right),
+        len(lens, Slot::Left),
+        len(lens, Slot::Mid),
+        len(lens, Slot::Right),
     );
-    if len(page, slot) != 0 {
+    if len(lens, slot) != 0 {
         return 0;
     }
     match slot {
@@ -81,28 +81,48 @@ fn room(page: &SlottedPage, slot: Slot) -> usize {
     }
 }
 
-fn largest_room(page: &SlottedPage) -> usize {
+fn largest_room(lens: &SlotLens) -> usize {
     [Slot::Left, Slot::Mid, Slot::Right]
-        .map(|slot| room(page, slot))
+        .map(|slot| room(lens, slot))
         .into_iter()
         .max()
         .unwrap_or(0)
 }
 
-fn is_full(page: &SlottedPage) -> bool {
-    largest_room(page) < BUCKET_BYTES
+fn is_full(lens: &SlotLens) -> bool {
+    largest_room(lens) < BUCKET_BYTES
+}
+
+/// The bucket of a page that is neither full nor empty: its largest free slot, in 64 B steps.
+fn bucket_of(lens: &SlotLens) -> usize {
+    largest_room(lens) / BUCKET_BYTES - 1
+}
+
+/// `AllocateBucketLocked`'s choice: the smallest non-empty bucket (bit set
+/// in `non_empty_buckets`) whose pages all fit `len`.
+fn bucket_that_fits(non_empty_buckets: u64, len: usize) -> Option<usize> {
+    let first_bucket = (len - 1) / BUCKET_BYTES;
+    let candidates = non_empty_buckets & !((1u64 << first_bucket) - 1);
+    (candidates != 0).then(|| candidates.trailing_zeros() as usize)
+}
+
+/// The slot a blob of `len` bytes takes in a page its bucket promised room in.
+fn slot_in_bucketed_page(lens: &SlotLens, len: usize) -> Slot {
+    let slot = select_slot(lens, len);
+    debug_assert!(slot.is_some(), "bucket promised room for {len} bytes");
+    slot.unwrap_or(Slot::Left)
 }
 
 /// `select_slot`: of the slots that fit `len`, the one leaving the most
 /// room; left wins ties with right.
-fn select_slot(page: &SlottedPage, len_needed: usize) -> Option<Slot> {
-    let mut choice = (room(page, Slot::Left) >= len_needed).then_some(Slot::Left);
-    if room(page, Slot::Mid) >= len_needed {
+fn select_slot(lens: &SlotLens, len_needed: usize) -> Option<Slot> {
+    let mut choice = (room(lens, Slot::Left) >= len_needed).then_some(Slot::Left);
+    if room(lens, Slot::Mid) >= len_needed {
         choice = match choice {
             None => Some(Slot::Mid),
             Some(_) => {
                 let side_room_after_mid = mid_offset_for_len(len_needed);
-                let mid_room_after_left = mid_room_with(len_needed, len(page, Slot::Right));
+                let mid_room_after_left = mid_room_with(len_needed, len(lens, Slot::Right));
                 Some(if side_room_after_mid > mid_room_after_left {
                     Slot::Mid
                 } else {
@@ -111,12 +131,12 @@ fn select_slot(page: &SlottedPage, len_needed: usize) -> Option<Slot> {
             }
         };
     }
-    if room(page, Slot::Right) >= len_needed {
+    if room(lens, Slot::Right) >= len_needed {
         choice = match choice {
             None => Some(Slot::Right),
             Some(Slot::Mid) => {
                 let side_room_after_mid = mid_offset_for_len(len_needed);
-                let mid_room_after_right = mid_room_with(len(page, Slot::Left), len_needed);
+                let mid_room_after_right = mid_room_with(len(lens, Slot::Left), len_needed);
                 Some(if mid_room_after_right > side_room_after_mid {
                     Slot::Right
                 } else {
@@ -168,8 +188,8 @@ impl TriPagePool {
     /// Files a non-full, non-empty page under its largest free slot.
     fn insert_into_bucket(&mut self, id: u32) {
         let page = self.pages.page(id);
-        debug_assert!(!is_full(page) && !page.is_empty());
-        let bucket = largest_room(page) / BUCKET_BYTES - 1;
+        debug_assert!(!is_full(page.lens()) && !page.is_empty());
+        let bucket = bucket_of(page.lens());
         self.buckets.push(bucket, id);
         self.non_empty_buckets |= 1 << bucket;
     }
@@ -185,12 +205,7 @@ impl TriPagePool {
     /// `AllocateBucketLocked`: a page from the smallest bucket whose pages all
     /// fit `len`.
     fn take_page_that_fits(&mut self, len: usize) -> Option<u32> {
-        let first_bucket = (len - 1) / BUCKET_BYTES;
-        let candidates = self.non_empty_buckets & !((1u64 << first_bucket) - 1);
-        if candidates == 0 {
-            return None;
-        }
-        let bucket = candidates.trailing_zeros() as usize;
+        let bucket = bucket_that_fits(self.non_empty_buckets, len)?;
         let id = self.buckets.newest(bucket)?;
         self.remove_from_bucket(id);
         Some(id)
@@ -206,17 +221,13 @@ impl Pool for TriPagePool {
         let len = blob.len();
         crate::error::check_blob_len(len)?;
         let (id, slot) = match self.take_page_that_fits(len) {
-            Some(id) => {
-                let slot = select_slot(self.pages.page(id), len);
-                debug_assert!(slot.is_some(), "bucket {id} promised room for {len} bytes");
-                (id, slot.unwrap_or(Slot::Left))
-            }
+            Some(id) => (id, slot_in_bucketed_page(self.pages.page(id).lens(), len)),
             None => (self.pages.new_page(), Slot::Left),
         };
         let handle = self
             .pages
             .put(id, slot as usize, offset(slot as usize, len), blob);
-        if !is_full(self.pages.page(id)) {
+        if !is_full(self.pages.page(id).lens()) {
             self.insert_into_bucket(id);
         }
         Ok(handle)
@@ -233,7 +244,7 @@ impl Pool for TriPagePool {
         let (len, released) = self.pages.clear(id, slot);
         // Still full is possible: a small side blob freed next to a large
         // middle blob leaves less than a bucket of room.
-        if !released && !is_full(self.pages.page(id)) {
+        if !released && !is_full(self.pages.page(id).lens()) {
             self.insert_into_bucket(id);
         }
         Ok(len)
@@ -256,6 +267,81 @@ impl Pool for TriPagePool {
             },
             |_| 3,
         )
+    }
+}
+
+/// The tri-page packing, replayed on slot lengths (see [`crate::packing`]):
+/// the pages with room are kept per bucket as their three slot lengths; a
+/// full page takes nothing more and is only counted.
+#[derive(Debug)]
+pub(crate) struct TriPagePacking {
+    /// `buckets[b]`: the slot lengths of the pages in bucket `b`, newest
+    /// last (the order the pool's buckets hand them out).
+    buckets: Vec<Vec<SlotLens>>,
+    /// Bit `b` is set when bucket `b` has a page.
+    non_empty_buckets: u64,
+    /// Table rows of the full pages (class 0).
+    full: SlottedRows,
+    totals: Packed,
+}
+
+impl TriPagePacking {
+    pub(crate) fn new() -> Self {
+        Self {
+            buckets: vec![Vec::new(); BUCKETS],
+            non_empty_buckets: 0,
+            full: SlottedRows::default(),
+            totals: Packed::default(),
+        }
+    }
+
+    fn take_page_that_fits(&mut self, len: usize) -> Option<SlotLens> {
+        let bucket = bucket_that_fits(self.non_empty_buckets, len)?;
+        let lens = self.buckets[bucket].pop();
+        if self.buckets[bucket].is_empty() {
+            self.non_empty_buckets &= !(1 << bucket);
+        }
+        lens
+    }
+}
+
+impl Packing for TriPagePacking {
+    fn kind(&self) -> PoolKind {
+        PoolKind::TriPage
+    }
+
+    fn add(&mut self, len: usize) -> Result<()> {
+        self.totals.add_object(len)?;
+        let (mut lens, slot) = match self.take_page_that_fits(len) {
+            Some(lens) => (lens, slot_in_bucketed_page(&lens, len)),
+            None => {
+                self.totals.pages += 1;
+                ([0; SLOTS], Slot::Left)
+            }
+        };
+        lens[slot as usize] = len as u16;
+        if is_full(&lens) {
+            self.full.add_page(0, &lens, 3);
+        } else {
+            let bucket = bucket_of(&lens);
+            self.buckets[bucket].push(lens);
+            self.non_empty_buckets |= 1 << bucket;
+        }
+        Ok(())
+    }
+
+    fn packed(&self) -> Packed {
+        self.totals
+    }
+
+    fn classes(&self) -> Vec<ClassStats> {
+        let mut rows = self.full.clone();
+        for (bucket, pages) in self.buckets.iter().enumerate() {
+            for lens in pages {
+                rows.add_page(((bucket + 1) * BUCKET_BYTES) as u32, lens, 3);
+            }
+        }
+        rows.into_rows()
     }
 }
 

@@ -19,9 +19,9 @@
 use std::fmt;
 
 use crate::lists::IdLists;
-use crate::slotted::{SlottedPage, SlottedPages};
+use crate::slotted::{SlotLens, SlottedPage, SlottedPages, SlottedRows, SLOTS};
 use crate::PAGE_SIZE;
-use crate::{ClassStats, CompactStats, Handle, Pool, PoolKind, PoolStats, Result};
+use crate::{ClassStats, CompactStats, Handle, Packed, Packing, Pool, PoolKind, PoolStats, Result};
 
 /// `NCHUNKS_ORDER`: pages are split into 2^6 chunks.
 const CHUNK_BYTES: usize = PAGE_SIZE >> 6;
@@ -42,8 +42,26 @@ fn chunks_for(len: usize) -> usize {
     len.div_ceil(CHUNK_BYTES)
 }
 
-fn free_chunks(page: &SlottedPage) -> usize {
-    BUDDY_CHUNKS - chunks_for(page.len(FIRST)) - chunks_for(page.len(LAST))
+fn free_chunks(lens: &SlotLens) -> usize {
+    BUDDY_CHUNKS - chunks_for(usize::from(lens[FIRST])) - chunks_for(usize::from(lens[LAST]))
+}
+
+/// Where `zbud_alloc` puts a blob: a page of its own (too big for a buddy),
+/// or a buddy in the newest page of the first non-empty `unbuddied` list
+/// among `lists` (a new page when all are empty).
+enum Placement {
+    Dedicated,
+    Buddy { lists: std::ops::Range<usize> },
+}
+
+fn placement(len: usize) -> Placement {
+    if len > MAX_BUDDY_BYTES {
+        Placement::Dedicated
+    } else {
+        Placement::Buddy {
+            lists: chunks_for(len)..BUDDY_CHUNKS,
+        }
+    }
 }
 
 /// Where the blob of `bud` starts: after the header, right-justified, or at 0.
@@ -85,10 +103,12 @@ impl TwoSlotPool {
         }
     }
 
-    /// `zbud_alloc`'s search: the first unbuddied page with enough chunks,
-    /// and which of its buddies is free.
-    fn take_unbuddied(&mut self, chunks: usize) -> Option<(u32, usize)> {
-        let id = (chunks..BUDDY_CHUNKS).find_map(|free| self.unbuddied.newest(free))?;
+    /// `zbud_alloc`'s search: the newest page of the first non-empty list of
+    /// `lists`, and which of its buddies is free.
+    fn take_unbuddied(&mut self, lists: std::ops::Range<usize>) -> Option<(u32, usize)> {
+        let id = lists
+            .into_iter()
+            .find_map(|free| self.unbuddied.newest(free))?;
         self.unbuddied.remove(id);
         let bud = if self.pages.page(id).len(FIRST) == 0 {
             FIRST
@@ -107,13 +127,12 @@ impl Pool for TwoSlotPool {
     fn store(&mut self, blob: &[u8]) -> Result<Handle> {
         let len = blob.len();
         crate::error::check_blob_len(len)?;
-        let (id, bud) = if len > MAX_BUDDY_BYTES {
-            (self.pages.new_page(), DEDICATED)
-        } else {
-            match self.take_unbuddied(chunks_for(len)) {
+        let (id, bud) = match placement(len) {
+            Placement::Dedicated => (self.pages.new_page(), DEDICATED),
+            Placement::Buddy { lists } => match self.take_unbuddied(lists) {
                 Some(found) => found,
                 None => (self.pages.new_page(), FIRST),
-            }
+            },
         };
         // The last buddy is right-justified, so its offset depends on its length.
         let start = match bud {
@@ -123,7 +142,7 @@ impl Pool for TwoSlotPool {
         let handle = self.pages.put(id, bud, start, blob);
         let page = self.pages.page(id);
         if bud != DEDICATED && (page.len(FIRST) == 0 || page.len(LAST) == 0) {
-            self.unbuddied.push(free_chunks(page), id);
+            self.unbuddied.push(free_chunks(page.lens()), id);
         }
         Ok(handle)
     }
@@ -137,7 +156,7 @@ impl Pool for TwoSlotPool {
         self.unbuddied.remove(id);
         let (len, released) = self.pages.clear(id, bud);
         if !released {
-            let free = free_chunks(self.pages.page(id));
+            let free = free_chunks(self.pages.page(id).lens());
             self.unbuddied.push(free, id);
         }
         Ok(len)
@@ -160,6 +179,76 @@ impl Pool for TwoSlotPool {
             },
             |page| if page.len(DEDICATED) != 0 { 1 } else { 2 },
         )
+    }
+}
+
+/// zbud's packing, replayed on lengths (see [`crate::packing`]): the pages
+/// holding one buddy are kept per `unbuddied` list; a page with two buddies,
+/// or a dedicated one, takes nothing more and is only counted.
+#[derive(Debug)]
+pub(crate) struct TwoSlotPacking {
+    /// `unbuddied[n]`: the length of the one buddy of each page with `n`
+    /// free chunks, newest last (the order the pool's list hands them out).
+    unbuddied: Vec<Vec<u16>>,
+    /// Table rows of the pages no blob can join any more (class 0).
+    closed: SlottedRows,
+    totals: Packed,
+}
+
+impl TwoSlotPacking {
+    pub(crate) fn new() -> Self {
+        Self {
+            unbuddied: vec![Vec::new(); BUDDY_CHUNKS],
+            closed: SlottedRows::default(),
+            totals: Packed::default(),
+        }
+    }
+}
+
+impl Packing for TwoSlotPacking {
+    fn kind(&self) -> PoolKind {
+        PoolKind::TwoSlot
+    }
+
+    fn add(&mut self, len: usize) -> Result<()> {
+        self.totals.add_object(len)?;
+        let len16 = len as u16;
+        match placement(len) {
+            Placement::Dedicated => {
+                self.totals.pages += 1;
+                let mut lens = [0; SLOTS];
+                lens[DEDICATED] = len16;
+                self.closed.add_page(0, &lens, 1);
+            }
+            Placement::Buddy { lists } => {
+                match lists
+                    .into_iter()
+                    .find_map(|free| self.unbuddied[free].pop())
+                {
+                    Some(other) => self.closed.add_page(0, &[other, len16, 0], 2),
+                    None => {
+                        self.totals.pages += 1;
+                        let lens = [len16, 0, 0];
+                        self.unbuddied[free_chunks(&lens)].push(len16);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn packed(&self) -> Packed {
+        self.totals
+    }
+
+    fn classes(&self) -> Vec<ClassStats> {
+        let mut rows = self.closed.clone();
+        for (free, buddies) in self.unbuddied.iter().enumerate() {
+            for &len in buddies {
+                rows.add_page((free * CHUNK_BYTES) as u32, &[len, 0, 0], 2);
+            }
+        }
+        rows.into_rows()
     }
 }
 
