@@ -4,6 +4,8 @@
 //!   `node`) is installed, skipping the test with a message where it is not,
 //!   and failing it on CI, which installs everything `.ci/apt-packages` lists;
 //! - [`TempDir`]: a scratch directory removed when dropped;
+//! - [`kernel_thread`] and [`zombie`]: processes without user memory, for
+//!   the tests of what reads a process's memory;
 //! - [`alloc`]: a global allocator that counts the calls each thread makes,
 //!   for the tests that prove a path (a region's fault path, a store load, a
 //!   decode) allocates nothing.
@@ -68,5 +70,60 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The PID of a kernel thread (`PF_KTHREAD` in `/proc/PID/stat`), if this
+/// machine shows any (a container may not).
+pub fn kernel_thread() -> Option<u32> {
+    all_kernel_threads().into_iter().next()
+}
+
+/// The PIDs of every kernel thread visible in `/proc`.
+pub fn all_kernel_threads() -> Vec<u32> {
+    const PF_KTHREAD: u32 = 0x0020_0000;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = entries
+        .filter_map(|entry| {
+            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command's closing parenthesis: state, ppid, pgrp,
+            // session, tty, tpgid, flags.
+            let flags: u32 = stat
+                .rsplit_once(") ")?
+                .1
+                .split_whitespace()
+                .nth(6)?
+                .parse()
+                .ok()?;
+            (flags & PF_KTHREAD != 0).then_some(pid)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// A child that has exited and is not reaped: a zombie until the caller
+/// waits for it.
+#[allow(clippy::zombie_processes)] // a zombie is the point; the caller reaps it
+pub fn zombie() -> std::process::Child {
+    let child = Command::new("true").spawn().expect("`true` runs");
+    let stat = format!("/proc/{}/stat", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let state = std::fs::read_to_string(&stat).expect("an unreaped child stays in /proc");
+        if state
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+        {
+            return child;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "`true` did not exit in 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
