@@ -5,10 +5,10 @@ use crate::{AnalyzeError, Result};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 use zpage_codec::{
-    same_filled_word, CodecFamily, CodecSpec, Decoder, Dictionary, Encoded, Encoder, Page,
-    RejectThreshold, PAGE_SIZE,
+    same_filled_word, CodecError, CodecFamily, CodecSpec, Decoder, Dictionary, Encoded, Encoder,
+    Page, RejectThreshold, PAGE_SIZE,
 };
-use zpage_pool::{ClassStats, PoolKind};
+use zpage_pool::{ClassStats, Packing, PoolKind};
 
 use crate::image::{PageSource, CHUNK_PAGES};
 
@@ -106,14 +106,18 @@ pub struct PoolResult {
     pub fragmentation: Option<f64>,
     /// Pool memory not holding blob bytes.
     pub fragmentation_bytes: u64,
-    /// When the pool held only every n-th page (its memory would have passed
-    /// [`POOL_SAMPLE_BYTES`]): n; memory figures are then that sample's,
-    /// scaled to every page's blob bytes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sample_stride: Option<u64>,
     /// Per-class table (with `with_classes`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub classes: Option<Vec<ClassStats>>,
+}
+
+/// A codec that was asked for but could not be measured on this memory.
+#[derive(Clone, Debug, Serialize)]
+pub struct SkippedCodec {
+    /// The codec, as `name:level`.
+    pub codec: String,
+    /// Why (for `zstd-dict`: its dictionary could not be trained on these pages).
+    pub reason: String,
 }
 
 /// Everything measured on one image.
@@ -133,6 +137,9 @@ pub struct Analysis {
     pub codecs: Vec<CodecResult>,
     /// One per codec and pool.
     pub pools: Vec<PoolResult>,
+    /// Codecs asked for but not measured, and why (absent when none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped_codecs: Vec<SkippedCodec>,
 }
 
 /// Progress reports while analysing, for a progress bar.
@@ -152,9 +159,6 @@ pub enum Progress {
     },
 }
 
-/// Pool memory a pass may hold per pool (the analysis keeps a uniform
-/// sample of the pages once a pool would grow past it).
-pub const POOL_SAMPLE_BYTES: u64 = 32 << 20;
 /// Per-page decompression latencies kept for the percentiles (a uniform sample beyond).
 const LATENCY_SAMPLES: usize = 1 << 16;
 
@@ -215,81 +219,43 @@ impl SystematicSample {
     }
 }
 
-/// One pool filled with every `stride`-th page of one codec's output; the
-/// stride doubles (and the pool is rebuilt from the kept blobs) whenever the
-/// pool would hold more than [`POOL_SAMPLE_BYTES`].
-struct SampledPool {
-    kind: PoolKind,
-    pool: Box<dyn zpage_pool::Pool>,
-    /// (page index, handle) of the blobs in the pool.
-    handles: Vec<(u64, zpage_pool::Handle)>,
-    stride: u64,
-    /// Blob bytes of every page (sampled or not), to scale the sample up.
-    all_stored_bytes: u64,
+/// A pool's figures from its packing of one codec's blobs.
+fn pool_result(
+    packing: &dyn Packing,
+    codec: &CodecSpec,
+    image_bytes: u64,
+    with_classes: bool,
+) -> PoolResult {
+    let packed = packing.packed();
+    let memory_used_bytes = packed.memory_used_bytes();
+    let fragmentation_bytes = memory_used_bytes.saturating_sub(packed.stored_bytes);
+    PoolResult {
+        name: packing.kind().name().to_string(),
+        codec: codec.to_string(),
+        memory_used_bytes,
+        stored_bytes: packed.stored_bytes,
+        ratio: ratio(image_bytes, memory_used_bytes),
+        fragmentation: (memory_used_bytes > 0)
+            .then(|| fragmentation_bytes as f64 / memory_used_bytes as f64),
+        fragmentation_bytes,
+        classes: with_classes.then(|| packing.classes()),
+    }
 }
 
-impl SampledPool {
-    fn new(kind: PoolKind) -> Self {
-        Self {
-            kind,
-            pool: kind.build(),
-            handles: Vec::new(),
-            stride: 1,
-            all_stored_bytes: 0,
-        }
-    }
+/// Pages seen by one pass over the source.
+#[derive(Clone, Copy, Debug, Default)]
+struct PageCounts {
+    pages: u64,
+    same_filled: u64,
+    zero: u64,
+}
 
-    fn offer(&mut self, index: u64, blob: &[u8]) -> Result<()> {
-        self.all_stored_bytes += blob.len() as u64;
-        if !index.is_multiple_of(self.stride) {
-            return Ok(());
-        }
-        let handle = self.pool.store(blob)?;
-        self.handles.push((index, handle));
-        while self.pool.stats().memory_used_bytes > POOL_SAMPLE_BYTES {
-            self.thin()?;
-        }
-        Ok(())
-    }
-
-    /// Doubles the stride: a fresh pool gets the blobs of the pages still in the sample, in order.
-    fn thin(&mut self) -> Result<()> {
-        self.stride *= 2;
-        let mut pool = self.kind.build();
-        let mut handles = Vec::with_capacity(self.handles.len() / 2 + 1);
-        for &(index, handle) in &self.handles {
-            if index.is_multiple_of(self.stride) {
-                handles.push((index, pool.store(self.pool.get(handle)?)?));
-            }
-        }
-        self.pool = pool;
-        self.handles = handles;
-        Ok(())
-    }
-
-    fn result(&self, codec: &CodecSpec, image_bytes: u64, with_classes: bool) -> PoolResult {
-        let stats = self.pool.stats();
-        // The sample's memory per stored byte, applied to every page's blob bytes.
-        let scale = if stats.stored_bytes == 0 {
-            1.0
-        } else {
-            self.all_stored_bytes as f64 / stats.stored_bytes as f64
-        };
-        let memory_used_bytes = (stats.memory_used_bytes as f64 * scale).round() as u64;
-        let stored_bytes = self.all_stored_bytes;
-        let fragmentation_bytes = memory_used_bytes.saturating_sub(stored_bytes);
-        PoolResult {
-            name: self.kind.name().to_string(),
-            codec: codec.to_string(),
-            memory_used_bytes,
-            stored_bytes,
-            ratio: ratio(image_bytes, memory_used_bytes),
-            fragmentation: (memory_used_bytes > 0)
-                .then(|| fragmentation_bytes as f64 / memory_used_bytes as f64),
-            fragmentation_bytes,
-            sample_stride: (self.stride > 1).then_some(self.stride),
-            classes: with_classes.then(|| self.pool.classes()),
-        }
+impl PageCounts {
+    /// Counts a chunk whose pages' same-filled words are `words`.
+    fn add(&mut self, words: &[Option<u64>]) {
+        self.pages += words.len() as u64;
+        self.same_filled += words.iter().flatten().count() as u64;
+        self.zero += words.iter().filter(|w| **w == Some(0)).count() as u64;
     }
 }
 
@@ -297,7 +263,8 @@ impl SampledPool {
 struct CodecPass {
     encoder: Encoder,
     decoder: Decoder,
-    pools: Vec<SampledPool>,
+    /// Each pool's packing of this codec's blobs, in page order.
+    pools: Vec<Box<dyn Packing>>,
     compress_time: Duration,
     decompress_time: Duration,
     compressed_pages: u64,
@@ -330,8 +297,9 @@ pub fn analyze(
 
 /// Measures every codec and pool of `options` on the pages of `source`,
 /// reading it once per codec a chunk at a time: memory stays bounded
-/// whatever the source's size (pools keep a uniform sample beyond
-/// [`POOL_SAMPLE_BYTES`] each, and say so in `sample_stride`).
+/// whatever the source's size. Pool figures are exact: each pool's packing
+/// counts every blob's length in page order (`zpage_pool::Packing`) instead
+/// of holding the blobs.
 pub fn analyze_source(
     source: &mut dyn PageSource,
     options: &AnalyzeOptions,
@@ -342,18 +310,38 @@ pub fn analyze_source(
             "no codec to analyse with: give at least one --codec".into(),
         ));
     }
+    let passes = options.codecs.len()
+        + options
+            .codecs
+            .iter()
+            .filter(|spec| spec.family() == CodecFamily::ZstdDict && spec.dictionary().is_none())
+            .count();
+    if let (Some(label), true) = (source.read_once(), passes > 1) {
+        return Err(AnalyzeError::ReadOnce { label });
+    }
     let total = source.total_pages();
     let mut chunk: Vec<Page> = Vec::with_capacity(CHUNK_PAGES);
     let mut codecs = Vec::new();
     let mut pools = Vec::new();
-    let mut counts: Option<(u64, u64, u64, Duration)> = None;
+    let mut skipped_codecs = Vec::new();
+    let mut counts = PageCounts::default();
     for spec in &options.codecs {
-        let spec = with_trained_dictionary(spec, source, options.dictionary_bytes)?;
+        let spec = match with_trained_dictionary(spec, source, options.dictionary_bytes)? {
+            Trained::Ready(spec) => spec,
+            Trained::Untrainable { seen, reason } => {
+                counts = seen;
+                skipped_codecs.push(SkippedCodec {
+                    codec: spec.to_string(),
+                    reason,
+                });
+                continue;
+            }
+        };
         source.rewind()?;
         let mut pass = CodecPass {
             encoder: Encoder::new(&spec, options.threshold)?,
             decoder: Decoder::new(&spec)?,
-            pools: options.pools.iter().map(|&k| SampledPool::new(k)).collect(),
+            pools: options.pools.iter().map(|&k| k.packing()).collect(),
             compress_time: Duration::ZERO,
             decompress_time: Duration::ZERO,
             compressed_pages: 0,
@@ -368,10 +356,11 @@ pub fn analyze_source(
             name: format!("{spec}"),
             total,
         });
-        let (mut pages, mut same_filled_pages, mut zero_pages) = (0u64, 0u64, 0u64);
+        let mut seen = PageCounts::default();
         let mut same_filled_check = Duration::ZERO;
         let mut buffer = zpage_codec::zeroed_page();
         let mut out = zpage_codec::zeroed_page();
+        let mut stored_lengths = Vec::with_capacity(CHUNK_PAGES);
         loop {
             chunk.clear();
             if source.next_chunk(&mut chunk, CHUNK_PAGES)? == 0 {
@@ -380,12 +369,13 @@ pub fn analyze_source(
             let started = Instant::now();
             let words: Vec<Option<u64>> = chunk.iter().map(same_filled_word).collect();
             same_filled_check += started.elapsed();
-            same_filled_pages += words.iter().flatten().count() as u64;
-            zero_pages += words.iter().filter(|w| **w == Some(0)).count() as u64;
             pass.blobs.clear();
             pass.spans.clear();
+            // What the pools store, in page order: blobs, and incompressible
+            // pages raw (as zram keeps its huge pages).
+            stored_lengths.clear();
             let started = Instant::now();
-            let mut incompressible = Vec::new();
+            let mut incompressible = 0u64;
             for (i, page) in chunk.iter().enumerate() {
                 if words[i].is_some() {
                     continue;
@@ -394,8 +384,12 @@ pub fn analyze_source(
                     Encoded::Compressed(len) => {
                         pass.spans.push((i, pass.blobs.len(), len));
                         pass.blobs.extend_from_slice(&buffer[..len]);
+                        stored_lengths.push(len);
                     }
-                    Encoded::Incompressible => incompressible.push(i),
+                    Encoded::Incompressible => {
+                        incompressible += 1;
+                        stored_lengths.push(PAGE_SIZE);
+                    }
                     Encoded::SameFilled(_) => {
                         unreachable!("compress() does not check for same-filled pages")
                     }
@@ -403,19 +397,11 @@ pub fn analyze_source(
             }
             pass.compress_time += started.elapsed();
             pass.compressed_pages += pass.spans.len() as u64;
-            pass.incompressible_pages += incompressible.len() as u64;
+            pass.incompressible_pages += incompressible;
             pass.blob_bytes += pass.blobs.len() as u64;
-            // Pools: blobs in page order, incompressible pages raw (as zram keeps its huge pages).
-            let mut in_order: Vec<(usize, &[u8])> = pass
-                .spans
-                .iter()
-                .map(|&(i, start, len)| (i, &pass.blobs[start..start + len]))
-                .chain(incompressible.iter().map(|&i| (i, &chunk[i][..])))
-                .collect();
-            in_order.sort_by_key(|(i, _)| *i);
             for pool in &mut pass.pools {
-                for &(i, blob) in &in_order {
-                    pool.offer(pages + i as u64, blob)?;
+                for &len in &stored_lengths {
+                    pool.add(len)?;
                 }
             }
             decompress_chunk(
@@ -425,15 +411,15 @@ pub fn analyze_source(
                 &mut out,
                 &spec,
             )?;
-            pages += chunk.len() as u64;
-            if pages % PROGRESS_STEP < CHUNK_PAGES as u64 || pages == total {
-                progress(Progress::Advance { done: pages });
+            seen.add(&words);
+            if seen.pages % PROGRESS_STEP < CHUNK_PAGES as u64 || seen.pages == total {
+                progress(Progress::Advance { done: seen.pages });
             }
         }
         let compressed_bytes = pass.blob_bytes + pass.incompressible_pages * PAGE_SIZE as u64;
         let compressed_input =
             (pass.compressed_pages + pass.incompressible_pages) * PAGE_SIZE as u64;
-        let image_bytes = pages * PAGE_SIZE as u64;
+        let image_bytes = seen.pages * PAGE_SIZE as u64;
         let mut sorted = pass.latencies.kept.clone();
         sorted.sort_unstable();
         codecs.push(CodecResult {
@@ -454,24 +440,29 @@ pub fn analyze_source(
             compressed_bytes,
             compressed_pages: pass.compressed_pages,
             incompressible_pages: pass.incompressible_pages,
-            same_filled_pages,
+            same_filled_pages: seen.same_filled,
             ratio: ratio(image_bytes, compressed_bytes),
             dictionary_bytes: spec.dictionary().map(|d| d.bytes().len()),
         });
         for pool in &pass.pools {
-            pools.push(pool.result(&spec, image_bytes, options.with_classes));
+            pools.push(pool_result(
+                pool.as_ref(),
+                &spec,
+                image_bytes,
+                options.with_classes,
+            ));
         }
-        counts = Some((pages, same_filled_pages, zero_pages, same_filled_check));
+        counts = seen;
     }
-    let (pages, same_filled_pages, zero_pages, _) = counts.unwrap_or_default();
     Ok(Analysis {
-        pages,
-        bytes: pages * PAGE_SIZE as u64,
-        same_filled_pages,
-        zero_pages,
+        pages: counts.pages,
+        bytes: counts.pages * PAGE_SIZE as u64,
+        same_filled_pages: counts.same_filled,
+        zero_pages: counts.zero,
         threshold_bytes: options.threshold.bytes(),
         codecs,
         pools,
+        skipped_codecs,
     })
 }
 
@@ -511,30 +502,45 @@ fn decompress_chunk(
     Ok(())
 }
 
+/// A codec ready to run, or a dictionary that could not be trained.
+enum Trained {
+    Ready(CodecSpec),
+    /// The training pass saw these pages, and none or too few to train on.
+    Untrainable {
+        seen: PageCounts,
+        reason: String,
+    },
+}
+
 /// Trains a dictionary from non-same-filled pages spread over the source
 /// (every 16th, fewer for large sources: at most 4096 samples) when `spec`
-/// wants one and has none.
+/// wants one and has none. Memory that gives it nothing to train on (every
+/// page same-filled, or too few or too uniform pages) is `Untrainable`, so
+/// the other codecs are still measured.
 fn with_trained_dictionary(
     spec: &CodecSpec,
     source: &mut dyn PageSource,
     dictionary_bytes: usize,
-) -> Result<CodecSpec> {
+) -> Result<Trained> {
     if spec.family() != CodecFamily::ZstdDict || spec.dictionary().is_some() {
-        return Ok(spec.clone());
+        return Ok(Trained::Ready(spec.clone()));
     }
     const MAX_SAMPLES: u64 = 4096;
     let step = (source.total_pages() / MAX_SAMPLES).max(16);
     source.rewind()?;
     let mut samples: Vec<Page> = Vec::new();
     let mut chunk = Vec::with_capacity(CHUNK_PAGES);
+    let mut seen = PageCounts::default();
     let mut index = 0u64;
     loop {
         chunk.clear();
         if source.next_chunk(&mut chunk, CHUNK_PAGES)? == 0 {
             break;
         }
-        for page in &chunk {
-            if same_filled_word(page).is_none() {
+        let words: Vec<Option<u64>> = chunk.iter().map(same_filled_word).collect();
+        seen.add(&words);
+        for (page, word) in chunk.iter().zip(&words) {
+            if word.is_none() {
                 if index.is_multiple_of(step) {
                     samples.push(*page);
                 }
@@ -542,8 +548,23 @@ fn with_trained_dictionary(
             }
         }
     }
-    let dictionary = Dictionary::train(samples.iter(), dictionary_bytes)?;
-    Ok(spec.clone().with_dictionary(dictionary)?)
+    if samples.is_empty() {
+        return Ok(Trained::Untrainable {
+            seen,
+            reason: "every page is same-filled: there is nothing to train a dictionary on (or to compress)".into(),
+        });
+    }
+    match Dictionary::train(samples.iter(), dictionary_bytes) {
+        Ok(dictionary) => Ok(Trained::Ready(spec.clone().with_dictionary(dictionary)?)),
+        Err(error @ CodecError::DictionaryTraining(_)) => Ok(Trained::Untrainable {
+            seen,
+            reason: format!(
+                "{error}; {} of the {} pages are not same-filled",
+                index, seen.pages
+            ),
+        }),
+        Err(error) => Err(error.into()),
+    }
 }
 
 #[cfg(test)]

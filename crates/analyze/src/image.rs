@@ -3,9 +3,9 @@
 
 use crate::{AnalyzeError, Result};
 use serde::Serialize;
-use std::fs::File;
-use std::io::ErrorKind;
-use std::os::unix::fs::FileExt;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Read as _};
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use zpage_codec::{Page, PAGE_SIZE};
 
@@ -100,11 +100,12 @@ impl MemoryImage {
         self.data.len() as u64
     }
 
-    /// Writes the pages as a raw image (for `zpage bench --image` and later analysis).
+    /// Writes the pages as a raw image (for `zpage bench --image` and later
+    /// analysis) into a new private file: see [`create_image_file`].
     pub fn save(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, &self.data).map_err(|source| AnalyzeError::ImageWrite {
-            path: path.to_path_buf(),
-            source,
+        write_new_image(path, |file| {
+            use std::io::Write as _;
+            file.write_all(&self.data)
         })
     }
 
@@ -138,6 +139,12 @@ pub trait PageSource {
     /// Starts over from the first page (each codec and zram algorithm reads
     /// the source once).
     fn rewind(&mut self) -> Result<()>;
+
+    /// The label of this source (or of the part of it) whose pages can be
+    /// read only once (a pipe or a socket); `None` when it can be read again.
+    fn read_once(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Pages already in memory (generated data, tests).
@@ -198,27 +205,65 @@ pub struct FileSource {
     pages: u64,
     skipped_bytes: u64,
     next: u64,
+    /// A regular file, read at offsets; anything else is read in sequence.
+    regular: bool,
+    /// A pipe or socket: what was read is gone.
+    read_once: bool,
+}
+
+/// What a path that is not a regular file is, for messages.
+fn describe_file_type(file_type: std::fs::FileType) -> &'static str {
+    if file_type.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() {
+        "a character device"
+    } else if file_type.is_block_device() {
+        "a block device"
+    } else {
+        "not a file"
+    }
 }
 
 impl FileSource {
-    /// Opens `path`; `size` caps what is read (required for anything but a regular file).
+    /// Opens `path`; `size` caps what is read (required for anything but a
+    /// regular file). Never blocks: a FIFO without a writer is opened
+    /// non-blocking, looked at, and refused without `size`.
     pub fn open(path: &Path, size: Option<u64>) -> Result<Self> {
         let unreadable = |source| AnalyzeError::ImageUnreadable {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(unreadable)?;
+        // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer.
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(unreadable)?;
         let meta = file.metadata().map_err(unreadable)?;
-        let bytes = match (meta.is_file(), size) {
+        if meta.is_dir() {
+            return Err(AnalyzeError::Invalid(format!(
+                "{} is a directory: give a memory image file (a raw dump of whole pages)",
+                path.display()
+            )));
+        }
+        let regular = meta.is_file();
+        let bytes = match (regular, size) {
             (true, Some(size)) => meta.len().min(size),
             (true, None) => meta.len(),
             (false, Some(size)) => size,
             (false, None) => {
                 return Err(AnalyzeError::NotARegularFile {
                     path: path.to_path_buf(),
+                    kind: describe_file_type(meta.file_type()),
                 })
             }
         };
+        // Reads block as usual from here on (a pipe waits for its writer's bytes).
+        let flags = rustix::fs::fcntl_getfl(&file).map_err(|e| unreadable(e.into()))?;
+        rustix::fs::fcntl_setfl(&file, flags - rustix::fs::OFlags::NONBLOCK)
+            .map_err(|e| unreadable(e.into()))?;
         let whole = bytes / PAGE_SIZE as u64;
         if whole == 0 {
             return Err(AnalyzeError::ImageTooSmall {
@@ -226,17 +271,45 @@ impl FileSource {
                 bytes,
             });
         }
+        let file_type = meta.file_type();
         Ok(Self {
             path: path.to_path_buf(),
             file,
             pages: whole,
-            skipped_bytes: if meta.is_file() {
+            skipped_bytes: if regular {
                 meta.len().min(bytes) - whole * PAGE_SIZE as u64
             } else {
                 0
             },
             next: 0,
+            regular,
+            read_once: file_type.is_fifo() || file_type.is_socket(),
         })
+    }
+
+    /// Fills `buffer` from a device or pipe, in sequence; `offset` is where it starts in the image.
+    fn read_sequentially(&mut self, buffer: &mut [u8], offset: u64) -> Result<()> {
+        let mut filled = 0;
+        while filled < buffer.len() {
+            match self.file.read(&mut buffer[filled..]) {
+                Ok(0) => {
+                    return Err(AnalyzeError::ImageEndedEarly {
+                        path: self.path.clone(),
+                        read_bytes: offset + filled as u64,
+                        size: self.pages * PAGE_SIZE as u64,
+                    })
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(AnalyzeError::ImageUnreadable {
+                        path: self.path.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -259,16 +332,17 @@ impl PageSource for FileSource {
         pages.resize(first + n, [0u8; PAGE_SIZE]);
         let buffer = pages[first..].as_flattened_mut();
         let offset = self.next * PAGE_SIZE as u64;
-        // Devices and pipes do not seek: read sequentially from where we are.
-        let read = if self.file.metadata().is_ok_and(|m| m.is_file()) {
-            self.file.read_exact_at(buffer, offset)
+        if self.regular {
+            self.file.read_exact_at(buffer, offset).map_err(|source| {
+                AnalyzeError::ImageUnreadable {
+                    path: self.path.clone(),
+                    source,
+                }
+            })?;
         } else {
-            std::io::Read::read_exact(&mut self.file, buffer)
-        };
-        read.map_err(|source| AnalyzeError::ImageUnreadable {
-            path: self.path.clone(),
-            source,
-        })?;
+            // Devices and pipes do not seek: read sequentially from where we are.
+            self.read_sequentially(buffer, offset)?;
+        }
         self.next += n as u64;
         Ok(n)
     }
@@ -276,10 +350,18 @@ impl PageSource for FileSource {
         if self.next == 0 {
             return Ok(());
         }
+        if self.read_once {
+            return Err(AnalyzeError::ReadOnce {
+                label: self.label(),
+            });
+        }
         let reopened = Self::open(&self.path, Some(self.pages * PAGE_SIZE as u64))?;
         self.file = reopened.file;
         self.next = 0;
         Ok(())
+    }
+    fn read_once(&self) -> Option<String> {
+        self.read_once.then(|| self.label())
     }
 }
 
@@ -305,9 +387,7 @@ impl ProcessSource {
     /// Opens process `pid`; at most `max_pages` pages are read.
     pub fn open(pid: u32, max_pages: Option<u64>) -> Result<Self> {
         let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-        if !proc_dir.exists() {
-            return Err(AnalyzeError::NoSuchProcess { pid });
-        }
+        let command = process_with_user_memory(pid)?;
         let read_text = |name: &str| {
             let path = proc_dir.join(name);
             std::fs::read_to_string(&path).map_err(|e| proc_error(pid, path, e))
@@ -316,7 +396,6 @@ impl ProcessSource {
             let path = proc_dir.join(name);
             File::open(&path).map_err(|e| proc_error(pid, path, e))
         };
-        let command = read_text("comm")?.trim().to_string();
         let mappings = private_writable_mappings(&read_text("maps")?);
         let pagemap = open("pagemap")?;
         let mem = open("mem")?;
@@ -539,28 +618,77 @@ impl PageSource for ChainSource {
         self.current = 0;
         Ok(())
     }
+    fn read_once(&self) -> Option<String> {
+        self.sources.iter().find_map(|s| s.read_once())
+    }
 }
 
-/// Copies every page of `source` into a raw image file at `path`, a chunk
-/// at a time; returns the pages written.
+/// Creates a file for memory contents at `path`: a new file
+/// (`O_CREAT|O_EXCL`), readable by its owner only (mode 0600), and never
+/// through a symbolic link (`O_NOFOLLOW`; with `O_EXCL` a link planted at
+/// `path`, even a dangling one, is refused, so a link another user planted
+/// cannot redirect the write or widen who may read it). An existing file is
+/// refused too: it may be readable by others, and its mode would stay.
+pub fn create_image_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|source| match source.raw_os_error() {
+            Some(libc::EEXIST | libc::ELOOP) => AnalyzeError::ImageExists {
+                path: path.to_path_buf(),
+            },
+            _ => AnalyzeError::ImageWrite {
+                path: path.to_path_buf(),
+                source,
+            },
+        })
+}
+
+/// Creates the image file at `path` ([`create_image_file`]) and fills it
+/// with `write`; a file left half written by a failure is removed.
+fn write_new_image(
+    path: &Path,
+    write: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
+) -> Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::BufWriter::new(create_image_file(path)?);
+    let written = write(&mut out).and_then(|()| out.flush());
+    if let Err(source) = written {
+        // Ours: created above with O_EXCL.
+        let _ = std::fs::remove_file(path);
+        return Err(AnalyzeError::ImageWrite {
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    Ok(())
+}
+
+/// Copies every page of `source` into a new raw image file at `path` (see
+/// [`create_image_file`]), a chunk at a time; returns the pages written. The
+/// file is removed again if reading the source fails part way.
 pub fn save_pages(source: &mut dyn PageSource, path: &Path) -> Result<u64> {
     use std::io::Write as _;
-    let write_error = |source| AnalyzeError::ImageWrite {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut out = std::io::BufWriter::new(File::create(path).map_err(write_error)?);
     let mut chunk = Vec::with_capacity(CHUNK_PAGES);
     let mut written = 0u64;
-    loop {
+    let mut source_error = None;
+    write_new_image(path, |out| loop {
         chunk.clear();
-        if source.next_chunk(&mut chunk, CHUNK_PAGES)? == 0 {
-            break;
+        match source.next_chunk(&mut chunk, CHUNK_PAGES) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(error) => {
+                source_error = Some(error);
+                return Err(std::io::Error::other("the source failed"));
+            }
         }
-        out.write_all(chunk.as_flattened()).map_err(write_error)?;
+        out.write_all(chunk.as_flattened())?;
         written += chunk.len() as u64;
-    }
-    out.flush().map_err(write_error)?;
+    })
+    .map_err(|error| source_error.take().unwrap_or(error))?;
     Ok(written)
 }
 
@@ -604,9 +732,56 @@ const PAGEMAP_FILE_OR_SHARED_ANON: u64 = 1 << 61;
 /// Entries read from pagemap per call.
 const PAGEMAP_BATCH: usize = 512;
 
+/// Checks that `pid` is a process with user memory to read, and returns
+/// its command name. Kernel threads have none, and neither has a process
+/// that has exited but not been reaped (a zombie): both get their own
+/// error, not the ESRCH their `/proc` files answer with.
+fn process_with_user_memory(pid: u32) -> Result<String> {
+    let stat_path = || PathBuf::from(format!("/proc/{pid}/stat"));
+    let stat = i32::try_from(pid)
+        .map_err(|_| procfs::ProcError::NotFound(None))
+        .and_then(procfs::process::Process::new)
+        .and_then(|process| process.stat())
+        .map_err(|error| match error {
+            procfs::ProcError::NotFound(_) => AnalyzeError::NoSuchProcess { pid },
+            procfs::ProcError::PermissionDenied(_) => AnalyzeError::ProcessUnreadable {
+                pid,
+                path: stat_path(),
+                source: ErrorKind::PermissionDenied.into(),
+            },
+            procfs::ProcError::Io(source, _) => AnalyzeError::Proc {
+                path: stat_path(),
+                source,
+            },
+            other => AnalyzeError::Proc {
+                path: stat_path(),
+                source: std::io::Error::other(other.to_string()),
+            },
+        })?;
+    if stat.flags & procfs::process::StatFlags::PF_KTHREAD.bits() != 0 {
+        return Err(AnalyzeError::KernelThread {
+            pid,
+            command: stat.comm,
+        });
+    }
+    // Z: exited, not yet reaped; X: being torn down.
+    if matches!(stat.state, 'Z' | 'X' | 'x') {
+        return Err(AnalyzeError::Zombie {
+            pid,
+            command: stat.comm,
+        });
+    }
+    Ok(stat.comm)
+}
+
 fn proc_error(pid: u32, path: PathBuf, source: std::io::Error) -> AnalyzeError {
     match source.kind() {
         ErrorKind::NotFound => AnalyzeError::NoSuchProcess { pid },
+        // ESRCH: the process has no memory (any more): say why.
+        _ if source.raw_os_error() == Some(libc::ESRCH) => match process_with_user_memory(pid) {
+            Err(why) => why,
+            Ok(_) => AnalyzeError::Proc { path, source },
+        },
         ErrorKind::PermissionDenied => AnalyzeError::ProcessUnreadable { pid, path, source },
         _ if source.raw_os_error() == Some(libc::EPERM) => {
             AnalyzeError::ProcessUnreadable { pid, path, source }

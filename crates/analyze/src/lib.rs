@@ -5,7 +5,8 @@
 //! codec is measured as RFC-0219's evaluation measures it (speeds, per-page
 //! decompression latency, sizes, same-filled and incompressible pages), each
 //! codec's blobs are packed into each pool (memory used, effective ratio,
-//! fragmentation), and with root the same pages go through the kernel's zram
+//! fragmentation; exact for any amount of memory, from the blobs' lengths in
+//! page order: `zpage_pool::Packing`), and with root the same pages go through the kernel's zram
 //! for a side-by-side `mm_stat` ([`compare_with_zram`]).
 //!
 //! The JSON form of [`Report`] is a stable interface, documented in
@@ -21,12 +22,13 @@ mod scan;
 
 pub use analysis::{
     analyze, analyze_source, Analysis, AnalyzeOptions, CodecResult, PoolResult, Progress,
-    POOL_SAMPLE_BYTES,
+    SkippedCodec,
 };
 pub use error::{AnalyzeError, Result};
 pub use image::{
-    all_pids, capture_process, private_writable_mappings, save_pages, ChainSource, FileSource,
-    Mapping, MemoryImage, PageSource, PagesSource, ProcessSource, Source, CHUNK_PAGES,
+    all_pids, capture_process, create_image_file, private_writable_mappings, save_pages,
+    ChainSource, FileSource, Mapping, MemoryImage, PageSource, PagesSource, ProcessSource, Source,
+    CHUNK_PAGES,
 };
 pub use kernel_compare::{compare_with_zram, KernelResult};
 pub use report::{Comparison, Report, REPORT_SCHEMA};

@@ -39,6 +39,10 @@ pub struct MachineScan {
     pub processes: Vec<ProcessSummary>,
     /// Processes whose memory could not be read.
     pub skipped_processes: u64,
+    /// Their PIDs.
+    pub skipped_pids: Vec<u32>,
+    /// Kernel threads, left out: they have no user memory.
+    pub kernel_threads: u64,
     /// Why, for the first one skipped (they share a reason in practice).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped_reason: Option<String>,
@@ -46,6 +50,14 @@ pub struct MachineScan {
     pub total_anonymous_bytes: u64,
     /// Sum of `saved_bytes`.
     pub total_saved_bytes: u64,
+}
+
+impl MachineScan {
+    fn skip(&mut self, pid: u32, why: &AnalyzeError) {
+        self.skipped_processes += 1;
+        self.skipped_pids.push(pid);
+        self.skipped_reason.get_or_insert_with(|| why.to_string());
+    }
 }
 
 /// Analyses every process but this one with `codec` and `pool` (sizes only,
@@ -77,6 +89,8 @@ pub fn scan_machine(
         pool: pool.name().to_string(),
         processes: Vec::new(),
         skipped_processes: 0,
+        skipped_pids: Vec::new(),
+        kernel_threads: 0,
         skipped_reason: None,
         total_anonymous_bytes: 0,
         total_saved_bytes: 0,
@@ -85,29 +99,35 @@ pub fn scan_machine(
         progress(Progress::Advance { done: done as u64 });
         let mut image = match ProcessSource::open(pid, max_pages_per_process) {
             Ok(image) => image,
-            // Exited meanwhile: nothing to report.
-            Err(AnalyzeError::NoSuchProcess { .. }) => continue,
+            Err(AnalyzeError::KernelThread { .. }) => {
+                scan.kernel_threads += 1;
+                continue;
+            }
+            // Exited (or exiting) meanwhile: nothing to report.
+            Err(AnalyzeError::NoSuchProcess { .. } | AnalyzeError::Zombie { .. }) => continue,
             Err(error) => {
-                scan.skipped_processes += 1;
-                scan.skipped_reason.get_or_insert_with(|| error.to_string());
+                scan.skip(pid, &error);
                 continue;
             }
         };
         if image.total_pages() == 0 {
-            continue; // kernel threads
+            continue; // holds no data
         }
         let analysis = match analyze_source(&mut image, &options, &mut |_| {}) {
             Ok(analysis) => analysis,
             // Exited while being read.
-            Err(AnalyzeError::NoSuchProcess { .. }) => continue,
+            Err(AnalyzeError::NoSuchProcess { .. } | AnalyzeError::Zombie { .. }) => continue,
             Err(error @ AnalyzeError::ProcessUnreadable { .. }) => {
-                scan.skipped_processes += 1;
-                scan.skipped_reason.get_or_insert_with(|| error.to_string());
+                scan.skip(pid, &error);
                 continue;
             }
             Err(error) => return Err(error),
         };
-        let memory = analysis.pools.first().map_or(0, |p| p.memory_used_bytes);
+        // A codec that could not be measured on so little memory (zstd-dict
+        // without enough pages to train on) has no pool figure to rank by.
+        let Some(memory) = analysis.pools.first().map(|p| p.memory_used_bytes) else {
+            continue;
+        };
         let command = match image.source() {
             crate::Source::Process { command, .. } => command,
             crate::Source::File { .. } => String::new(),

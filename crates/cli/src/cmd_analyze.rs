@@ -49,7 +49,7 @@ pub struct Args {
     /// Read at most SIZE bytes of each image (e.g. 4G); needed for a device or pipe, which has no end.
     #[arg(long, value_parser = parse_size)]
     pub size: Option<u64>,
-    /// Save the captured pages of --pid to this file (raw image, for later analysis or `zpage bench --image`).
+    /// Save the captured pages of --pid to this new file (raw image, for later analysis or `zpage bench --image`); created readable by you alone (0600), never over an existing file or through a link.
     #[arg(long)]
     pub save_image: Option<PathBuf>,
     /// Show zsmalloc-style per-class tables for each pool.
@@ -152,7 +152,7 @@ pub fn run(args: Args) -> Result<()> {
     for &pid in &args.pids {
         let mut source = ProcessSource::open(pid, args.max_pages)?;
         if source.total_pages() == 0 {
-            bail!("PID {pid} has no resident private anonymous pages to analyse (a kernel thread, or a process that holds no data)");
+            bail!("PID {pid} has no resident private anonymous pages to analyse (it holds no data, or all of it is swapped out)");
         }
         if let Some(path) = &args.save_image {
             // Analyse exactly the pages saved.
@@ -168,6 +168,10 @@ pub fn run(args: Args) -> Result<()> {
     }
     let mut memory = ChainSource::new(sources);
     let label = memory.label();
+    if let (true, Some(label)) = (args.kernel, memory.read_once()) {
+        // zram gets the pages after the analysis has read them.
+        return Err(zpage_analyze::AnalyzeError::ReadOnce { label }.into());
+    }
 
     let options = AnalyzeOptions {
         codecs: if args.codecs.is_empty() {
@@ -287,7 +291,6 @@ fn tables(report: &Report, human: bool) -> Vec<(&'static str, Table)> {
         size_header("memory_used_bytes", "memory used"),
         "ratio",
         "fragmentation",
-        "sampled_every_nth_page",
     ]);
     for p in &analysis.pools {
         pools.row(vec![
@@ -304,16 +307,6 @@ fn tables(report: &Report, human: bool) -> Vec<(&'static str, Table)> {
                         format!("{f:.4}")
                     }
                 },
-            ),
-            p.sample_stride.map_or_else(
-                || {
-                    if human {
-                        "all".to_string()
-                    } else {
-                        "1".to_string()
-                    }
-                },
-                |s| s.to_string(),
             ),
         ]);
     }
@@ -363,6 +356,11 @@ fn print_human(label: &str, report: &Report, classes: bool) {
             _ => "Kernel zram, same pages (from mm_stat)",
         };
         println!("{title}\n{}", table.render());
+        if name == "codecs" {
+            for skipped in &a.skipped_codecs {
+                println!("{}: not measured: {}\n", skipped.codec, skipped.reason);
+            }
+        }
     }
     if classes {
         for pool in &a.pools {
@@ -434,8 +432,13 @@ fn run_machine(args: &Args) -> Result<()> {
     );
     if scan.skipped_processes > 0 {
         println!(
-            "skipped {} processes you may not read (first reason: {})",
+            "skipped {} {} you may not read (first reason: {})",
             scan.skipped_processes,
+            if scan.skipped_processes == 1 {
+                "process"
+            } else {
+                "processes"
+            },
             scan.skipped_reason.as_deref().unwrap_or("unknown")
         );
     }

@@ -222,6 +222,24 @@ fn the_machine_view_ranks_readable_processes() {
     let _ = sleeper.wait();
     assert!(output.status.success(), "{}", stderr(&output));
     let scan: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    // Kernel threads have no user memory: left out, never "processes you may not read".
+    let kernel_threads = zpage_testsupport::all_kernel_threads();
+    let skipped: Vec<u64> = scan["skipped_pids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    assert!(
+        skipped
+            .iter()
+            .all(|pid| !kernel_threads.contains(&(*pid as u32))),
+        "kernel threads among the unreadable: {skipped:?}"
+    );
+    assert_eq!(scan["skipped_processes"], skipped.len());
+    if !kernel_threads.is_empty() {
+        assert!(scan["kernel_threads"].as_u64().unwrap() > 0, "{scan}");
+    }
     let processes = scan["processes"].as_array().unwrap();
     assert!(
         processes.iter().any(|p| p["pid"] == sleeper.id()),
@@ -301,7 +319,9 @@ fn analysing_more_memory_than_the_bound_stays_within_it() {
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["pages"], 131072);
     assert_eq!(report["codecs"][0]["incompressible_pages"], 131072);
-    assert!(report["pools"][0]["sample_stride"].as_u64().unwrap() >= 8);
+    // Exact, not a sample: every raw page takes one page of the pool.
+    assert_eq!(report["pools"][0]["memory_used_bytes"], 512u64 << 20);
+    assert!(report["pools"][0].get("sample_stride").is_none());
     println!("peak RSS analysing 512 MiB: {} MiB", peak_kib / 1024);
     assert!(peak_kib < 256 * 1024, "peak RSS {peak_kib} KiB");
 
@@ -345,4 +365,231 @@ fn kernel_side_by_side_streams_the_image_into_zram_and_restores_it() {
     }
     assert_eq!(report["comparison"]["same_pages_match"], true);
     assert_eq!(disksize(), before, "zram0 left as found");
+}
+
+#[test]
+fn an_image_of_zero_pages_is_same_filled_only() {
+    let output = zpage(&["analyze", "/dev/zero", "--size", "64M", "--rounds", "0"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("same-filled pages: 16384 (100.0%)"), "{text}");
+    assert_eq!(text.matches("same-filled only").count(), 3, "{text}");
+    assert!(
+        text.contains("zstd-dict: not measured: every page is same-filled"),
+        "{text}"
+    );
+}
+
+#[test]
+fn kernel_threads_and_zombies_get_a_clear_message() {
+    if let Some(pid) = zpage_testsupport::kernel_thread() {
+        let output = zpage(&["analyze", "--pid", &pid.to_string()]);
+        assert!(!output.status.success());
+        let message = stderr(&output);
+        assert!(
+            message.contains(&format!("PID {pid} (")) && message.contains("is a kernel thread"),
+            "{message}"
+        );
+        assert!(!message.contains("No such process"), "{message}");
+    }
+    let mut zombie = zpage_testsupport::zombie();
+    let output = zpage(&["analyze", "--pid", &zombie.id().to_string()]);
+    zombie.wait().unwrap();
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("has exited (a zombie") && !message.contains("No such process"),
+        "{message}"
+    );
+}
+
+/// Runs zpage, killing it if it has not finished within 20 s (a test of
+/// "never blocks" must not hang the suite).
+fn zpage_within_20_s(args: &[&str]) -> (Output, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zpage"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    (child.wait_with_output().unwrap(), started.elapsed())
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let status = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_fifo_is_refused_without_a_size_and_read_once_with_one() {
+    let dir = TempDir::new("cli-fifo");
+    let fifo = dir.0.join("memory.fifo");
+    mkfifo(&fifo);
+    let fifo_arg = fifo.to_str().unwrap();
+
+    // No writer, no size: refused at once (it used to wait in open() forever).
+    let (output, took) = zpage_within_20_s(&["analyze", fifo_arg]);
+    assert!(took.as_secs() < 10, "took {took:?}");
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("is a FIFO (named pipe), not a regular file")
+            && message.contains("--size"),
+        "{message}"
+    );
+
+    // Each codec reads the memory again: a pipe cannot be, so say so before reading.
+    let (output, _) = zpage_within_20_s(&["analyze", fifo_arg, "--size", "256K"]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("can be read only once") && message.contains("one --codec"),
+        "{message}"
+    );
+
+    // No writer, with a size: the pipe ends at once, and the message says so.
+    let (output, took) =
+        zpage_within_20_s(&["analyze", fifo_arg, "--size", "256K", "--codec", "lz4"]);
+    assert!(took.as_secs() < 10, "took {took:?}");
+    let message = stderr(&output);
+    assert!(
+        !output.status.success() && message.contains("ended after 0 bytes"),
+        "{message}"
+    );
+
+    // With a writer (held open before zpage starts) and one codec: 64 pages, read once.
+    let mut writer = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .unwrap();
+    let feeder = std::thread::spawn(move || {
+        use std::io::Write;
+        let mut text = Vec::new();
+        // 16-byte lines: exactly 64 pages.
+        for i in 0..64 * 4096 / 16 {
+            text.extend_from_slice(format!("line {:>10}\n", i % 1000).as_bytes());
+        }
+        writer.write_all(&text).unwrap();
+        // Keeps its end open until zpage has read everything.
+        writer
+    });
+    let (output, _) = zpage_within_20_s(&[
+        "analyze", fifo_arg, "--size", "256K", "--codec", "lz4", "--json",
+    ]);
+    drop(feeder.join().unwrap());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["pages"], 64);
+    assert!(
+        report["codecs"][0]["ratio"].as_f64().unwrap() > 2.0,
+        "{report}"
+    );
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn saved_images_are_private_and_never_written_through_a_planted_link() {
+    let dir = TempDir::new("cli-save-image");
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    let save = |path: &std::path::Path| {
+        zpage(&[
+            "analyze",
+            "--pid",
+            &pid,
+            "--save-image",
+            path.to_str().unwrap(),
+            "--codec",
+            "lz4",
+            "--rounds",
+            "0",
+        ])
+    };
+
+    let image = dir.0.join("sleep.img");
+    let output = save(&image);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        mode_of(&image),
+        0o600,
+        "memory contents are readable by the owner alone"
+    );
+    assert!(std::fs::metadata(&image).unwrap().len() > 0);
+
+    // An existing file is not overwritten.
+    let before = std::fs::read(&image).unwrap();
+    let output = save(&image);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("already exists"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(std::fs::read(&image).unwrap(), before);
+
+    // Another user plants a link where root will write, in a shared sticky
+    // directory (as /tmp is): refused, and the file it names is untouched.
+    if effective_uid() == 0 {
+        let shared = dir.0.join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(
+            &shared,
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )
+        .unwrap();
+        let victim = dir.0.join("victim");
+        std::fs::write(&victim, "root's file\n").unwrap();
+        for (name, target) in [
+            ("planted", victim.as_path()),
+            ("dangling", &dir.0.join("new")),
+        ] {
+            let link = shared.join(name);
+            let planted = Command::new("setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "ln",
+                    "-s",
+                ])
+                .arg(target)
+                .arg(&link)
+                .status()
+                .unwrap();
+            assert!(planted.success(), "uid 65534 plants {}", link.display());
+            let output = save(&link);
+            assert!(!output.status.success(), "wrote through {}", link.display());
+            let message = stderr(&output);
+            assert!(
+                message.contains("already exists") && message.contains("link"),
+                "{message}"
+            );
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's file\n");
+        assert!(
+            !dir.0.join("new").exists(),
+            "a dangling link was not followed"
+        );
+    } else {
+        println!("SKIP planted link as another user: needs root (CI runs as root)");
+    }
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
 }
