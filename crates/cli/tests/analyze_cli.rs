@@ -593,3 +593,72 @@ fn saved_images_are_private_and_never_written_through_a_planted_link() {
     let _ = sleeper.kill();
     let _ = sleeper.wait();
 }
+
+#[test]
+fn a_real_programs_memory_packs_as_zram_packs_it() {
+    if !zpage_kernel::kernel_state_tests_enabled("a_real_programs_memory_packs_as_zram_packs_it") {
+        return;
+    }
+    // A Python heap of parsed JSON records: 150k by default (about 180 MiB,
+    // 55 MiB of LZ4 in size classes: past the 32 MiB where pools used to be
+    // sampled); ZPAGE_TEST_ANALYZE_RECORDS=1000000 makes it over 1 GiB.
+    let records = std::env::var("ZPAGE_TEST_ANALYZE_RECORDS")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(150_000);
+    let script = "import json, random, sys, time\n\
+rng = random.Random(7)\n\
+words = ['alpha', 'beta', 'gamma', 'delta', 'error', 'user', 'order', 'payment', 'session']\n\
+records = [json.loads(json.dumps({'id': i, 'user': 'user%06d' % rng.randrange(200000),\n\
+    'ts': 1700000000 + i * 3, 'amount': round(rng.uniform(0, 1000), 2),\n\
+    'tags': rng.sample(words, rng.randrange(1, 5)),\n\
+    'message': ' '.join(rng.choice(words) for _ in range(rng.randrange(4, 16)))}))\n\
+    for i in range(int(sys.argv[1]))]\n\
+print('ready', flush=True)\n\
+time.sleep(600)\n";
+    let mut holder = Command::new("python3")
+        .args(["-c", script, &records.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let (output, peak_kib) = zpage_with_peak_rss(&[
+        "analyze",
+        "--pid",
+        &holder.id().to_string(),
+        "--kernel",
+        "--codec",
+        "lz4",
+        "--pool",
+        "zsmalloc",
+        "--rounds",
+        "0",
+        "--json",
+    ]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let comparison = &report["comparison"];
+    let relative = comparison["memory_used_vs_zram"].as_f64().unwrap();
+    println!(
+        "{} pages: zpage {} B, zram mem_used_total {} B ({relative:.4}x); peak RSS {} MiB",
+        report["pages"],
+        comparison["zpage_memory_used_bytes"],
+        comparison["zram_mem_used_total"],
+        peak_kib / 1024
+    );
+    assert!(
+        report["pools"][0]["memory_used_bytes"].as_u64().unwrap() > 32 << 20,
+        "{report}"
+    );
+    assert_eq!(comparison["same_pages_match"], true, "{comparison}");
+    assert!((0.99..=1.01).contains(&relative), "{comparison}");
+    assert!(peak_kib < 256 * 1024, "peak RSS {peak_kib} KiB");
+}
