@@ -68,4 +68,13 @@ real_functions! {
     realloc: fn(p: *mut c_void, n: size_t) -> *mut c_void;
     free: fn(p: *mut c_void) -> ();
     memalign: fn(a: size_t, n: size_t) -> *mut c_void;
+    sigaltstack: fn(ss: *const libc::stack_t, old: *mut libc::stack_t) -> c_int;
+    pthread_attr_setstack: fn(attr: *mut libc::pthread_attr_t, addr: *mut c_void, size: size_t) -> c_int;
+    swapcontext: fn(o: *mut libc::ucontext_t, u: *const libc::ucontext_t) -> c_int;
+    setcontext: fn(u: *const libc::ucontext_t) -> c_int;
+    mlock: fn(a: *const c_void, l: size_t) -> c_int;
+    mlock2: fn(a: *const c_void, l: size_t, f: libc::c_uint) -> c_int;
+    munlock: fn(a: *const c_void, l: size_t) -> c_int;
+    mlockall: fn(f: c_int) -> c_int;
+    munlockall: fn() -> c_int;
 }

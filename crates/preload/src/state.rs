@@ -65,6 +65,9 @@ pub struct State {
     pub pinned_calls: AtomicU64,
     pub retried_calls: AtomicU64,
     pub forks: AtomicU64,
+    /// `mlockall(MCL_FUTURE)` is in force: new memory stays plain (locked
+    /// memory must be resident; module `stacks`).
+    pub lock_future: AtomicBool,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
@@ -116,7 +119,9 @@ pub fn placing() -> Option<&'static State> {
     if FORKED_CHILD.load(Ordering::Relaxed) || sys::inside() {
         return None;
     }
-    STATE.get()
+    STATE
+        .get()
+        .filter(|s| !s.lock_future.load(Ordering::Acquire))
 }
 
 /// Sets the library up; the budget itself starts with the first region
@@ -144,6 +149,7 @@ pub fn start(config: Config) -> Result<(), String> {
         pinned_calls: AtomicU64::new(0),
         retried_calls: AtomicU64::new(0),
         forks: AtomicU64::new(0),
+        lock_future: AtomicBool::new(false),
     };
     STATE
         .set(state)

@@ -162,3 +162,47 @@ fn contended_mutexes_in_compressed_memory_lose_no_operation() {
         r.stderr
     );
 }
+
+/// A handler on a 4 MiB malloc'd alternate signal stack (a region) uses
+/// 256 KiB of it, 100 times, while everything else is pushed out: zpage
+/// keeps the stack resident (without it: SIGSEGV at the first delivery
+/// onto an evicted page).
+#[test]
+fn a_sigaltstack_in_compressed_memory_stays_deliverable() {
+    let r = run("altstack", 0, true);
+    assert!(
+        r.output.status.success() && r.stderr.contains("ok altstack"),
+        "{}: {}",
+        r.output.status,
+        r.stderr
+    );
+}
+
+/// A makecontext coroutine on an 8 MiB malloc'd stack, switched to 200
+/// times with everything else pushed out in between.
+#[test]
+fn a_coroutine_stack_in_compressed_memory_survives() {
+    let r = run("coroutine", 0, true);
+    assert!(
+        r.output.status.success() && r.stderr.contains("ok coroutine"),
+        "{}: {}",
+        r.output.status,
+        r.stderr
+    );
+}
+
+/// mlock keeps its range resident while the rest is evicted; mlockall
+/// keeps everything resident and new memory plain, and a write of twice
+/// the budget after it finishes.
+#[test]
+fn mlock_and_mlockall_are_honoured() {
+    for mode in ["mlock", "mlockall"] {
+        let r = run(mode, 0, true);
+        assert!(
+            r.output.status.success() && r.stderr.contains(&format!("ok {mode}")),
+            "{mode}: {}: {}",
+            r.output.status,
+            r.stderr
+        );
+    }
+}

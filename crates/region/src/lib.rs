@@ -426,7 +426,9 @@ pub use metrics::{
 #[cfg(feature = "fault-profile")]
 pub use profile::{fault_profile, reset_fault_profile};
 pub use profile::{Part as FaultPart, PARTS as FAULT_PARTS};
-pub use range::{overlaps_any_region, pin_range, prefault_range, unpin_range};
+pub use range::{
+    overlaps_any_region, pin_range, pin_range_over_budget, prefault_range, unpin_range,
+};
 pub use region::Region;
 pub use signal::{
     chain_to as chain_sigbus_to, chained as chained_sigbus, installed as sigbus_handler_installed,

@@ -9,7 +9,7 @@
 use crate::core::RegionCore;
 use crate::error::RegionError;
 use crate::fault::{self, Access, Ctx};
-use crate::region::{pin_pages, unpin_pages};
+use crate::region::{pin_pages, unpin_pages, PinLimit};
 use crate::sys::{self, PAGE_SIZE};
 use crate::table;
 
@@ -63,6 +63,18 @@ pub fn prefault_range(addr: usize, len: usize) -> Result<(), RegionError> {
 /// the same range. Fails with [`RegionError::PinExceedsBudget`] when the
 /// budget's pinned pages would pass half the budget.
 pub fn pin_range(addr: usize, len: usize) -> Result<(), RegionError> {
+    pin_range_limited(addr, len, PinLimit::HalfBudget)
+}
+
+/// As [`pin_range`], with no limit: the pages stay resident over the budget
+/// if need be. For memory the kernel must reach at any moment: a stack that
+/// signals are delivered on (`sigaltstack`, a coroutine's), pages the
+/// program `mlock`ed.
+pub fn pin_range_over_budget(addr: usize, len: usize) -> Result<(), RegionError> {
+    pin_range_limited(addr, len, PinLimit::None)
+}
+
+fn pin_range_limited(addr: usize, len: usize, limit: PinLimit) -> Result<(), RegionError> {
     let mut result = Ok(());
     let mut pinned: [Option<(usize, usize)>; 8] = [None; 8];
     let mut spans = 0;
@@ -80,7 +92,7 @@ pub fn pin_range(addr: usize, len: usize) -> Result<(), RegionError> {
             )));
             return;
         }
-        match pin_pages(core, range) {
+        match pin_pages(core, range, limit) {
             Ok(()) => {
                 pinned[spans] = Some((core.mapping.base(), core.mapping.len()));
                 spans += 1;

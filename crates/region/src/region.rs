@@ -226,7 +226,7 @@ impl Region {
     pub fn pin(&self, offset: usize, len: usize) -> Result<(), RegionError> {
         self.check_live()?;
         let range = self.pages_of(offset, len)?;
-        pin_pages(&self.core, range)
+        pin_pages(&self.core, range, PinLimit::HalfBudget)
     }
 
     /// Undoes one `pin` of the range.
@@ -354,10 +354,22 @@ impl Region {
     }
 }
 
+/// How much of a budget pins may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PinLimit {
+    /// Half the budget: the rest stays for the pages that come and go.
+    HalfBudget,
+    /// Any amount, over the budget if need be: memory the kernel must be
+    /// able to reach at any moment (a stack signals are delivered on, pages
+    /// the program `mlock`ed).
+    None,
+}
+
 /// Pins `range` of `core` (see [`Region::pin`]).
 pub(crate) fn pin_pages(
     core: &RegionCore,
     range: std::ops::Range<usize>,
+    limit: PinLimit,
 ) -> Result<(), RegionError> {
     let budget = &core.budget;
     let new_pins = range
@@ -365,7 +377,7 @@ pub(crate) fn pin_pages(
         .filter(|&p| core.pages[p].load().pins() == 0)
         .count();
     let total = budget_pinned(budget) + new_pins;
-    if total > budget.limits.budget_pages / 2 {
+    if limit == PinLimit::HalfBudget && total > budget.limits.budget_pages / 2 {
         return Err(RegionError::PinExceedsBudget {
             requested: new_pins * PAGE_SIZE,
             total: total * PAGE_SIZE,

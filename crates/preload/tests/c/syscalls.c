@@ -22,11 +22,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 static size_t budget;
@@ -387,6 +389,110 @@ static void futex_mode(long ops) {
     fprintf(stderr, "lock operations %ld\n", total);
 }
 
+// A handler on a malloc'd alternate stack (a region) that uses 256 KiB of
+// it, delivered while everything else is pushed out.
+static volatile long handled;
+static void on_usr1(int sig) {
+    (void)sig;
+    volatile unsigned char frame[256 * 1024];
+    for (size_t i = 0; i < sizeof frame; i += 512)
+        frame[i] = (unsigned char)(1 + i / 512);
+    long sum = 0;
+    for (size_t i = 0; i < sizeof frame; i += 512)
+        sum += frame[i];
+    if (sum != 0)
+        handled++;
+}
+
+static void altstack_mode(void) {
+    size_t len = 4 << 20;
+    stack_t ss = {.ss_sp = malloc(len), .ss_size = len, .ss_flags = 0};
+    if (!ss.ss_sp || sigaltstack(&ss, NULL))
+        FAIL("sigaltstack");
+    struct sigaction sa = {.sa_handler = on_usr1, .sa_flags = SA_ONSTACK};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGUSR1, &sa, NULL))
+        FAIL("sigaction");
+    for (int i = 0; i < 100; i++) {
+        pressure();
+        raise(SIGUSR1);
+    }
+    if (handled != 100)
+        FAIL("handled %ld of 100", handled);
+}
+
+// A coroutine on an 8 MiB malloc'd stack that recurses through 1 MiB of it,
+// switched to and from while everything else is pushed out.
+static ucontext_t main_ctx, co_ctx;
+static volatile long co_rounds;
+static long depth(int n) {
+    volatile char pad[4000];
+    pad[0] = (char)n;
+    pad[3999] = (char)n;
+    return n == 0 ? pad[0] : depth(n - 1) + pad[3999];
+}
+static void coroutine(void) {
+    for (;;) {
+        depth(256);
+        co_rounds++;
+        swapcontext(&co_ctx, &main_ctx);
+    }
+}
+
+static void coroutine_mode(void) {
+    size_t len = 8 << 20;
+    char *stack = malloc(len);
+    if (getcontext(&co_ctx))
+        FAIL("getcontext");
+    co_ctx.uc_stack.ss_sp = stack;
+    co_ctx.uc_stack.ss_size = len;
+    co_ctx.uc_link = &main_ctx;
+    makecontext(&co_ctx, coroutine, 0);
+    for (int i = 0; i < 200; i++) {
+        if (swapcontext(&main_ctx, &co_ctx))
+            FAIL("swapcontext");
+        pressure();
+    }
+    if (co_rounds != 200)
+        FAIL("coroutine ran %ld rounds of 200", co_rounds);
+}
+
+// mlockall, then more memory than the budget written: it finishes, and the
+// data written before is whole.
+static void mlockall_mode(void) {
+    size_t len = budget / 2;
+    unsigned char *before = malloc(len);
+    for (size_t i = 0; i < len; i++)
+        before[i] = (unsigned char)(i * 7);
+    if (mlockall(MCL_CURRENT | MCL_FUTURE))
+        FAIL("mlockall");
+    size_t big = 2 * budget;
+    unsigned char *after = malloc(big);
+    memset(after, 0x5a, big);
+    for (size_t i = 0; i < len; i++)
+        if (before[i] != (unsigned char)(i * 7))
+            FAIL("byte %zu", i);
+    if (!resident(before) || !resident(before + len - 1))
+        FAIL("locked memory not resident");
+    munlockall();
+}
+
+// mlock of part of a region keeps it resident while the rest goes out.
+static void mlock_mode(void) {
+    size_t len = 4 << 20;
+    unsigned char *m = malloc(len);
+    memset(m, 3, len);
+    if (mlock(m, 1 << 20))
+        FAIL("mlock");
+    for (int i = 0; i < 3; i++)
+        pressure();
+    for (size_t o = 0; o < (1 << 20); o += 4096)
+        if (!resident(m + o))
+            FAIL("locked page %zu evicted", o / 4096);
+    evict(m + (2 << 20), 4096);
+    munlock(m, 1 << 20);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: syscalls MODE DATA_MIB [small]\n");
@@ -414,6 +520,14 @@ int main(int argc, char **argv) {
         calls_mode();
     else if (!strcmp(mode, "futex"))
         futex_mode((long)mib * 1000000);
+    else if (!strcmp(mode, "altstack"))
+        altstack_mode();
+    else if (!strcmp(mode, "coroutine"))
+        coroutine_mode();
+    else if (!strcmp(mode, "mlockall"))
+        mlockall_mode();
+    else if (!strcmp(mode, "mlock"))
+        mlock_mode();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 64;
