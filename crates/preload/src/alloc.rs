@@ -192,6 +192,35 @@ unsafe impl GlobalAlloc for PrivateHeap {
 #[global_allocator]
 pub static HEAP: PrivateHeap = PrivateHeap::new();
 
+thread_local! {
+    /// Set while the thread's C-library allocations go to this heap though
+    /// it is the program's (module `spawn`). Const-initialised, no
+    /// destructor.
+    static PRIVATE_SCOPE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// While alive, the thread's `malloc` family is served from this heap.
+pub struct PrivateScope(());
+
+impl PrivateScope {
+    pub fn enter() -> PrivateScope {
+        PRIVATE_SCOPE.with(|c| c.set(c.get() + 1));
+        PrivateScope(())
+    }
+}
+
+impl Drop for PrivateScope {
+    fn drop(&mut self) {
+        PRIVATE_SCOPE.with(|c| c.set(c.get() - 1));
+    }
+}
+
+/// True if the calling thread's C-library allocations go to this heap:
+/// zpage's own threads, and a [`PrivateScope`].
+pub fn serves_this_thread() -> bool {
+    zpage_region::on_zpage_thread() || PRIVATE_SCOPE.with(|c| c.get() != 0)
+}
+
 /// Bytes in front of every block of the C-library interface: where the
 /// dlmalloc block starts, and its size.
 const HEADER: usize = 16;

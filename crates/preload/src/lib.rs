@@ -74,6 +74,7 @@ mod mm;
 mod real;
 mod report;
 mod sig;
+mod spawn;
 mod stacks;
 mod state;
 mod sys;

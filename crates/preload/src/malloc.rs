@@ -139,7 +139,7 @@ fn free_ours(p: *mut c_void) -> bool {
 /// `malloc(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
-    if zpage_region::on_zpage_thread() {
+    if alloc::serves_this_thread() {
         return alloc::c_malloc(n, 1).cast();
     }
     if let Some(p) = place(n, 1) {
@@ -153,7 +153,7 @@ pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
 /// `calloc(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: size_t, m: size_t) -> *mut c_void {
-    if zpage_region::on_zpage_thread() {
+    if alloc::serves_this_thread() {
         let Some(total) = n.checked_mul(m) else {
             return std::ptr::null_mut();
         };
@@ -197,7 +197,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// `realloc(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
-    if alloc::owns(p.cast()) || (p.is_null() && zpage_region::on_zpage_thread()) {
+    if alloc::owns(p.cast()) || (p.is_null() && alloc::serves_this_thread()) {
         // SAFETY: null or a live block of zpage's heap (realloc's contract).
         return unsafe { alloc::c_realloc(p.cast(), n) }.cast();
     }
@@ -260,7 +260,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
 }
 
 fn aligned(align: size_t, n: size_t) -> *mut c_void {
-    if zpage_region::on_zpage_thread() {
+    if alloc::serves_this_thread() {
         return alloc::c_malloc(n, align).cast();
     }
     if let Some(p) = place(n, align) {

@@ -77,4 +77,19 @@ real_functions! {
     munlock: fn(a: *const c_void, l: size_t) -> c_int;
     mlockall: fn(f: c_int) -> c_int;
     munlockall: fn() -> c_int;
+    posix_spawn: fn(pid: *mut libc::pid_t, path: *const libc::c_char, a: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut libc::c_char, envp: *const *mut libc::c_char) -> c_int;
+    posix_spawnp: fn(pid: *mut libc::pid_t, file: *const libc::c_char, a: *const libc::posix_spawn_file_actions_t, attr: *const libc::posix_spawnattr_t, argv: *const *mut libc::c_char, envp: *const *mut libc::c_char) -> c_int;
+    posix_spawn_file_actions_init: fn(a: *mut libc::posix_spawn_file_actions_t) -> c_int;
+    posix_spawn_file_actions_addopen: fn(a: *mut libc::posix_spawn_file_actions_t, fd: c_int, path: *const libc::c_char, oflag: c_int, mode: libc::mode_t) -> c_int;
+    posix_spawn_file_actions_addclose: fn(a: *mut libc::posix_spawn_file_actions_t, fd: c_int) -> c_int;
+    posix_spawn_file_actions_adddup2: fn(a: *mut libc::posix_spawn_file_actions_t, fd: c_int, newfd: c_int) -> c_int;
+    posix_spawn_file_actions_addchdir_np: fn(a: *mut libc::posix_spawn_file_actions_t, path: *const libc::c_char) -> c_int;
+    posix_spawn_file_actions_addfchdir_np: fn(a: *mut libc::posix_spawn_file_actions_t, fd: c_int) -> c_int;
+    posix_spawn_file_actions_addclosefrom_np: fn(a: *mut libc::posix_spawn_file_actions_t, from: c_int) -> c_int;
+    system: fn(command: *const libc::c_char) -> c_int;
+    execve: fn(path: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
+    execv: fn(path: *const libc::c_char, argv: *const *const libc::c_char) -> c_int;
+    execvp: fn(file: *const libc::c_char, argv: *const *const libc::c_char) -> c_int;
+    execvpe: fn(file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
+    popen: fn(command: *const libc::c_char, mode: *const libc::c_char) -> *mut libc::FILE;
 }

@@ -137,13 +137,27 @@ fn without_ours(set: &mut libc::sigset_t) -> bool {
 
 type MaskFn = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
 
+/// How a mask function reports failure.
+#[derive(Clone, Copy)]
+enum Reports {
+    /// `pthread_sigmask`: the error number is the result.
+    ErrorNumber,
+    /// `sigprocmask`: -1 and `errno`.
+    Errno,
+}
+
 /// Calls the C library's mask function with SIGBUS and SIGSYS taken out of a set that
 /// blocks (`SIG_BLOCK`, `SIG_SETMASK`); unblocking goes through as asked.
+/// With the system-call trap installed, the call is made from its
+/// trampoline instead (the filter traps blocking masks, and this one is
+/// already safe), taking out the C library's own two signals as its
+/// functions do.
 ///
 /// # Safety
 /// `set` and `old` are null or valid, as for `sigprocmask(2)`.
 unsafe fn set_mask(
     real: MaskFn,
+    reports: Reports,
     how: c_int,
     set: *const libc::sigset_t,
     old: *mut libc::sigset_t,
@@ -157,8 +171,37 @@ unsafe fn set_mask(
             set = &copy;
         }
     }
-    // SAFETY: the C library's function with valid arguments.
-    unsafe { real(how, set, old) }
+    if !zpage_syscalls::trap::installed() {
+        // SAFETY: the C library's function with valid arguments.
+        return unsafe { real(how, set, old) };
+    }
+    let mut local: libc::sigset_t;
+    if !set.is_null() {
+        // SAFETY: a valid set; copied.
+        local = unsafe { *set };
+        // SIGCANCEL and SIGSETXID, which glibc's functions never let a
+        // program block.
+        for sig in [32, 33] {
+            // SAFETY: a valid, initialised set.
+            unsafe { libc::sigdelset(&mut local, sig) };
+        }
+        set = &local;
+    }
+    // SAFETY: valid sets (or null); the kernel reads and writes 8 bytes.
+    let r = unsafe {
+        zpage_region::far::syscall(
+            libc::SYS_rt_sigprocmask,
+            [how as i64, set as i64, old as i64, 8, 0, 0],
+        )
+    };
+    match (r, reports) {
+        (0, _) => 0,
+        (e, Reports::ErrorNumber) => -e as c_int,
+        (e, Reports::Errno) => {
+            crate::sys::set_errno(-e as c_int);
+            -1
+        }
+    }
 }
 
 /// # Safety
@@ -171,7 +214,7 @@ pub unsafe extern "C" fn pthread_sigmask(
 ) -> c_int {
     match real::pthread_sigmask() {
         // SAFETY: the caller's arguments, valid by this function's contract.
-        Some(f) => unsafe { set_mask(f, how, set, old) },
+        Some(f) => unsafe { set_mask(f, Reports::ErrorNumber, how, set, old) },
         None => libc::ENOSYS,
     }
 }
@@ -186,7 +229,7 @@ pub unsafe extern "C" fn sigprocmask(
 ) -> c_int {
     match real::sigprocmask() {
         // SAFETY: the caller's arguments, valid by this function's contract.
-        Some(f) => unsafe { set_mask(f, how, set, old) },
+        Some(f) => unsafe { set_mask(f, Reports::Errno, how, set, old) },
         None => {
             crate::sys::set_errno(libc::ENOSYS);
             -1

@@ -206,3 +206,18 @@ fn mlock_and_mlockall_are_honoured() {
         );
     }
 }
+
+/// Programs started from evicted strings: posix_spawnp with its argv in
+/// region memory (its child resets zpage's handlers before the exec),
+/// system() and popen() of a command in region memory, and fork + execvp
+/// (the exec trapped and served in the child).
+#[test]
+fn programs_start_from_strings_in_compressed_memory() {
+    let r = run("spawn", 0, true);
+    assert!(
+        r.output.status.success() && r.stderr.contains("ok spawn"),
+        "{}: {}",
+        r.output.status,
+        r.stderr
+    );
+}

@@ -432,7 +432,7 @@ pub use range::{
 pub use region::Region;
 pub use signal::{
     chain_to as chain_sigbus_to, chained as chained_sigbus, installed as sigbus_handler_installed,
-    sigbus_chain, Chain as SignalChain,
+    is_sigbus_handler, sigbus_chain, Chain as SignalChain,
 };
 /// For front ends that run zpage code inside the program (the preload
 /// library): the same signal discipline as the region's own threads.

@@ -303,11 +303,24 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
 }
 
 fn reset_default(sig: libc::c_int) {
-    // SAFETY: sigaction is async-signal-safe; SIG_DFL makes the re-executed
-    // access kill the process with the default action (core dump).
+    // The kernel's `struct sigaction` with SIG_DFL (0), no flags, no
+    // restorer, an empty mask. Made from the trampoline when the far range
+    // is reserved: a system-call filter of zpage's (crate `zpage-syscalls`)
+    // traps the program's `rt_sigaction` of SIGBUS and SIGSYS to keep
+    // zpage's handlers in front, and this reset is zpage's own.
+    let act = [0u64; 4];
+    // SAFETY: rt_sigaction reads 32 bytes of `act`; SIG_DFL makes the
+    // re-executed access kill the process with the default action (core
+    // dump). Async-signal-safe (one system call).
     unsafe {
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = libc::SIG_DFL;
-        libc::sigaction(sig, &act, std::ptr::null_mut());
+        crate::far::syscall(
+            libc::SYS_rt_sigaction,
+            [sig as i64, act.as_ptr() as i64, 0, 8, 0, 0],
+        );
     }
+}
+
+/// True if `handler` is zpage's SIGBUS handler (an `sa_sigaction` value).
+pub fn is_sigbus_handler(handler: usize) -> bool {
+    handler == on_sigbus as *const () as usize
 }

@@ -833,25 +833,44 @@ fn asynchronous_signals() -> libc::sigset_t {
     }
 }
 
+/// `rt_sigprocmask` of the kernel's 64-signal set (the first word of a
+/// `sigset_t`), made from the far range's trampoline when it is reserved:
+/// zpage's system-call filter traps the program's blocking masks (to keep
+/// SIGBUS and SIGSYS deliverable), and zpage's own, which block neither,
+/// need no trap. Async-signal-safe (one system call).
+fn set_mask(how: i32, set: &libc::sigset_t, old: Option<&mut libc::sigset_t>) {
+    let old = old.map_or(0, |o| o as *mut libc::sigset_t as i64);
+    // SAFETY: `set` and `old` are live sigset_t values; the kernel reads and
+    // writes their first 8 bytes.
+    unsafe {
+        crate::far::syscall(
+            libc::SYS_rt_sigprocmask,
+            [
+                how as i64,
+                set as *const libc::sigset_t as i64,
+                old,
+                8,
+                0,
+                0,
+            ],
+        );
+    }
+}
+
 impl SignalGuard {
     pub fn block_async() -> SignalGuard {
         let set = asynchronous_signals();
-        // SAFETY: valid sigset_t values; the old mask is written into our own struct.
-        unsafe {
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut old);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            SignalGuard { old }
-        }
+        // SAFETY: a zeroed sigset_t is an empty set; the kernel writes the
+        // old mask into it.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        set_mask(libc::SIG_BLOCK, &set, Some(&mut old));
+        SignalGuard { old }
     }
 }
 
 impl Drop for SignalGuard {
     fn drop(&mut self) {
-        // SAFETY: restores the mask saved at construction.
-        unsafe {
-            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut());
-        }
+        set_mask(libc::SIG_SETMASK, &self.old, None);
     }
 }
 

@@ -47,6 +47,7 @@ fn scenario() {
         "no_trap" => no_trap(),
         "big_write" => big_write(),
         "wrapped" => wrapped(),
+        "setuid_exec" => setuid_exec(),
         other => panic!("no scenario {other}"),
     }
     println!("SCENARIO PASSED");
@@ -304,6 +305,47 @@ fn wrapped() {
     assert_eq!(zpage_syscalls::trap::trapped_calls(), before + 1);
 }
 
+/// As a user other than root, installing the filter sets no_new_privs: a
+/// set-user-ID program then runs without its privileges, and an exec the
+/// trap serves (its path in region memory) says so on stderr (checked by
+/// the parent).
+fn setuid_exec() {
+    // SAFETY: this test child drops to `nobody` for good.
+    unsafe {
+        if libc::getuid() == 0 {
+            assert_eq!(libc::setgid(65534), 0);
+            assert_eq!(libc::setuid(65534), 0);
+        }
+    }
+    zpage_syscalls::trap::install().expect("install as nobody");
+    // SAFETY: a plain prctl query.
+    let nnp = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
+    assert_eq!(nnp, 1);
+    let region = evicted(MIB, MIB);
+    let path = region.as_ptr() as usize;
+    region_write(&region, path, b"/usr/bin/passwd\0");
+    let argv = [c"passwd".as_ptr(), c"--help".as_ptr(), std::ptr::null()];
+    // SAFETY: fork in a single-purpose test child; the grandchild execs or
+    // exits at once.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: a NUL-terminated path in the region and a NULL-terminated
+        // argv.
+        unsafe {
+            libc::execv(path as *const libc::c_char, argv.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: a local status word.
+    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+    assert_eq!(waited, child);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 127,
+        "{status:#x}"
+    );
+}
+
 /// Without the trap (regions placed in the far range, no filter) the
 /// kernel fails the same call: the scenarios above would fail without it.
 fn no_trap() {
@@ -337,6 +379,25 @@ fn a_write_larger_than_half_the_budget_goes_in_pieces() {
 #[test]
 fn a_wrapped_call_is_made_from_the_trampoline_not_trapped_again() {
     in_child("wrapped");
+}
+
+#[test]
+fn a_set_user_id_program_is_named_when_it_loses_its_privileges() {
+    if !std::path::Path::new("/usr/bin/passwd").exists() {
+        eprintln!("skipped: /usr/bin/passwd is not installed");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "scenario", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "setuid_exec")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains("set-user-ID") && stderr.contains("no_new_privs"),
+        "{}\n{stderr}",
+        out.status
+    );
 }
 
 #[test]

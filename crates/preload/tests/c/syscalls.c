@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -493,6 +494,48 @@ static void mlock_mode(void) {
     munlock(m, 1 << 20);
 }
 
+extern char **environ;
+
+// Programs started from evicted strings: posix_spawnp with argv in the
+// heap, system() and popen() of a command in the heap, fork+execve.
+static void spawn_mode(void) {
+    char **args = object(4 * sizeof(char *), 0);
+    args[0] = string_object("sh");
+    args[1] = string_object("-c");
+    args[2] = string_object("exit 7");
+    args[3] = NULL;
+    evict(args, 4 * sizeof(char *));
+    evict(args[2], 8);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, args[0], NULL, NULL, args, environ);
+    if (rc != 0)
+        FAIL("posix_spawnp: %d", rc);
+    int status;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 7)
+        FAIL("posix_spawnp child status %#x", status);
+    char *cmd = string_object("exit 9");
+    evict(cmd, 8);
+    status = system(cmd);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 9)
+        FAIL("system status %#x", status);
+    char *pcmd = string_object("echo popened");
+    evict(pcmd, 16);
+    FILE *p = popen(pcmd, "r");
+    char line[64] = {0};
+    if (!p || !fgets(line, sizeof line, p) || strcmp(line, "popened\n"))
+        FAIL("popen read %s", line);
+    if (pclose(p) != 0)
+        FAIL("pclose");
+    pid_t c = fork();
+    if (c == 0) {
+        evict(args, 4 * sizeof(char *));
+        execvp(args[0], args);
+        _exit(99);
+    }
+    if (waitpid(c, &status, 0) != c || !WIFEXITED(status) || WEXITSTATUS(status) != 7)
+        FAIL("fork+execvp child status %#x", status);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: syscalls MODE DATA_MIB [small]\n");
@@ -528,6 +571,8 @@ int main(int argc, char **argv) {
         mlockall_mode();
     else if (!strcmp(mode, "mlock"))
         mlock_mode();
+    else if (!strcmp(mode, "spawn"))
+        spawn_mode();
     else {
         fprintf(stderr, "unknown mode %s\n", mode);
         return 64;

@@ -374,7 +374,6 @@ mod tests {
     #[test]
     fn indirect_calls_trap_always_and_control_flow_never() {
         assert_eq!(answer(libc::SYS_writev, [1, OUT, 1, 0, 0, 0]), TRAP);
-        assert_eq!(answer(libc::SYS_execve, [OUT, OUT, OUT, 0, 0, 0]), TRAP);
         assert_eq!(
             answer(libc::SYS_clone, [0, IN, IN, IN, IN, 0]),
             SECCOMP_RET_ALLOW
@@ -423,6 +422,28 @@ mod tests {
             answer(libc::SYS_futex, [OUT, requeue as u64, 1, 0, IN, 0]),
             TRAP
         );
+    }
+
+    #[test]
+    fn calls_trap_for_their_pointers_only_never_for_what_they_ask() {
+        // A program exec'd without zpage keeps the filter: setting SIGBUS's
+        // action or blocking every signal must pass there.
+        let act =
+            |sig: i32, new: u64| answer(libc::SYS_rt_sigaction, [sig as u64, new, 0, 8, 0, 0]);
+        assert_eq!(act(libc::SIGBUS, OUT), SECCOMP_RET_ALLOW);
+        assert_eq!(act(libc::SIGSYS, OUT), SECCOMP_RET_ALLOW);
+        assert_eq!(act(libc::SIGBUS, IN), TRAP);
+        let mask = |how: i32, set: u64, old: u64| {
+            answer(libc::SYS_rt_sigprocmask, [how as u64, set, old, 8, 0, 0])
+        };
+        assert_eq!(mask(libc::SIG_BLOCK, OUT, OUT), SECCOMP_RET_ALLOW);
+        assert_eq!(mask(libc::SIG_BLOCK, IN, 0), TRAP);
+        assert_eq!(mask(libc::SIG_BLOCK, 0, IN), TRAP);
+        assert_eq!(
+            answer(libc::SYS_execve, [OUT, OUT, OUT, 0, 0, 0]),
+            SECCOMP_RET_ALLOW
+        );
+        assert_eq!(answer(libc::SYS_execve, [OUT, IN, OUT, 0, 0, 0]), TRAP);
     }
 
     #[test]

@@ -164,6 +164,43 @@ fn read_value<T: Copy + Default>(pins: &mut Pins, addr: usize) -> Result<Option<
     Ok(copy_in(addr, bytes).map(|()| value))
 }
 
+/// Writes a plain value into the program's memory: in a region, pinned and
+/// written; elsewhere through `process_vm_writev`, which fails where the
+/// kernel would have (`false`).
+fn write_value<T: Copy>(pins: &mut Pins, addr: usize, value: T) -> Result<bool, Refused> {
+    let size = std::mem::size_of::<T>();
+    if in_region(addr, size) {
+        pins.pin(addr, size)?;
+        // SAFETY: the bytes lie in pinned region pages, mapped read-write.
+        unsafe { std::ptr::write_unaligned(addr as *mut T, value) };
+        return Ok(true);
+    }
+    let local = libc::iovec {
+        iov_base: &value as *const T as *mut libc::c_void,
+        iov_len: size,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: size,
+    };
+    // SAFETY: iovecs on this frame; the kernel writes `size` bytes at
+    // `addr` or fails.
+    let w = unsafe {
+        far::syscall(
+            libc::SYS_process_vm_writev,
+            [
+                libc::getpid() as i64,
+                &local as *const _ as i64,
+                1,
+                &remote as *const _ as i64,
+                1,
+                0,
+            ],
+        )
+    };
+    Ok(w == size as i64)
+}
+
 /// The length of the NUL-terminated string at `addr`, its pages pinned as
 /// they are scanned (through the NUL).
 fn pin_string(pins: &mut Pins, addr: usize) -> Result<usize, Refused> {
@@ -483,32 +520,10 @@ fn sigprocmask(args: &[i64; 6], uc: &mut libc::ucontext_t) -> i64 {
         }
     };
     if old != 0 {
-        let bytes = current.to_ne_bytes();
-        let local = libc::iovec {
-            iov_base: bytes.as_ptr() as *mut libc::c_void,
-            iov_len: 8,
-        };
-        let remote = libc::iovec {
-            iov_base: old as *mut libc::c_void,
-            iov_len: 8,
-        };
-        // SAFETY: iovecs on this frame; the kernel writes 8 bytes at `old`
-        // (pinned, or plain memory) or fails.
-        let w = unsafe {
-            far::syscall(
-                libc::SYS_process_vm_writev,
-                [
-                    libc::getpid() as i64,
-                    &local as *const _ as i64,
-                    1,
-                    &remote as *const _ as i64,
-                    1,
-                    0,
-                ],
-            )
-        };
-        if w != 8 {
-            return -(libc::EFAULT as i64);
+        match write_value(&mut pins, old, *current) {
+            Ok(true) => {}
+            Ok(false) => return -(libc::EFAULT as i64),
+            Err(why) => cannot_serve("rt_sigprocmask", why, args),
         }
     }
     if let Some(new) = new {
@@ -525,6 +540,71 @@ fn sigprocmask(args: &[i64; 6], uc: &mut libc::ucontext_t) -> i64 {
     0
 }
 
+/// `rt_sigaction` of SIGBUS or SIGSYS: zpage's handlers stay installed and
+/// the program's action is recorded as the one they chain to, as the
+/// preload library does for the C library's `sigaction` (a `posix_spawn`
+/// child resets every handler to the default before its `exec`, and that
+/// `exec` is zpage's to serve). zpage's own installations (the action is
+/// its handler) and SIGBUS actions set before zpage's handler is
+/// installed go to the kernel.
+fn sigaction(args: &[i64; 6]) -> i64 {
+    let sig = args[0] as i32;
+    if args[3] != 8 {
+        return -(libc::EINVAL as i64);
+    }
+    let mut pins = Pins::new();
+    // The kernel's struct sigaction: handler, flags, restorer, mask.
+    let new = match args[1] as usize {
+        0 => None,
+        at => match read_value::<[u64; 4]>(&mut pins, at) {
+            Ok(Some(v)) => Some(v),
+            Ok(None) => return -(libc::EFAULT as i64),
+            Err(why) => cannot_serve("rt_sigaction", why, args),
+        },
+    };
+    let own = |h: u64| {
+        h as usize == on_sigsys as *const () as usize || zpage_region::is_sigbus_handler(h as usize)
+    };
+    let to_kernel = (sig == libc::SIGBUS && !zpage_region::sigbus_handler_installed())
+        || new.is_some_and(|n| own(n[0]));
+    if to_kernel {
+        if let Err(why) = pins.pin(args[2] as usize, 32) {
+            cannot_serve("rt_sigaction", why, args);
+        }
+        // SAFETY: the call as made, its structures pinned.
+        return unsafe { far::syscall(libc::SYS_rt_sigaction, *args) };
+    }
+    let chain = if sig == libc::SIGBUS {
+        zpage_region::sigbus_chain()
+    } else {
+        &CHAIN
+    };
+    let previous = match new {
+        Some([handler, flags, _, _]) => {
+            // SAFETY: a zeroed sigaction is a valid empty value.
+            let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+            action.sa_sigaction = handler as usize;
+            action.sa_flags = flags as i32;
+            chain.chain_to(&action)
+        }
+        None => chain.chained(),
+    };
+    if args[2] != 0 {
+        let old = [
+            previous.sa_sigaction as u64,
+            previous.sa_flags as u32 as u64,
+            previous.sa_restorer.map_or(0, |f| f as usize as u64),
+            0,
+        ];
+        match write_value(&mut pins, args[2] as usize, old) {
+            Ok(true) => {}
+            Ok(false) => return -(libc::EFAULT as i64),
+            Err(why) => cannot_serve("rt_sigaction", why, args),
+        }
+    }
+    0
+}
+
 /// `execve`/`execveat`: the path, and every `argv` and `envp` string
 /// touched into memory (restored, if evicted, by the SIGBUS handler) just
 /// before the call, which is made with the program's signal mask. The
@@ -537,6 +617,7 @@ fn exec(nr: i64, args: [i64; 6], uc: &libc::ucontext_t) -> i64 {
     } else {
         (args[1], args[2], args[3])
     };
+    warn_if_privileges_dropped(nr, &args);
     let mut mask = [0u64; 1];
     // SAFETY: the first word of the saved mask (see sigprocmask).
     mask[0] = unsafe { *(&uc.uc_sigmask as *const libc::sigset_t).cast::<u64>() };
@@ -561,6 +642,67 @@ fn exec(nr: i64, args: [i64; 6], uc: &libc::ucontext_t) -> i64 {
         }
     }
     r
+}
+
+/// Under `no_new_privs` (which installing the filter set, see
+/// [`super::install`]), a set-user-ID or set-group-ID program runs with
+/// the caller's privileges: says so on stderr before the `exec`, so the
+/// program's own failure (sudo refusing to run, ping lacking its socket)
+/// is not a mystery. File capabilities are dropped the same way; they are
+/// not looked for.
+fn warn_if_privileges_dropped(nr: i64, args: &[i64; 6]) {
+    let (dirfd, path, flags) = if nr == libc::SYS_execve {
+        (libc::AT_FDCWD, args[0], 0)
+    } else {
+        (
+            args[0] as i32,
+            args[1],
+            args[4] as i32 & libc::AT_EMPTY_PATH,
+        )
+    };
+    touch_string(path as usize);
+    warn_if_privileged(dirfd, path as *const libc::c_char, flags);
+}
+
+/// Says on stderr that the program at `path` (relative to `dirfd`, as for
+/// `newfstatat`) will run without its set-user-ID or set-group-ID
+/// privileges, when `no_new_privs` is set (which installing the filter as
+/// a user other than root does). Async-signal-safe (a `prctl`, a
+/// `newfstatat` and a `write`).
+pub fn warn_if_privileged(dirfd: i32, path: *const libc::c_char, flags: i32) {
+    // SAFETY: a prctl query with no pointer arguments.
+    let nnp = unsafe {
+        far::syscall(
+            libc::SYS_prctl,
+            [libc::PR_GET_NO_NEW_PRIVS as i64, 0, 0, 0, 0, 0],
+        )
+    };
+    if nnp != 1 {
+        return;
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: newfstatat writes one struct stat on this frame; the path is
+    // the caller's, read by the kernel (or the call fails).
+    let r = unsafe {
+        far::syscall(
+            libc::SYS_newfstatat,
+            [
+                dirfd as i64,
+                path as i64,
+                st.as_mut_ptr() as i64,
+                flags as i64,
+                0,
+                0,
+            ],
+        )
+    };
+    // SAFETY: zero-initialised, written by the kernel on success.
+    let mode = unsafe { st.assume_init() }.st_mode;
+    if r == 0 && mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+        Fatal::new()
+            .text("a set-user-ID or set-group-ID program is being run; under zpage run's system-call filter (no_new_privs) it runs with the caller's privileges, not its own. Run the program as root, or with zpage run --syscalls wrappers, if it needs them")
+            .print();
+    }
 }
 
 /// Reads every page of the string at `p` (a fault restores an evicted one).
@@ -623,6 +765,9 @@ fn serve(nr: i64, mut args: [i64; 6], uc: &mut libc::ucontext_t) -> i64 {
     match nr {
         libc::SYS_execve | libc::SYS_execveat => return exec(nr, args, uc),
         libc::SYS_rt_sigprocmask => return sigprocmask(&args, uc),
+        libc::SYS_rt_sigaction if matches!(args[0] as i32, libc::SIGBUS | libc::SIGSYS) => {
+            return sigaction(&args)
+        }
         libc::SYS_read | libc::SYS_write | libc::SYS_pread64 | libc::SYS_pwrite64
             if args[2] as usize > PIECE_BYTES =>
         {

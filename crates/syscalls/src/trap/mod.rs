@@ -55,7 +55,7 @@ pub mod filter;
 mod handler;
 pub mod table;
 
-pub use handler::{CHAIN, PIECE_BYTES};
+pub use handler::{warn_if_privileged, CHAIN, PIECE_BYTES};
 use zpage_region::far;
 
 /// How [`install`] found the process.
@@ -102,6 +102,29 @@ fn install_handler() -> Result<(), String> {
     Ok(())
 }
 
+/// A thread of this process that blocks SIGSYS now (from its
+/// `/proc/self/task/TID/status`), if there is one. The filter applies to
+/// every thread at once, and a trap delivered to a thread that blocks
+/// SIGSYS kills the process (the kernel resets the handler to the
+/// default): such a thread may only be in one of the C library's short
+/// windows with every signal blocked (a `pthread_create` or `fork` in
+/// progress), which the next look finds closed.
+fn thread_blocking_sigsys() -> Option<String> {
+    let tasks = std::fs::read_dir("/proc/self/task").ok()?;
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let blocked = status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0);
+        if blocked & (1 << (libc::SIGSYS - 1)) != 0 {
+            return Some(task.file_name().to_string_lossy().into_owned());
+        }
+    }
+    None
+}
+
 /// Installs the filter and its handler for this process (and its future
 /// threads and children), reserving the far range first. Idempotent; an
 /// inherited filter is kept as it is. Call it before any thread but the
@@ -119,6 +142,15 @@ pub fn install() -> Result<Installed, String> {
     if probe() {
         INSTALLED.store(true, std::sync::atomic::Ordering::Release);
         return Ok(Installed::Inherited);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while let Some(tid) = thread_blocking_sigsys() {
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "thread {tid} of this process blocks SIGSYS, and a filter installed now would kill it at its next trapped call"
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let code = filter::program(far::TRAMPOLINE_SYSCALL_END as u64);
     let prog = libc::sock_fprog {
