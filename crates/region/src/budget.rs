@@ -10,7 +10,7 @@
 
 use crate::aging::AgingClock;
 use crate::config::{AgingPolicy, BudgetConfig, FaultMode};
-use crate::core::RegionCore;
+use crate::region_core::RegionCore;
 use crate::error::RegionError;
 use crate::queues::{Record, Ring, VictimQueue};
 use crate::sys::{self, Errno, Mapping, PAGE_SIZE};

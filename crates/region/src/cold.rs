@@ -23,7 +23,7 @@
 //! asynchronous signals blocked; never on the fault path.
 
 use crate::budget::Shared;
-use crate::core::RegionCore;
+use crate::region_core::RegionCore;
 use crate::error::RegionError;
 use crate::evict::{self, Recompress};
 use crate::queues::Record;

@@ -21,7 +21,7 @@
 
 use crate::aging;
 use crate::config::FaultMode;
-use crate::core::RegionCore;
+use crate::region_core::RegionCore;
 use crate::counters::Counters;
 use crate::dedup::{self, Lookup};
 use crate::page::{State, Tag};

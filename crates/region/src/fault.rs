@@ -52,7 +52,7 @@
 
 use crate::aging;
 use crate::budget::Shared;
-use crate::core::RegionCore;
+use crate::region_core::RegionCore;
 use crate::counters::Counters;
 use crate::evict::{self, Path};
 use crate::page::{State, Tag};

@@ -49,7 +49,7 @@
 
 use crate::budget::Shared;
 use crate::config::FaultMode;
-use crate::core::RegionCore;
+use crate::region_core::RegionCore;
 use crate::evict;
 use crate::fault::{self, Access, Ctx};
 use crate::page::Tag;

@@ -388,7 +388,7 @@ mod aging;
 mod budget;
 mod cold;
 mod config;
-mod core;
+mod region_core;
 mod counters;
 mod dedup;
 mod error;

@@ -6,7 +6,7 @@
 //! thread they interrupt could hold; the pin and prefault paths block
 //! asynchronous signals while they hold a page (as the region's own API does).
 
-use crate::core::RegionCore;
+use crate::region_core::RegionCore;
 use crate::error::RegionError;
 use crate::fault::{self, Access, Ctx};
 use crate::region::{pin_pages, unpin_pages, PinLimit};

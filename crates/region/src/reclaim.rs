@@ -45,7 +45,7 @@
 use crate::aging::{Aging, Standing};
 use crate::budget::Shared;
 use crate::cold::{Cold, Tokens};
-use crate::core::RegionCore;
+use crate::region_core::RegionCore;
 use crate::error::RegionError;
 use crate::evict::{self, Evict, Trigger};
 use crate::page::Tag;

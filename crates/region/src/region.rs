@@ -2,7 +2,7 @@
 
 use crate::budget::{Budget, Shared};
 use crate::config::{validate_size, FaultMode, RegionConfig};
-use crate::core::RegionCore;
+use crate::region_core::RegionCore;
 use crate::counters::RegionStats;
 use crate::error::RegionError;
 use crate::fault::{self, Access, Ctx};

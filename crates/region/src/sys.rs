@@ -1065,7 +1065,7 @@ pub fn shares_memory_with(pid: i32) -> bool {
 /// the parent would. Checked before any ioctl, so a closed descriptor in the
 /// child is never taken for a lost userfaultfd in the parent's (shared)
 /// memory. Async-signal-safe.
-pub fn vfork_child_can_resolve(core: &crate::core::RegionCore) -> bool {
+pub fn vfork_child_can_resolve(core: &crate::region_core::RegionCore) -> bool {
     shares_memory_with(core.owner_pid())
         && uffd_wake(core.budget.uffd.fd(), core.mapping.base(), PAGE_SIZE).is_ok()
 }

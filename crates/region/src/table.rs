@@ -10,7 +10,7 @@
 //! the same entry never reaches the new one (its incarnation differs).
 #![allow(unsafe_code)]
 
-use crate::core::RegionCore;
+use crate::region_core::RegionCore;
 use crate::queues::{INCARNATION_BITS, REGION_BITS};
 use crate::sys;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
