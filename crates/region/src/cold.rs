@@ -22,11 +22,11 @@
 //! Runs on the reclaimer or the caller of `Region::recompress_now`, with
 //! asynchronous signals blocked; never on the fault path.
 
-use crate::budget::Shared;
-use crate::region_core::RegionCore;
 use crate::error::RegionError;
 use crate::evict::{self, Recompress};
 use crate::queues::Record;
+use crate::region_core::RegionCore;
+use crate::shared::Shared;
 use crate::sys;
 use crate::table;
 use std::collections::VecDeque;
@@ -91,15 +91,6 @@ fn sample_pages(pages: &[(Record, Instant)], worker: &mut Worker) -> Vec<Page> {
     samples
 }
 
-/// A budget's cold recompression settings (from its `BudgetConfig`).
-#[derive(Clone, Copy, Debug)]
-pub struct ColdConfig {
-    /// Pages with no quick reuse go out with the cold codec.
-    pub at_eviction: bool,
-    pub after: std::time::Duration,
-    pub pages_per_sec: u32,
-}
-
 /// The reclaimer's cold recompression state.
 #[derive(Debug)]
 pub(crate) struct Cold {
@@ -115,7 +106,7 @@ pub(crate) struct Cold {
 
 impl Cold {
     pub(crate) fn new(budget: &Shared) -> Option<Cold> {
-        let config = budget.cold.as_ref()?;
+        let config = budget.cold()?;
         Some(Cold {
             queue: VecDeque::new(),
             tokens: Tokens::new(config.pages_per_sec),
@@ -142,7 +133,7 @@ impl Cold {
             match training.try_recv() {
                 Ok(Some(dictionary)) => {
                     // Refused only when `recompress_now` set one meanwhile.
-                    let _ = budget.store.set_recompress_dictionary(dictionary);
+                    let _ = budget.store().set_recompress_dictionary(dictionary);
                     self.training = None;
                 }
                 Ok(None) | Err(TryRecvError::Disconnected) => {
@@ -175,7 +166,7 @@ impl Cold {
     /// does not): the reclaimer calls it between eviction rounds too, so
     /// pages go out with the cold codec before the reclaimer is ever idle.
     pub(crate) fn train_if_wanted(&mut self, budget: &Shared, worker: &mut Worker) {
-        if budget.store.wants_recompress_dictionary() {
+        if budget.store().wants_recompress_dictionary() {
             self.train(budget, worker);
         }
     }
@@ -184,7 +175,7 @@ impl Cold {
     /// `cold_after` ago, within the rate limit. True when more are waiting
     /// (the caller comes back without sleeping if eviction lets it).
     pub(crate) fn pass(&mut self, budget: &Shared, worker: &mut Worker, batch: usize) -> bool {
-        if budget.store.wants_recompress_dictionary() {
+        if budget.store().wants_recompress_dictionary() {
             self.train(budget, worker);
             return false;
         }
@@ -217,7 +208,7 @@ impl Cold {
         }
         if saved > 0 {
             // The freed blobs leave holes in the pool's pages: give them back.
-            budget.store.compact();
+            budget.store().compact();
         }
         allowed == 0 && ready(&self.queue, self.after)
     }
@@ -229,14 +220,14 @@ impl Cold {
 /// blocks asynchronous signals.
 pub fn recompress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Result<(), RegionError> {
     let budget = &*core.budget;
-    if budget.cold.is_none() {
+    if budget.cold().is_none() {
         return Err(RegionError::InvalidConfig(
             "recompress_now needs a cold codec: set BudgetConfig::cold_codec".into(),
         ));
     }
-    let mut worker = budget.store.worker()?;
+    let mut worker = budget.store().worker()?;
     let _g = budget.lock_reclaim();
-    if budget.store.wants_recompress_dictionary() {
+    if budget.store().wants_recompress_dictionary() {
         let step = (pages.len() / MAX_SAMPLE_PAGES).max(1);
         let mut out = zpage_codec::zeroed_page();
         let mut samples = Vec::new();
@@ -246,8 +237,8 @@ pub fn recompress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Resul
             }
         }
         let dictionary = Dictionary::train(samples.iter(), DICTIONARY_BYTES)?;
-        if let Err(e) = budget.store.set_recompress_dictionary(dictionary) {
-            if budget.store.wants_recompress_dictionary() {
+        if let Err(e) = budget.store().set_recompress_dictionary(dictionary) {
+            if budget.store().wants_recompress_dictionary() {
                 return Err(e.into());
             }
         }
@@ -255,6 +246,6 @@ pub fn recompress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Resul
     for page in pages {
         evict::recompress(core, page, &mut worker);
     }
-    budget.store.compact();
+    budget.store().compact();
     Ok(())
 }

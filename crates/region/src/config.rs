@@ -197,6 +197,26 @@ impl BudgetConfig {
     }
 }
 
+/// A budget's cold recompression settings, from its [`BudgetConfig`]
+/// (`None` without a cold codec).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ColdConfig {
+    /// Pages with no quick reuse go out with the cold codec.
+    pub at_eviction: bool,
+    pub after: std::time::Duration,
+    pub pages_per_sec: u32,
+}
+
+impl ColdConfig {
+    pub(crate) fn of(config: &BudgetConfig) -> Option<ColdConfig> {
+        config.cold_codec.as_ref().map(|_| ColdConfig {
+            at_eviction: config.cold_at_eviction,
+            after: config.cold_after,
+            pages_per_sec: config.cold_pages_per_sec,
+        })
+    }
+}
+
 /// Why `cold` cannot be the cold codec of a budget compressing with `codec`
 /// (`None`: it can): it must be zstd or zstd with a dictionary, and not
 /// `codec` itself. Front ends call it to refuse a setting before they start.

@@ -5,7 +5,8 @@
 //! `MADV_DONTNEED`/`MADV_FREE` on region memory raise `UFFD_EVENT_REMOVE`;
 //! the calling thread sleeps until an event is read, and the kernel zaps the
 //! range after that. Pages zpage holds evicted in that range must then read as
-//! zeros, never as our stored copy. The protocol (with `Shared::install`):
+//! zeros, never as our stored copy. The protocol (its atomics are
+//! [`gate::InstallGate`], whose `install` every page install goes through):
 //!
 //! 1. `event_seq` becomes odd, then the thread waits until no install
 //!    (COPY/ZEROPAGE/MOVE into a region) is in flight. An install that
@@ -40,20 +41,18 @@
 //!
 //! The thread blocks asynchronous signals and never touches region memory.
 
-use crate::budget::Shared;
 use crate::config::FaultMode;
-use crate::region_core::RegionCore;
 use crate::evict;
 use crate::fault::{self, Access, Ctx};
 use crate::page::Tag;
+use crate::region_core::RegionCore;
+use crate::shared::Shared;
 use crate::sys::{self, UffdMsg, PAGE_SIZE};
 use crate::table;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Event features asked for on the regions' uffd (no privilege needed).
-pub const FEATURES: u64 =
-    sys::FEATURE_EVENT_REMOVE | sys::FEATURE_EVENT_UNMAP | sys::FEATURE_EVENT_REMAP;
+pub(crate) mod gate;
 
 /// The pages of `core` inside `[start, end)`.
 fn page_range(core: &RegionCore, start: u64, end: u64) -> std::ops::Range<usize> {
@@ -131,35 +130,33 @@ pub fn run(budget: Arc<Shared>) {
         b: 0,
         c: 0,
     }; 16];
-    let fd = budget.uffd.fd();
-    while !budget.stop.load(Ordering::Acquire) {
-        if budget.uffd.is_lost() {
+    let fd = budget.uffd().fd();
+    let installs = budget.installs();
+    while !budget.reclaim_signal().stopping() {
+        if budget.uffd().is_lost() {
             sys::sleep_ns(20_000_000);
             continue;
         }
         if !sys::poll_in(fd, 20) {
             if !sys::fd_is_open(fd) {
-                budget.uffd.mark_lost();
+                budget.uffd().mark_lost();
             }
             continue;
         }
         // The fd number may have been closed and reused for another file:
         // only a live uffd accepts UFFDIO_WAKE.
-        if sys::uffd_wake(fd, budget.staging.addr(0), PAGE_SIZE).is_err() {
-            budget.uffd.mark_lost();
+        if sys::uffd_wake(fd, budget.staging().addr(0), PAGE_SIZE).is_err() {
+            budget.uffd().mark_lost();
             continue;
         }
         // Step 1.
-        budget.event_seq.fetch_add(1, Ordering::SeqCst);
-        while budget.installs.load(Ordering::SeqCst) != 0 {
-            sys::yield_now();
-        }
+        installs.begin_events();
         let n = match sys::uffd_read(fd, &mut msgs) {
             Ok(n) => n,
             Err(e) => {
-                budget.event_seq.fetch_add(1, Ordering::SeqCst);
+                installs.end_events();
                 if e.0 == libc::EBADF {
-                    budget.uffd.mark_lost();
+                    budget.uffd().mark_lost();
                 }
                 continue;
             }
@@ -169,7 +166,7 @@ pub fn run(budget: Arc<Shared>) {
             if m.event == sys::EVENT_REMOVE {
                 // Before any page is marked: an evictor that sees a mark
                 // sees this time too.
-                budget.last_remove_ns.store(sys::now_ns(), Ordering::SeqCst);
+                installs.remove_read();
             }
             match m.event {
                 sys::EVENT_REMOVE | sys::EVENT_UNMAP => {
@@ -197,8 +194,8 @@ pub fn run(budget: Arc<Shared>) {
             }
         }
         // Step 3.
-        budget.event_seq.fetch_add(1, Ordering::SeqCst);
-        if budget.mode == FaultMode::HandlerThread {
+        installs.end_events();
+        if budget.mode() == FaultMode::HandlerThread {
             for m in &msgs[..n] {
                 if m.event != sys::EVENT_PAGEFAULT {
                     continue;

@@ -21,13 +21,15 @@
 
 use crate::aging;
 use crate::config::FaultMode;
-use crate::region_core::RegionCore;
 use crate::counters::Counters;
 use crate::dedup::{self, Lookup};
 use crate::page::{State, Tag};
 use crate::profile;
 use crate::queues::Record;
+use crate::region_core::RegionCore;
 use crate::sys::{self, Errno, PAGE_SIZE};
+
+pub(crate) mod gate;
 use zpage_store::{CompressionTrigger, Page, Put, RefKind, Worker};
 
 /// Where code runs: the fault path may not free pool memory itself (the
@@ -81,13 +83,10 @@ pub enum Evict {
 
 /// Moves one resident page out of `core`. Reclaimer and `advise_cold` only.
 pub fn evict(core: &RegionCore, page: usize) -> Evict {
-    let budget = &*core.budget;
-    if !budget.begin_evict(core) {
+    let Some(_evicting) = core.budget.evictions().enter(&core.hold) else {
         return Evict::Paused;
-    }
-    let result = evict_unpaused(core, page);
-    budget.end_evict();
-    result
+    };
+    evict_unpaused(core, page)
 }
 
 fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
@@ -105,12 +104,12 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
         Tag::Resident => {}
         _ => return Evict::Stale,
     }
-    let Some(staging_slot) = budget.staging.alloc() else {
+    let Some(staging_slot) = budget.staging().alloc() else {
         return Evict::NoSlot;
     };
     let claimed = s.with_slot(Tag::Evicting, staging_slot);
     if !slot.claim(s, claimed) {
-        budget.staging.free_unused(staging_slot);
+        budget.staging().free_unused(staging_slot);
         return Evict::Retry;
     }
     let timed = profile::start();
@@ -120,12 +119,12 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
         Ok(()) => {}
         Err(Errno(libc::ENOENT)) => return vanished(core, page, staging_slot, Path::Reclaim),
         Err(Errno(libc::EBUSY)) => {
-            budget.staging.free_after_failed_move(staging_slot);
+            budget.staging().free_after_failed_move(staging_slot);
             make_exclusive(core, page, s);
             return Evict::Retry;
         }
         Err(_) => {
-            budget.staging.free_after_failed_move(staging_slot);
+            budget.staging().free_after_failed_move(staging_slot);
             slot.publish(s);
             return Evict::Retry;
         }
@@ -140,14 +139,16 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
     let timed = profile::start();
     poison(core, page);
     profile::end(profile::Part::EvictInBackground, timed, 0);
-    aging::on_evicted(&budget.clock, &slot.aging);
+    aging::on_evicted(budget.clock(), &slot.aging);
     if s.clean() {
         if !slot.claim(claimed, s.with(Tag::Stored).set_clean(false)) {
             drop_moved(core, page, staging_slot, Path::Reclaim);
             return Evict::Hole;
         }
         core.count_dropped();
-        budget.staging.discard_later(staging_slot, &budget.resident);
+        budget
+            .staging()
+            .discard_later(staging_slot, budget.resident());
         Counters::bump(&core.counters.clean_eviction_count);
         return Evict::Dropped;
     }
@@ -183,12 +184,7 @@ fn settle_discard(core: &RegionCore, page: usize, s: State) -> Option<State> {
     if !sys::page_present(core.page_addr(page)) {
         return Some(s);
     }
-    let since = sys::now_ns().saturating_sub(
-        core.budget
-            .last_remove_ns
-            .load(std::sync::atomic::Ordering::SeqCst),
-    );
-    if since < ZAP_SETTLE_NS {
+    if core.budget.installs().ns_since_remove() < ZAP_SETTLE_NS {
         return None;
     }
     let kept = s.undiscarded();
@@ -199,8 +195,8 @@ fn settle_discard(core: &RegionCore, page: usize, s: State) -> Option<State> {
 fn move_out(core: &RegionCore, page: usize, staging_slot: usize) -> Result<(), Errno> {
     let budget = &*core.budget;
     sys::move_page(
-        budget.staging.uffd.fd(),
-        budget.staging.addr(staging_slot),
+        budget.staging().uffd().fd(),
+        budget.staging().addr(staging_slot),
         core.page_addr(page),
     )
 }
@@ -221,15 +217,15 @@ fn move_out(core: &RegionCore, page: usize, staging_slot: usize) -> Result<(), E
 /// what that mode exists for.
 fn poison(core: &RegionCore, page: usize) {
     let budget = &*core.budget;
-    if budget.mode != FaultMode::Sigbus {
+    if budget.mode() != FaultMode::Sigbus {
         return;
     }
     let addr = core.page_addr(page);
-    let _ = budget.install(|| {
+    let _ = budget.installs().install(|| {
         if core.pages[page].load().discarded() {
             return Ok(());
         }
-        sys::uffd_poison(budget.uffd.fd(), addr, PAGE_SIZE)
+        sys::uffd_poison(budget.uffd().fd(), addr, PAGE_SIZE)
     });
 }
 
@@ -240,13 +236,13 @@ fn poison(core: &RegionCore, page: usize) {
 /// and the process ends naming the page rather than let it read as zeros.
 fn vanished(core: &RegionCore, page: usize, staging_slot: usize, path: Path) -> Evict {
     let budget = &*core.budget;
-    budget.wait_events_applied();
+    budget.installs().wait_events_applied();
     let explained = core.pages[page].load().discarded()
         || core.is_unmapped.load(std::sync::atomic::Ordering::Acquire)
         || budget.in_forked_child()
         || sys::mincore(core.page_addr(page), &mut [0u8; 1]) == Err(Errno(libc::ENOMEM));
     if !explained {
-        crate::fault::about_page(core, page)
+        core.about_page(page)
             .text(" vanished while zpage was evicting it: the program neither discarded nor unmapped it, but the kernel found no page to move; ending the process rather than let it read as zeros")
             .abort()
     }
@@ -257,7 +253,7 @@ fn vanished(core: &RegionCore, page: usize, staging_slot: usize, path: Path) -> 
 fn hole(core: &RegionCore, page: usize, staging_slot: usize, path: Path) -> Evict {
     let budget = &*core.budget;
     let slot = &core.pages[page];
-    budget.staging.free_unused(staging_slot);
+    budget.staging().free_unused(staging_slot);
     give_up_copy(core, page, path);
     let s = slot.load();
     slot.set(s.emptied());
@@ -273,7 +269,9 @@ fn drop_moved(core: &RegionCore, page: usize, staging_slot: usize, path: Path) {
     give_up_copy(core, page, path);
     slot.set(slot.load().emptied());
     core.count_dropped();
-    budget.staging.discard_later(staging_slot, &budget.resident);
+    budget
+        .staging()
+        .discard_later(staging_slot, budget.resident());
     Counters::bump(&core.counters.discard_count);
 }
 
@@ -286,7 +284,9 @@ fn make_exclusive(core: &RegionCore, page: usize, s: State) {
     let slot = &core.pages[page];
     let addr = core.page_addr(page);
     if s.clean() {
-        let _ = budget.install(|| sys::uffd_writeprotect(budget.uffd.fd(), addr, false));
+        let _ = budget
+            .installs()
+            .install(|| sys::uffd_writeprotect(budget.uffd().fd(), addr, false));
         give_up_copy(core, page, Path::Reclaim);
     }
     let _ = sys::populate_write(addr, PAGE_SIZE);
@@ -300,13 +300,10 @@ fn make_exclusive(core: &RegionCore, page: usize, s: State) {
 /// compressed copy is exact. Async-signal-safe. False if the page is not a
 /// clean, unpinned resident page of that admission any more.
 pub fn evict_clean_now(core: &RegionCore, record: Record) -> bool {
-    let budget = &*core.budget;
-    if !budget.begin_evict(core) {
+    let Some(_evicting) = core.budget.evictions().enter(&core.hold) else {
         return false;
-    }
-    let evicted = evict_clean_unpaused(core, record);
-    budget.end_evict();
-    evicted
+    };
+    evict_clean_unpaused(core, record)
 }
 
 fn evict_clean_unpaused(core: &RegionCore, record: Record) -> bool {
@@ -324,12 +321,12 @@ fn evict_clean_unpaused(core: &RegionCore, record: Record) -> bool {
     {
         return false;
     }
-    let Some(staging_slot) = budget.staging.alloc() else {
+    let Some(staging_slot) = budget.staging().alloc() else {
         return false;
     };
     let claimed = s.with_slot(Tag::Evicting, staging_slot);
     if !slot.claim(s, claimed) {
-        budget.staging.free_unused(staging_slot);
+        budget.staging().free_unused(staging_slot);
         return false;
     }
     match move_out(core, page, staging_slot) {
@@ -339,19 +336,21 @@ fn evict_clean_unpaused(core: &RegionCore, record: Record) -> bool {
             return true;
         }
         Err(_) => {
-            budget.staging.free_after_failed_move(staging_slot);
+            budget.staging().free_after_failed_move(staging_slot);
             slot.publish(s);
             return false;
         }
     }
     poison(core, page);
-    aging::on_evicted(&budget.clock, &slot.aging);
+    aging::on_evicted(budget.clock(), &slot.aging);
     if !slot.claim(claimed, s.with(Tag::Stored).set_clean(false)) {
         drop_moved(core, page, staging_slot, Path::Fault);
         return true;
     }
     core.count_dropped();
-    budget.staging.discard_later(staging_slot, &budget.resident);
+    budget
+        .staging()
+        .discard_later(staging_slot, budget.resident());
     Counters::bump(&core.counters.eviction_count);
     Counters::bump(&core.counters.clean_eviction_count);
     Counters::bump(&core.counters.sync_eviction_count);
@@ -396,8 +395,8 @@ pub fn write_back(core: &RegionCore, page: usize) -> WriteBack {
         slot.publish(s);
         return WriteBack::Skipped;
     };
-    let identity = crate::fault::tier_identity(core, page);
-    let (outcome, new) = match budget.store.move_to_tier(old, identity) {
+    let identity = core.tier_identity(page);
+    let (outcome, new) = match budget.store().move_to_tier(old, identity) {
         Ok(Some(new)) => (WriteBack::Moved, Some(new)),
         Ok(None) => (WriteBack::Skipped, None),
         Err(_) => (WriteBack::Failed, None),
@@ -489,7 +488,7 @@ fn with_stored<T>(
 /// sees a freed blob, and a page restored meanwhile is never touched (it is
 /// no longer STORED, so it is skipped).
 pub fn recompress(core: &RegionCore, page: usize, worker: &mut Worker) -> Recompress {
-    let store = &core.budget.store;
+    let store = core.budget.store();
     let outcome = with_stored(core, page, |old| {
         // A shared blob is left alone: recompressing one page's copy would
         // store its content twice.
@@ -526,7 +525,7 @@ pub fn recompress(core: &RegionCore, page: usize, worker: &mut Worker) -> Recomp
 /// Copies the stored page `page` into `out` when the fast codec compressed
 /// it (a sample for training the cold codec's dictionary); false otherwise.
 pub fn sample_stored(core: &RegionCore, page: usize, worker: &mut Worker, out: &mut Page) -> bool {
-    let store = &core.budget.store;
+    let store = core.budget.store();
     with_stored(core, page, |old| {
         let sampled = matches!(old.kind(), RefKind::Compressed { codec: 0 })
             && store.get(worker, old, out).is_ok();
@@ -569,10 +568,10 @@ pub fn compress(
         Trigger::Pressure => CompressionTrigger::MemoryPressure,
     };
     let timed = profile::start();
-    let staged = budget.staging.page(staging_slot);
-    let content_hash = budget.dedup.as_ref().map(|_| dedup::hash(staged));
-    let shared = match (&budget.dedup, content_hash) {
-        (Some(table), Some(hash)) => table.share(&budget.store, worker, hash, staged),
+    let staged = budget.staging().page(staging_slot);
+    let content_hash = budget.dedup().map(|_| dedup::hash(staged));
+    let shared = match (budget.dedup(), content_hash) {
+        (Some(table), Some(hash)) => table.share(budget.store(), worker, hash, staged),
         _ => Lookup::Miss,
     };
     let put = match shared {
@@ -584,14 +583,14 @@ pub fn compress(
             if shared == Lookup::Mismatch {
                 Counters::bump(&core.counters.dedup_verify_mismatch_count);
             }
-            let cold_now = budget.cold.is_some_and(|cold| cold.at_eviction);
+            let cold_now = budget.cold().is_some_and(|cold| cold.at_eviction);
             let put = if cold_now && aging::wants_cold_codec(&slot.aging) {
-                budget.store.put_cold(worker, staged, store_trigger)
+                budget.store().put_cold(worker, staged, store_trigger)
             } else {
-                budget.store.put(worker, staged, store_trigger)
+                budget.store().put(worker, staged, store_trigger)
             };
             if let (Some(table), Some(hash), Ok(Put::Stored { page_ref, .. })) =
-                (&budget.dedup, content_hash, &put)
+                (budget.dedup(), content_hash, &put)
             {
                 table.insert(hash, *page_ref);
             }
@@ -613,7 +612,9 @@ pub fn compress(
                 return false;
             }
             core.count_unstaged();
-            budget.staging.discard_later(staging_slot, &budget.resident);
+            budget
+                .staging()
+                .discard_later(staging_slot, budget.resident());
             if let Lookup::Shared(_, blob_bytes) = shared {
                 // Nothing was compressed: the page shares a stored blob.
                 Counters::bump(&core.counters.dedup_hit_count);
@@ -646,21 +647,23 @@ fn put_back(core: &RegionCore, page: usize, held: State) {
     let budget = &*core.budget;
     let slot = &core.pages[page];
     let staging_slot = held.slot();
-    let src = budget.staging.page(staging_slot).as_ptr();
+    let src = budget.staging().page(staging_slot).as_ptr();
     let dst = core.page_addr(page);
-    let r = budget.install(|| {
+    let r = budget.installs().install(|| {
         if slot.load().discarded() {
             return Err(Errno(libc::ECANCELED));
         }
-        sys::uffd_copy(budget.uffd.fd(), dst, src, 0)
+        sys::uffd_copy(budget.uffd().fd(), dst, src, 0)
     });
     match r {
         Ok(()) => {
             core.count_unstaged();
             core.count_mapped();
-            budget.staging.discard_later(staging_slot, &budget.resident);
+            budget
+                .staging()
+                .discard_later(staging_slot, budget.resident());
             slot.publish(held.with(Tag::Resident).set_clean(false));
-            budget.admitted(core, page, false);
+            core.admitted(page, false);
         }
         Err(Errno(libc::ECANCELED)) => {
             drop_staged(core, staging_slot);
@@ -678,6 +681,8 @@ fn put_back(core: &RegionCore, page: usize, held: State) {
 pub fn drop_staged(core: &RegionCore, staging_slot: usize) {
     let budget = &*core.budget;
     core.count_unstaged();
-    budget.staging.discard_later(staging_slot, &budget.resident);
+    budget
+        .staging()
+        .discard_later(staging_slot, budget.resident());
     Counters::bump(&core.counters.discard_count);
 }

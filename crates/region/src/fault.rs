@@ -51,15 +51,14 @@
 //! never zeros or wrong bytes.
 
 use crate::aging;
-use crate::budget::Shared;
-use crate::region_core::RegionCore;
 use crate::counters::Counters;
 use crate::evict::{self, Path};
 use crate::page::{State, Tag};
 use crate::profile;
+use crate::region_core::RegionCore;
+use crate::shared::Shared;
 use crate::sys::{self, Errno, Fatal, PAGE_SIZE};
 use crate::table;
-use std::sync::atomic::Ordering;
 
 static ZERO_PAGE: [u8; PAGE_SIZE] = [0; PAGE_SIZE];
 
@@ -96,35 +95,24 @@ impl Access {
     };
 }
 
-/// The start of a fatal message about one page.
-pub(crate) fn about_page(core: &RegionCore, page: usize) -> Fatal {
-    Fatal::new()
-        .text("page ")
-        .dec(page as u64)
-        .text(" (address ")
-        .hex(core.page_addr(page) as u64)
-        .text(") of the region at ")
-        .hex(core.mapping.base() as u64)
-}
-
 /// Makes the page at index `page` of `core` present with its right contents.
 /// Returns `Err` only when the mapping is going away (munmap in flight,
 /// process exiting); the access then fails the way it would without zpage.
 pub fn resolve(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Result<(), Errno> {
     let started = sys::now_ns();
     if core.budget.in_forked_child() {
-        let errno = core.budget.child_setup_errno.load(Ordering::Acquire);
+        let errno = core.budget.child().setup_errno();
         if errno != 0 {
-            about_page(core, page)
+            core.about_page(page)
                 .text(" cannot be restored in this forked child: taking the region over after fork() failed with errno ")
                 .dec(errno as u64)
                 .text("; ending the process rather than let the page read as zeros")
                 .abort()
         }
     }
-    core.budget.enter_resolve();
+    let resolving = core.budget.fork_gate().enter();
     let result = resolve_inner(core, page, access, ctx);
-    core.budget.leave_resolve();
+    drop(resolving);
     if ctx != Ctx::Api {
         let ns = sys::now_ns() - started;
         core.counters.record_fault(ns);
@@ -180,10 +168,10 @@ fn resolve_inner(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Re
                 }
                 if s.tag() == Tag::Empty && filled {
                     core.count_mapped();
-                    budget.admitted(core, page, false);
+                    core.admitted(page, false);
                 }
                 if ctx == Ctx::Thread && !filled {
-                    let _ = sys::uffd_wake(budget.uffd.fd(), core.page_addr(page), PAGE_SIZE);
+                    let _ = sys::uffd_wake(budget.uffd().fd(), core.page_addr(page), PAGE_SIZE);
                 }
                 return Ok(());
             }
@@ -227,7 +215,10 @@ fn lift_protection(core: &RegionCore, page: usize, s: State) -> Result<(), Errno
         return Ok(());
     }
     let addr = core.page_addr(page);
-    match budget.install(|| sys::uffd_writeprotect(budget.uffd.fd(), addr, false)) {
+    match budget
+        .installs()
+        .install(|| sys::uffd_writeprotect(budget.uffd().fd(), addr, false))
+    {
         Ok(()) => {
             evict::give_up_copy(core, page, Path::Fault);
             slot.publish(s.with(Tag::Resident).set_clean(false));
@@ -252,11 +243,11 @@ fn fill_zero(budget: &Shared, addr: usize, write: bool) -> Result<bool, Errno> {
     // between the event and the zap): ZEROPAGE refuses a marker, COPY
     // replaces it.
     let write = write || budget.in_forked_child();
-    let r = budget.install(|| {
+    let r = budget.installs().install(|| {
         if write {
-            sys::uffd_copy(budget.uffd.fd(), addr, ZERO_PAGE.as_ptr(), 0)
+            sys::uffd_copy(budget.uffd().fd(), addr, ZERO_PAGE.as_ptr(), 0)
         } else {
-            sys::uffd_zeropage(budget.uffd.fd(), addr, 0)
+            sys::uffd_zeropage(budget.uffd().fd(), addr, 0)
         }
     });
     profile::end(profile::Part::Install, timed, 1);
@@ -271,10 +262,10 @@ fn fill_zero(budget: &Shared, addr: usize, write: bool) -> Result<bool, Errno> {
 /// it): evicted pages could not be restored, and must never read as zeros.
 fn check_uffd(budget: &Shared, e: Errno) -> Errno {
     if matches!(e.0, libc::EBADF | libc::ENOTTY | libc::EINVAL) {
-        budget.uffd.mark_lost();
+        budget.uffd().mark_lost();
         Fatal::new()
             .text("the program closed zpage's userfaultfd (fd ")
-            .dec(budget.uffd.fd() as u64)
+            .dec(budget.uffd().fd() as u64)
             .text("): evicted pages can no longer be restored; ending the process rather than let them read as zeros. Do not close file descriptors you did not open")
             .abort()
     }
@@ -288,15 +279,15 @@ fn copy_in(core: &RegionCore, page: usize, src: *const u8, protect: bool) -> Res
     let dst = core.page_addr(page);
     let mode = if protect { sys::COPY_MODE_WP } else { 0 };
     let timed = profile::start();
-    let r = budget.install(|| {
+    let r = budget.installs().install(|| {
         if core.pages[page].load().discarded() {
             return Err(Errno(libc::ECANCELED));
         }
-        sys::uffd_copy(budget.uffd.fd(), dst, src, mode)
+        sys::uffd_copy(budget.uffd().fd(), dst, src, mode)
     });
     profile::end(profile::Part::Install, timed, 1);
     match r {
-        Err(Errno(libc::EEXIST)) => about_page(core, page)
+        Err(Errno(libc::EEXIST)) => core.about_page(page)
             .text(": its address is mapped although the page is evicted (was the region remapped?); refusing to guess its contents")
             .abort(),
         Err(e) if e.0 != libc::ECANCELED => Err(check_uffd(budget, e)),
@@ -314,7 +305,7 @@ fn restore_staged(core: &RegionCore, page: usize, s: State) -> Result<(), Errno>
     match copy_in(
         core,
         page,
-        budget.staging.page(staging_slot).as_ptr(),
+        budget.staging().page(staging_slot).as_ptr(),
         false,
     ) {
         Ok(()) => {}
@@ -330,14 +321,16 @@ fn restore_staged(core: &RegionCore, page: usize, s: State) -> Result<(), Errno>
     }
     core.count_unstaged();
     core.count_mapped();
-    budget.staging.discard_later(staging_slot, &budget.resident);
-    let activate = aging::on_trial_hit(&budget.clock, &slot.aging);
+    budget
+        .staging()
+        .discard_later(staging_slot, budget.resident());
+    let activate = aging::on_trial_hit(budget.clock(), &slot.aging);
     slot.publish(s.with(Tag::Resident).set_clean(false));
     Counters::bump(&core.counters.trial_hit_count);
     if activate {
         Counters::bump(&core.counters.activation_count);
     }
-    budget.admitted(core, page, activate);
+    core.admitted(page, activate);
     Ok(())
 }
 
@@ -349,19 +342,19 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
     let budget = &*core.budget;
     let slot = &core.pages[page];
     let Some(page_ref) = slot.page_ref() else {
-        about_page(core, page)
+        core.about_page(page)
             .text(": it is marked stored but holds no reference (zpage bug)")
             .abort()
     };
     // A forked child keeps every copy (it never frees a blob), so a page it
     // only reads can be dropped again to keep its budget.
-    let protect = (budget.keep_clean_copies || budget.in_forked_child()) && !write;
-    let copied = budget.workers.with(|worker, buffer| {
+    let protect = (budget.keeps_clean_copies() || budget.in_forked_child()) && !write;
+    let copied = budget.workers().with(|worker, buffer| {
         let timed = profile::start();
-        let identity = tier_identity(core, page);
-        let loaded = match &budget.tier_reader {
+        let identity = core.tier_identity(page);
+        let loaded = match &budget.tier_reader() {
             // A network tier: its read is handed to the tier reader thread.
-            Some(reader) => budget.store.get_page_in_handler_via(
+            Some(reader) => budget.store().get_page_in_handler_via(
                 worker,
                 page_ref,
                 identity,
@@ -369,12 +362,12 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
                 |tier_ref, page, buf| reader.read(tier_ref, page, buf),
             ),
             None => budget
-                .store
+                .store()
                 .get_page_in_handler(worker, page_ref, identity, buffer),
         };
         profile::end(profile::Part::Load, timed, 1);
         if let Err(e) = loaded {
-            let message = about_page(core, page).text(" cannot be restored: ");
+            let message = core.about_page(page).text(" cannot be restored: ");
             let message = match e {
                 zpage_store::LoadError::Corrupt { codec, blob_bytes } => message
                     .text("its ")
@@ -392,7 +385,7 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
                 zpage_store::LoadError::Tier(failure) => {
                     let message = message
                         .text("it was written back to ")
-                        .text(budget.store.tier().map_or("the tier", |t| t.describe()))
+                        .text(budget.store().tier().map_or("the tier", |t| t.describe()))
                         .text(" and cannot be read back: ")
                         .text(failure.cause());
                     match failure {
@@ -428,24 +421,16 @@ fn restore_stored(core: &RegionCore, page: usize, s: State, write: bool) -> Resu
     }
     core.count_mapped();
     if budget.in_forked_child() {
-        budget.child_restored.fetch_add(1, Ordering::AcqRel);
+        budget.child().count_restored();
     }
-    let activate = aging::on_refault(&budget.clock, &slot.aging);
+    let activate = aging::on_refault(budget.clock(), &slot.aging);
     slot.publish(s.with(Tag::Resident).set_clean(protect));
     Counters::bump(&core.counters.restore_count);
     if activate {
         Counters::bump(&core.counters.activation_count);
     }
-    budget.admitted(core, page, activate);
+    core.admitted(page, activate);
     Ok(())
-}
-
-/// The identity a page's blob is bound to in the tier below RAM: region
-/// table index and incarnation, and the page's index (a region has fewer
-/// than 2^40 pages).
-pub(crate) fn tier_identity(core: &RegionCore, page: usize) -> u64 {
-    let id = core.id();
-    (u64::from(id.index) << 48) | (u64::from(id.incarnation) << 40) | page as u64
 }
 
 /// Before a fault makes one more page resident. At the high watermark the
@@ -455,15 +440,15 @@ pub(crate) fn tier_identity(core: &RegionCore, page: usize) -> u64 {
 fn make_room(core: &RegionCore) {
     let budget = &*core.budget;
     if budget.in_forked_child() {
-        crate::fork::make_room_in_child(core);
+        crate::fork::child::make_room_in_child(core);
         return;
     }
-    if budget.fork_pause.load(Ordering::SeqCst) {
+    if budget.evictions().fork_paused() {
         return;
     }
-    if budget.resident.load(Ordering::Acquire) >= budget.limits.high_pages {
+    if budget.resident().pages() >= budget.limits().high_pages {
         for _ in 0..4 {
-            let Some(record) = budget.victims.take() else {
+            let Some(record) = budget.queues().victims().take() else {
                 break;
             };
             let timed = profile::start();
@@ -475,16 +460,13 @@ fn make_room(core: &RegionCore) {
                 Some(true) => break,
                 // Not clean (written since), or held for a moment: back to the reclaimer.
                 Some(false) => {
-                    budget.queue_record(&budget.returned, record);
+                    budget.queues().return_victim(record);
                 }
                 // Its region is gone.
                 None => {}
             }
         }
-        if budget.keep_clean_copies
-            && budget.victims.len() < budget.victims.capacity() / 2
-            && !budget.refill_wanted.swap(true, Ordering::AcqRel)
-        {
+        if budget.keeps_clean_copies() && budget.queues().ask_for_refill() {
             budget.kick_reclaimer();
         }
     }
@@ -501,23 +483,16 @@ fn throttle(core: &RegionCore) {
     if !full() {
         return;
     }
-    budget.staging.discard_pending(&budget.resident);
-    if !full() || budget.fork_pause.load(Ordering::SeqCst) {
+    budget.staging().discard_pending(budget.resident());
+    if !full() || budget.evictions().fork_paused() {
         return;
     }
     let started = sys::now_ns();
     let timed = profile::start();
     Counters::bump(&core.counters.throttle_count);
-    budget.room_waiters.fetch_add(1, Ordering::SeqCst);
-    while full() && !budget.stop.load(Ordering::Relaxed) && sys::now_ns() - started < 100_000_000 {
-        let seq = budget.room.load(Ordering::SeqCst);
-        if !full() {
-            break;
-        }
-        budget.kick_reclaimer();
-        sys::futex_wait(&budget.room, seq, 1_000_000);
-    }
-    budget.room_waiters.fetch_sub(1, Ordering::SeqCst);
+    budget
+        .reclaim_signal()
+        .wait_for_room(started, 100_000_000, &full, &|| budget.kick_reclaimer());
     Counters::add(&core.counters.throttle_ns, sys::now_ns() - started);
     profile::end(profile::Part::Throttle, timed, 1);
 }

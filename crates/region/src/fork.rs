@@ -24,7 +24,7 @@
 //!   a page the child only reads is restored write-protected, its
 //!   compressed copy kept, and once the child holds a budget's worth of
 //!   pages it restored, each fault first drops one such clean page again
-//!   ([`make_room_in_child`]): the child's own memory stays within one
+//!   ([`child::make_room_in_child`]): the child's own memory stays within one
 //!   budget, plus what it writes. Pages resident at the fork stay shared
 //!   with the parent until one of them writes.
 //! - **parent**: everything resumes. Its resident pages are now shared
@@ -41,24 +41,27 @@
 //! touches an evicted page gets a message naming it and dies (the page keeps
 //! its poison marker), never zeros.
 //!
-//! The child-side path ([`make_room_in_child`]) runs in the SIGBUS handler
-//! and is async-signal-safe for the reasons given in `fault.rs`: it claims
-//! pages by compare-and-swap, uses a preallocated staging slot, and makes
-//! only ioctl and madvise calls. The hooks themselves run in normal context.
+//! The child-side path (module `fork::child`) runs in the SIGBUS handler
+//! and is async-signal-safe (its argument is at its top). What the hooks
+//! share with the fault path (the resolve gate, a child's own budget) is in
+//! `fork::state`. The hooks themselves run in normal context.
 #![allow(unsafe_code)]
 
-use crate::budget::Shared;
 use crate::config::FaultMode;
-use crate::region_core::RegionCore;
-use crate::evict;
 use crate::fault::{self, Access, Ctx};
 use crate::page::Tag;
-use crate::queues::Record;
+use crate::reclaim::lock::ReclaimGuard;
+use crate::region_core::RegionCore;
+use crate::shared::Shared;
 use crate::sys::{self, SignalGuard};
 use crate::table;
+use state::set_in_fork_hook;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard, Once};
+use std::sync::{Arc, Once};
+
+pub(crate) mod child;
+pub(crate) mod state;
 
 static INSTALL: Once = Once::new();
 
@@ -66,7 +69,7 @@ static INSTALL: Once = Once::new();
 struct Held {
     /// The reclaim lock, when the child takes the budget over. Declared
     /// before `shared` so that it is dropped first: it borrows its mutex.
-    reclaim: Option<MutexGuard<'static, ()>>,
+    reclaim: Option<ReclaimGuard<'static>>,
     shared: Arc<Shared>,
 }
 
@@ -79,22 +82,11 @@ struct ForkState {
 
 thread_local! {
     static FORKING: RefCell<Option<ForkState>> = const { RefCell::new(None) };
-    /// Set on the forking thread from prepare to the parent's or child's
-    /// hook: its own faults (the allocator's memory may lie in a region)
-    /// pass the gate it closed. Const-initialised, no destructor: read in
-    /// the signal handler without allocating.
-    static IN_FORK_HOOK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// True on the thread running the fork hooks, between prepare and the
-/// parent's or child's hook.
-pub(crate) fn in_fork_hook() -> bool {
-    IN_FORK_HOOK.with(|f| f.get())
 }
 
 /// Whether a child can take `shared` over (see the module docs).
 fn child_can_take_over(shared: &Shared) -> bool {
-    shared.mode == FaultMode::Sigbus && shared.store.tier().is_none()
+    shared.mode() == FaultMode::Sigbus && shared.store().tier().is_none()
 }
 
 /// The budgets of this process's regions, each once.
@@ -121,7 +113,7 @@ extern "C" fn prepare() {
     // A program handler interrupting us while the gate is closed would wait
     // on it forever: blocked until the parent's or child's hook.
     let signals = SignalGuard::block_async();
-    IN_FORK_HOOK.with(|f| f.set(true));
+    set_in_fork_hook(true);
     let pid = sys::getpid();
     let budgets = budgets_of(pid);
     // Nothing is allocated once a gate is closed: the allocator's memory
@@ -129,7 +121,7 @@ extern "C" fn prepare() {
     let mut held = Vec::with_capacity(budgets.len());
     for shared in budgets {
         // No eviction can start after this returns.
-        shared.pause(&shared.fork_pause);
+        shared.evictions().pause_for_fork();
         if !child_can_take_over(&shared) {
             restore_every_page(&shared);
             held.push(Held {
@@ -138,12 +130,12 @@ extern "C" fn prepare() {
             });
             continue;
         }
-        shared.close_resolve_gate();
+        shared.fork_gate().close();
         let guard = shared.lock_reclaim();
-        // SAFETY: the guard borrows the mutex inside `shared`, which `Held`
+        // SAFETY: the guard borrows the lock inside `shared`, which `Held`
         // keeps alive and outlives the guard (field order drops it first).
-        let guard: MutexGuard<'static, ()> = unsafe { std::mem::transmute(guard) };
-        shared.store.pause_writes();
+        let guard: ReclaimGuard<'static> = unsafe { std::mem::transmute(guard) };
+        shared.store().pause_writes();
         wait_until_pages_settle(&shared);
         held.push(Held {
             reclaim: Some(guard),
@@ -199,15 +191,15 @@ extern "C" fn parent() {
     let Some(state) = FORKING.with(|f| f.borrow_mut().take()) else {
         return;
     };
-    IN_FORK_HOOK.with(|f| f.set(false));
+    set_in_fork_hook(false);
     for held in state.held {
         let shared = &held.shared;
         if held.reclaim.is_some() {
-            shared.store.resume_writes();
-            shared.fork_gate.store(false, Ordering::SeqCst);
+            shared.store().resume_writes();
+            shared.fork_gate().open();
         }
         drop(held.reclaim);
-        shared.fork_pause.store(false, Ordering::SeqCst);
+        shared.evictions().resume_after_fork();
         shared.kick_reclaimer();
     }
 }
@@ -221,7 +213,7 @@ extern "C" fn child() {
             take_over(&held.shared);
         }
     }
-    IN_FORK_HOOK.with(|f| f.set(false));
+    set_in_fork_hook(false);
     for held in state.held {
         if held.reclaim.is_none() {
             // Restored whole before the fork: plain memory here, the
@@ -230,28 +222,22 @@ extern "C" fn child() {
         }
         let shared = &held.shared;
         drop(held.reclaim);
-        shared.fork_gate.store(false, Ordering::SeqCst);
-        shared.fork_pause.store(false, Ordering::SeqCst);
+        shared.fork_gate().open();
+        shared.evictions().resume_after_fork();
     }
 }
 
 /// The child's side: see the module docs.
 fn take_over(shared: &Arc<Shared>) {
-    shared.store.resume_writes_in_child();
-    shared.forked_child.store(true, Ordering::SeqCst);
-    shared.child_restored.store(0, Ordering::SeqCst);
-    shared.child_hand.store(0, Ordering::SeqCst);
-    shared.set_owner_pid(sys::getpid());
+    shared.store().resume_writes_in_child();
+    shared.child().take_over(sys::getpid());
     // The parent's event thread (not stopped by the prepare hook: the
     // program's discards wait on it) may have been between reading events
     // and marking their pages: the page table tells what its marks would
     // have said.
-    let events_in_flight = shared.event_seq.load(Ordering::SeqCst) & 1 == 1;
-    if events_in_flight {
-        shared.event_seq.fetch_add(1, Ordering::SeqCst);
-    }
-    if let Err(e) = shared.take_over_in_child() {
-        shared.child_setup_errno.store(e.0, Ordering::SeqCst);
+    let events_in_flight = shared.installs().take_over_in_child();
+    if let Err(e) = shared.replace_uffds_in_child() {
+        shared.child().setup_failed(e.0);
         return;
     }
     let mut failed = None;
@@ -264,7 +250,7 @@ fn take_over(shared: &Arc<Shared>) {
         }
         let mode = sys::REGISTER_MODE_MISSING | sys::REGISTER_MODE_WP;
         if let Err(e) = sys::uffd_register(
-            shared.uffd.fd(),
+            shared.uffd().fd(),
             core.mapping.base(),
             core.mapping.len(),
             mode,
@@ -273,7 +259,7 @@ fn take_over(shared: &Arc<Shared>) {
         }
     });
     if let Some(e) = failed {
-        shared.child_setup_errno.store(e.0, Ordering::SeqCst);
+        shared.child().setup_failed(e.0);
         return;
     }
     for_each_region_of(shared, |core| adopt_pages(core, events_in_flight));
@@ -282,8 +268,8 @@ fn take_over(shared: &Arc<Shared>) {
         // Detached: it ends with the budget (its stop flag) or the process.
         Ok(thread) => drop(thread),
         Err(e) => shared
-            .child_setup_errno
-            .store(e.raw_os_error().unwrap_or(libc::EAGAIN), Ordering::SeqCst),
+            .child()
+            .setup_failed(e.raw_os_error().unwrap_or(libc::EAGAIN)),
     }
 }
 
@@ -313,72 +299,6 @@ fn adopt_pages(core: &RegionCore, events_in_flight: bool) {
             }
         });
     }
-}
-
-/// Before a forked child restores one more page: once it holds a budget's
-/// worth of pages it restored, drop one of them that it has not written
-/// (its compressed copy is still in the pool), scanning at most
-/// [`CHILD_SCAN_PAGES`] pages from where the last search stopped. If none is
-/// found the fault goes on over the child's budget. Async-signal-safe.
-pub(crate) fn make_room_in_child(core: &RegionCore) {
-    let budget = &core.budget;
-    if budget.child_restored.load(Ordering::Acquire) < budget.limits.budget_pages {
-        return;
-    }
-    for _ in 0..CHILD_SCAN_PAGES {
-        let hand = budget.child_hand.fetch_add(1, Ordering::AcqRel);
-        let (index, page) = (hand >> HAND_PAGE_BITS, hand & HAND_PAGE_MASK);
-        let step = table::with_index(index, |victim| {
-            if !Arc::ptr_eq(&victim.budget, budget) || page >= victim.page_count() {
-                return Step::NextRegion;
-            }
-            let slot = &victim.pages[page];
-            let s = slot.load();
-            if s.tag() != Tag::Resident || !s.clean() {
-                return Step::NextPage;
-            }
-            let gen = slot.aging.gen.load(Ordering::Acquire);
-            if evict::evict_clean_now(victim, Record::new(victim.id(), page, gen, false)) {
-                Step::Dropped
-            } else {
-                Step::NextPage
-            }
-        })
-        .unwrap_or(Step::NextRegion);
-        match step {
-            Step::Dropped => {
-                budget.child_restored.fetch_sub(1, Ordering::AcqRel);
-                budget.staging.discard_pending(&budget.resident);
-                return;
-            }
-            Step::NextPage => {}
-            Step::NextRegion => {
-                let next = if index + 1 >= table::high_water() {
-                    0
-                } else {
-                    index + 1
-                };
-                let _ = budget.child_hand.compare_exchange(
-                    hand + 1,
-                    next << HAND_PAGE_BITS,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
-            }
-        }
-    }
-}
-
-/// How far one fault in a forked child looks for a clean page to drop.
-const CHILD_SCAN_PAGES: usize = 512;
-/// The child's search position: table index above, page index below.
-const HAND_PAGE_BITS: u32 = 40;
-const HAND_PAGE_MASK: usize = (1 << HAND_PAGE_BITS) - 1;
-
-enum Step {
-    Dropped,
-    NextPage,
-    NextRegion,
 }
 
 /// Registers the hooks once per process.

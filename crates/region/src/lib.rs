@@ -17,12 +17,17 @@
 //! | `evict` | taking pages out (`UFFDIO_MOVE` to staging, poison marker) and compressing them |
 //! | `reclaim` | the budget's reclaimer thread: watermarks, rounds, the victim queue |
 //! | `aging` | the whole aging policy: per-page history, refault distance, the queues |
-//! | `budget` | what regions of one budget share: store, staging area, uffd, queues, limits |
+//! | `budget` | the public [`Budget`] handle: starts and stops the budget's threads |
+//! | `shared` | what the regions of one budget and its threads share: its parts below, and what needs several of them (the limit check, giving references up, waking the reclaimer) |
+//! | `limits`, `staging`, `uffd` | the budget in pages and the resident count; the staging area and its slot allocator; the userfaultfds |
 //! | `queues` | the lock-free rings between the fault path and the reclaimer, and the record naming a page in them |
+//! | `reclaim/wake`, `reclaim/lock` | how the fault path and the reclaimer wake each other (kick, room, bursts); the reclaim lock |
+//! | `evict/gate`, `event/gate`, `fork/state` | the eviction pause; the install/event protocol; the resolve gate of `fork()` and a forked child's own budget |
+//! | `region_core` | one region's own data: mapping, page slots, counters, accounting |
 //! | `table` | the process-wide region table the signal handler and the reclaimer look regions up in |
 //! | `tier_reader` | the thread that reads pages back from a tier whose reads are not async-signal-safe (Redis), for the fault handler |
 //! | `event` | the event thread: the program's discards, unmaps and remaps (and faults in handler-thread mode) |
-//! | `signal`, `fork` | the SIGBUS handler and its chaining; the fork hooks and a forked child's own budget |
+//! | `signal`, `fork`, `fork/child` | the SIGBUS handler and its chaining; the fork hooks; a forked child's side of the fault path |
 //! | `counters` | the one list of figures (`region_stat_fields!`): `RegionStats`, the C struct and the metrics come from it |
 //! | `metrics` | publishing a process's figures for `zpage exporter` |
 //! | `profile` | the `fault-profile` feature's timing of each part of a fault |
@@ -388,7 +393,6 @@ mod aging;
 mod budget;
 mod cold;
 mod config;
-mod region_core;
 mod counters;
 mod dedup;
 mod error;
@@ -397,6 +401,7 @@ mod evict;
 pub mod far;
 mod fault;
 mod fork;
+mod limits;
 mod metrics;
 mod page;
 mod profile;
@@ -404,11 +409,15 @@ mod queues;
 mod range;
 mod reclaim;
 mod region;
+mod region_core;
 pub mod run_report;
+mod shared;
 mod signal;
+mod staging;
 mod sys;
 mod table;
 mod tier_reader;
+mod uffd;
 pub mod uffd_abi;
 mod workers;
 

@@ -145,7 +145,7 @@ pub fn sample_regions() -> Vec<RegionSample> {
         if core.owner_pid() == pid {
             samples.push(RegionSample {
                 region: core.id().index,
-                budget: core.budget.id,
+                budget: core.budget.id(),
                 stats: core.stats(),
             });
         }

@@ -1,14 +1,14 @@
-//! Lock-free queues between the fault path and the reclaimer, and the record
-//! that names a page in them.
+//! Lock-free queues between the fault path and the reclaimer ([`Queues`],
+//! one set per budget), and the record that names a page in them.
 //!
 //! Producers on the fault path run in signal handlers: pushing is a
 //! compare-and-swap and a store, no allocation, no lock, and never a wait: a
 //! full ring refuses, and the producer deals with the overflow itself (see
 //! the callers), because the consumer may be waiting for the producer's own
-//! thread.
+//! thread. The consumer is the reclaimer, holding its budget's reclaim lock.
 
-use crate::table::RegionId;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use zpage_store::PageRef;
 
 // ---- Record ----------------------------------------------------------------
 //
@@ -35,6 +35,15 @@ const _: () = assert!(
 
 /// Pages a region may have (records name `page + 1` in 32 bits).
 pub const MAX_REGION_PAGES: usize = (1 << PAGE_BITS) - 1;
+
+/// Names a region in records: its entry in the region table and that
+/// entry's incarnation (bumped each time the entry is reused, so a record
+/// made for an earlier region never reaches a later one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionId {
+    pub index: u16,
+    pub incarnation: u8,
+}
 
 /// One page of one region, at one admission.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -240,6 +249,131 @@ impl VictimQueue {
 
     pub fn free_slots(&self) -> usize {
         self.capacity() - self.len()
+    }
+}
+
+/// The queues of one budget, from its fault path (any thread, in signal
+/// handlers) to its reclaimer.
+#[derive(Debug)]
+pub struct Queues {
+    /// "Page became resident" records.
+    admits: Ring,
+    /// Victims a fault took but could not evict (no longer clean).
+    returned: Ring,
+    /// Compressed copies given up on the fault path (a restore, a write
+    /// after a restore, a discard): freed by the reclaimer, since freeing
+    /// takes the pool's lock and may give memory back to the allocator.
+    freed_refs: Ring,
+    /// An admission or returned record did not fit in its ring: the
+    /// reclaimer rebuilds its queues from the pages themselves.
+    records_lost: AtomicBool,
+    /// Clean candidates that faulting threads evict themselves.
+    victims: VictimQueue,
+    /// A fault found the victim queue half empty and asked for a refill.
+    refill_wanted: AtomicBool,
+}
+
+impl Queues {
+    /// Queues sized for a budget of `budget_pages`.
+    pub fn new(budget_pages: usize) -> Queues {
+        Queues {
+            admits: Ring::new(budget_pages * 2),
+            returned: Ring::new(4096),
+            freed_refs: Ring::new(budget_pages),
+            records_lost: AtomicBool::new(false),
+            victims: VictimQueue::new((budget_pages / 16).clamp(16, 8192)),
+            refill_wanted: AtomicBool::new(false),
+        }
+    }
+
+    // ---- Producers (the fault path; async-signal-safe, never wait) ----
+
+    /// Queues the record of a page that became resident; false (and the
+    /// loss flagged) if the ring is full.
+    pub fn admit(&self, record: Record) -> bool {
+        self.queue(&self.admits, record)
+    }
+
+    /// Gives a victim a fault could not evict back to the reclaimer; false
+    /// (and the loss flagged) if the ring is full.
+    pub fn return_victim(&self, record: Record) -> bool {
+        self.queue(&self.returned, record)
+    }
+
+    fn queue(&self, ring: &Ring, record: Record) -> bool {
+        let queued = ring.try_push_record(record);
+        if !queued {
+            self.records_lost.store(true, Ordering::Release);
+        }
+        queued
+    }
+
+    /// Hands a reference given up on the fault path to the reclaimer;
+    /// false if the ring is full (the reference was not queued).
+    #[must_use]
+    pub fn hand_over_freed(&self, page_ref: PageRef) -> bool {
+        self.freed_refs.try_push(page_ref.to_raw())
+    }
+
+    /// Admission records waiting (a snapshot).
+    pub fn admits_waiting(&self) -> usize {
+        self.admits.len()
+    }
+
+    /// The clean candidates faulting threads take from.
+    pub fn victims(&self) -> &VictimQueue {
+        &self.victims
+    }
+
+    /// Asks the reclaimer for a refill of the victim queue when it is less
+    /// than half full; true if this call is the one that asked (the caller
+    /// then wakes the reclaimer).
+    pub fn ask_for_refill(&self) -> bool {
+        self.victims.len() < self.victims.capacity() / 2
+            && !self.refill_wanted.swap(true, Ordering::AcqRel)
+    }
+
+    // ---- The consumer (the reclaimer, holding the reclaim lock) ----
+
+    /// Whether records were lost since the last call (and the flag cleared).
+    pub fn take_records_lost(&self) -> bool {
+        self.records_lost.swap(false, Ordering::AcqRel)
+    }
+
+    pub fn pop_freed(&self) -> Option<PageRef> {
+        self.freed_refs.pop().and_then(PageRef::from_raw)
+    }
+
+    pub fn pop_returned(&self) -> Option<Record> {
+        self.returned.pop_record()
+    }
+
+    pub fn pop_admitted(&self) -> Option<Record> {
+        self.admits.pop_record()
+    }
+
+    /// Drops every queued record (the reclaimer rebuilds its queues from the
+    /// pages themselves).
+    pub fn clear_records(&self) {
+        while self.admits.pop().is_some() {}
+        while self.returned.pop().is_some() {}
+    }
+
+    /// Whether admissions or given-up references wait to be taken in.
+    pub fn has_work(&self) -> bool {
+        !self.admits.is_empty() || !self.freed_refs.is_empty()
+    }
+
+    /// Whether a fault asked for a refill of the victim queue.
+    pub fn refill_wanted(&self) -> bool {
+        self.refill_wanted.load(Ordering::Acquire)
+    }
+
+    /// After a refill: faults may ask again once it has been used up.
+    pub fn refilled(&self) {
+        if self.victims.len() >= self.victims.capacity() / 2 {
+            self.refill_wanted.store(false, Ordering::Release);
+        }
     }
 }
 

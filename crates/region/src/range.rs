@@ -6,17 +6,17 @@
 //! thread they interrupt could hold; the pin and prefault paths block
 //! asynchronous signals while they hold a page (as the region's own API does).
 
-use crate::region_core::RegionCore;
 use crate::error::RegionError;
 use crate::fault::{self, Access, Ctx};
 use crate::region::{pin_pages, unpin_pages, PinLimit};
+use crate::region_core::RegionCore;
 use crate::sys::{self, PAGE_SIZE};
 use crate::table;
 
 /// The pages of `core` inside `[addr, addr + len)`, if it is this process's
 /// region and overlaps the range.
 fn pages_in(core: &RegionCore, addr: usize, len: usize) -> Option<std::ops::Range<usize>> {
-    if core.owner_pid() != sys::getpid() && !sys::vfork_child_can_resolve(core) {
+    if core.owner_pid() != sys::getpid() && !core.vfork_child_can_resolve() {
         return None;
     }
     let base = core.mapping.base();

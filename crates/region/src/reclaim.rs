@@ -15,7 +15,7 @@
 //! and one burst); the reclaimer then moves up to `Limits::burst_pages`
 //! victims to staging with the faults' CPUs asleep, lets them go on, and
 //! compresses the burst while they run. A fault that arrives during a burst
-//! waits for it too (`Shared::bursting`). Bursts stop while
+//! waits for it too (`wake::ReclaimSignal::bursting`). Bursts stop while
 //! `BACKLOG_BURSTS` bursts wait to be compressed; faults that wait with the
 //! budget full of staged pages wait for compression. With the `fault_cost`
 //! bench this took the MOVE from 7-8 µs to 2.3 µs a page, and the faults'
@@ -43,20 +43,22 @@
 //! and never touches region memory.
 
 use crate::aging::{Aging, Standing};
-use crate::budget::Shared;
 use crate::cold::{Cold, Tokens};
-use crate::region_core::RegionCore;
 use crate::error::RegionError;
 use crate::evict::{self, Evict, Trigger};
 use crate::page::Tag;
 use crate::queues::Record;
-use crate::sys;
+use crate::region_core::RegionCore;
+use crate::shared::Shared;
 use crate::table;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use zpage_store::Worker;
+
+pub(crate) mod lock;
+pub(crate) mod wake;
 
 /// Writeback starts when the pool passes this share of its cap ...
 const WRITEBACK_START_PCT: u64 = 90;
@@ -173,15 +175,15 @@ impl std::fmt::Debug for Reclaimer {
 
 impl Reclaimer {
     pub fn new(budget: Arc<Shared>) -> Result<Self, RegionError> {
-        let worker = budget.store.worker()?;
+        let worker = budget.store().worker()?;
         let aging = Aging::new(
-            budget.clock.policy(),
-            budget.limits.budget_pages,
-            budget.limits.staging_target,
+            budget.clock().policy(),
+            budget.limits().budget_pages,
+            budget.limits().staging_target,
         );
         Ok(Reclaimer {
             cold: Cold::new(&budget),
-            writeback_tokens: Tokens::new(budget.writeback_pages_per_sec),
+            writeback_tokens: Tokens::new(budget.writeback_pages_per_sec()),
             budget,
             worker,
             aging,
@@ -198,29 +200,28 @@ impl Reclaimer {
     /// Takes in what the fault path queued.
     fn drain(&mut self) {
         let budget = Arc::clone(&self.budget);
-        if budget.records_lost.swap(false, Ordering::AcqRel) {
+        let queues = budget.queues();
+        if queues.take_records_lost() {
             self.rebuild();
         }
         let mut freed = Vec::new();
-        while let Some(raw) = budget.freed_refs.pop() {
-            freed.extend(zpage_store::PageRef::from_raw(raw));
+        while let Some(page_ref) = queues.pop_freed() {
+            freed.push(page_ref);
         }
         budget.release_many(&mut freed);
-        budget.staging.discard_pending(&budget.resident);
-        while let Some(record) = budget.returned.pop_record() {
+        budget.staging().discard_pending(budget.resident());
+        while let Some(record) = queues.pop_returned() {
             self.aging.retry_first(record);
         }
-        while let Some(record) = budget.admits.pop_record() {
+        while let Some(record) = queues.pop_admitted() {
             let mut activations = 0;
             with_page_aging(record, &mut |aging, _| activations = aging.activations());
             self.aging.admit(record, activations);
         }
         self.aging
-            .rebalance(&budget.clock, &mut standing, &mut with_page_aging);
-        self.aging.prune(
-            2 * budget.region_pages.load(Ordering::Relaxed) + 1024,
-            &mut standing,
-        );
+            .rebalance(budget.clock(), &mut standing, &mut with_page_aging);
+        self.aging
+            .prune(2 * budget.region_pages() + 1024, &mut standing);
     }
 
     /// A ring overflowed and records were lost: start the queues again from
@@ -228,12 +229,11 @@ impl Reclaimer {
     fn rebuild(&mut self) {
         let budget = Arc::clone(&self.budget);
         self.aging = Aging::new(
-            budget.clock.policy(),
-            budget.limits.budget_pages,
-            budget.limits.staging_target,
+            budget.clock().policy(),
+            budget.limits().budget_pages,
+            budget.limits().staging_target,
         );
-        while budget.admits.pop().is_some() {}
-        while budget.returned.pop().is_some() {}
+        budget.queues().clear_records();
         table::for_each(|core| {
             if !std::ptr::eq(&*core.budget, &*budget) {
                 return;
@@ -251,22 +251,21 @@ impl Reclaimer {
     /// Queues the next clean candidates for faulting threads to drop.
     fn refill_victims(&mut self) {
         let budget = Arc::clone(&self.budget);
-        if !budget.keep_clean_copies || budget.fork_pause.load(Ordering::SeqCst) {
+        if !budget.keeps_clean_copies() || budget.evictions().fork_paused() {
             return;
         }
         // A dirty page at the front needs compressing: the refill stops
         // there (a round takes it out when memory passes the high
         // watermark), so a refill costs nothing while the front is dirty.
-        let taken =
-            self.aging
-                .take_front_while(budget.victims.free_slots(), &mut standing, &mut clean);
-        for record in budget.victims.put(taken).into_iter().rev() {
+        let taken = self.aging.take_front_while(
+            budget.queues().victims().free_slots(),
+            &mut standing,
+            &mut clean,
+        );
+        for record in budget.queues().victims().put(taken).into_iter().rev() {
             self.aging.retry_first(record);
         }
-        // Faults may ask again once this refill has been used up.
-        if budget.victims.len() >= budget.victims.capacity() / 2 {
-            budget.refill_wanted.store(false, Ordering::Release);
-        }
+        budget.queues().refilled();
     }
 
     /// Takes one page out; true if it left its region.
@@ -284,7 +283,9 @@ impl Reclaimer {
                 self.aging.retry_first(record);
                 // Make room in staging: compress the oldest staged pages.
                 if self.compress_staged(0) == 0 {
-                    self.budget.staging.discard_pending(&self.budget.resident);
+                    self.budget
+                        .staging()
+                        .discard_pending(self.budget.resident());
                     return None;
                 }
                 Some(false)
@@ -319,23 +320,22 @@ impl Reclaimer {
             if stored == Some(true) {
                 done += 1;
                 if let Some(cold) = &mut self.cold {
-                    cold.compressed(
-                        record,
-                        2 * self.budget.region_pages.load(Ordering::Relaxed) + 1024,
-                    );
+                    cold.compressed(record, 2 * self.budget.region_pages() + 1024);
                 }
-                if self.budget.store.tier().is_some() {
+                if self.budget.store().tier().is_some() {
                     self.compressed.push_back(record);
                     // Stale records (pages restored since) are dropped from
                     // the front as it is used; this bounds the rest.
-                    let bound = 2 * self.budget.region_pages.load(Ordering::Relaxed) + 1024;
+                    let bound = 2 * self.budget.region_pages() + 1024;
                     while self.compressed.len() > bound {
                         self.compressed.pop_front();
                     }
                 }
             }
         }
-        self.budget.staging.discard_pending(&self.budget.resident);
+        self.budget
+            .staging()
+            .discard_pending(self.budget.resident());
         self.budget.signal_room();
         done
     }
@@ -344,7 +344,7 @@ impl Reclaimer {
     fn backlog(&self) -> usize {
         self.staged
             .len()
-            .saturating_sub(self.budget.limits.staging_target)
+            .saturating_sub(self.budget.limits().staging_target)
     }
 
     /// Faults wait on the pages mapped in regions while the budget itself
@@ -352,9 +352,9 @@ impl Reclaimer {
     /// compressed: moving a burst out would let them go on.
     fn burst_would_release_faults(&self) -> bool {
         let budget = &self.budget;
-        budget.room_waiters.load(Ordering::Acquire) != 0
-            && budget.resident.load(Ordering::Acquire) < budget.limits.budget_pages
-            && self.backlog() < BACKLOG_BURSTS * budget.limits.burst_pages
+        budget.reclaim_signal().faults_waiting()
+            && budget.resident().pages() < budget.limits().budget_pages
+            && self.backlog() < BACKLOG_BURSTS * budget.limits().burst_pages
     }
 
     /// A burst: while faults wait (their threads run on no CPU, so a MOVE
@@ -363,15 +363,15 @@ impl Reclaimer {
     /// the faults go on, then compresses what is staged while they run.
     fn burst(&mut self) {
         self.drained(|this, budget| {
-            if budget.fork_pause.load(Ordering::SeqCst) {
+            if budget.evictions().fork_paused() {
                 return;
             }
-            let limits = budget.limits;
-            budget.bursting.store(true, Ordering::SeqCst);
+            let limits = budget.limits();
+            budget.reclaim_signal().begin_burst();
             this.move_victims(limits.burst_pages, &|| {
-                budget.resident.load(Ordering::Acquire) < limits.budget_pages
+                budget.resident().pages() < limits.budget_pages
             });
-            budget.bursting.store(false, Ordering::SeqCst);
+            budget.reclaim_signal().end_burst();
             budget.signal_room();
             this.refill_victims();
             this.write_back();
@@ -414,11 +414,11 @@ impl Reclaimer {
     /// One round: brings resident memory down to the low watermark.
     pub fn round(&mut self) {
         self.drained(|this, budget| {
-            if budget.fork_pause.load(Ordering::SeqCst) {
+            if budget.evictions().fork_paused() {
                 return;
             }
-            let limits = budget.limits;
-            let resident = budget.resident.load(Ordering::Acquire);
+            let limits = budget.limits();
+            let resident = budget.resident().pages();
             if resident > limits.low_pages {
                 let to_free = resident - limits.low_pages;
                 // Move enough pages out that, after compressing the oldest
@@ -428,7 +428,7 @@ impl Reclaimer {
             }
             this.refill_victims();
             this.write_back();
-            let resident = budget.resident.load(Ordering::Acquire);
+            let resident = budget.resident().pages();
             let excess = resident.saturating_sub(limits.low_pages);
             let keep = this
                 .staged
@@ -463,7 +463,7 @@ impl Reclaimer {
         }
         let mut out: Box<zpage_codec::Page> = Box::new([0; zpage_codec::PAGE_SIZE]);
         for number in 0..=u8::MAX {
-            let Some(spec) = self.budget.store.codec(number) else {
+            let Some(spec) = self.budget.store().codec(number) else {
                 break;
             };
             if let Ok(mut encoder) =
@@ -481,7 +481,7 @@ impl Reclaimer {
             return;
         }
         self.compaction_check = Instant::now();
-        let store = &self.budget.store;
+        let store = self.budget.store();
         let blobs = store.blob_bytes_held();
         let holes = store.pool_memory_used_bytes().saturating_sub(blobs);
         if holes > blobs / COMPACT_ABOVE_BLOB_BYTES {
@@ -493,19 +493,19 @@ impl Reclaimer {
     pub fn run(mut self) {
         self.warm_thread_locals();
         loop {
-            if self.budget.stop.load(Ordering::Acquire) {
+            if self.budget.reclaim_signal().stopping() {
                 break;
             }
-            let kick = self.budget.kick.load(Ordering::Acquire);
-            let resident = self.budget.resident.load(Ordering::Acquire);
-            if self.budget.fork_pause.load(Ordering::SeqCst) {
+            let kick = self.budget.reclaim_signal().kicks();
+            let resident = self.budget.resident().pages();
+            if self.budget.evictions().fork_paused() {
                 // No eviction while a fork is prepared, but the queues keep
                 // being drained: the prepare hook's restores fill them.
                 self.drained(|_, _| ());
                 self.sleep(kick);
                 continue;
             }
-            let limits = self.budget.limits;
+            let limits = self.budget.limits();
             // Resident memory grows only by faults: unchanged, with no kick,
             // for `PROGRAM_IDLE_AFTER`, means the program is not faulting.
             if kick != self.last_kick || resident != self.last_resident {
@@ -514,7 +514,7 @@ impl Reclaimer {
             let faults_active = self.last_activity.elapsed() < PROGRAM_IDLE_AFTER;
             self.last_kick = kick;
             self.last_resident = resident;
-            if self.budget.room_waiters.load(Ordering::Acquire) != 0 {
+            if self.budget.reclaim_signal().faults_waiting() {
                 // Faults wait: a burst lets them go on; with the budget full
                 // of staged pages, compressing them does.
                 if self.burst_would_release_faults() {
@@ -539,7 +539,7 @@ impl Reclaimer {
                 if let Some(cold) = &mut self.cold {
                     cold.train_if_wanted(&self.budget, &mut self.worker);
                 }
-                let seen = self.budget.kick.load(Ordering::Acquire);
+                let seen = self.budget.reclaim_signal().kicks();
                 self.last_kick = seen;
                 self.sleep(seen);
                 continue;
@@ -557,7 +557,7 @@ impl Reclaimer {
                 }
                 continue;
             }
-            if let Some(tier) = self.budget.store.tier() {
+            if let Some(tier) = self.budget.store().tier() {
                 if self.tier_upkeep.elapsed() >= std::time::Duration::from_millis(100) {
                     self.tier_upkeep = Instant::now();
                     tier.maintain();
@@ -570,8 +570,8 @@ impl Reclaimer {
             }
             // Keep the queues drained and the victim queue full even when no
             // round is needed.
-            let refill = self.budget.refill_wanted.load(Ordering::Acquire);
-            if refill || !self.budget.admits.is_empty() || !self.budget.freed_refs.is_empty() {
+            let refill = self.budget.queues().refill_wanted();
+            if refill || self.budget.queues().has_work() {
                 self.drained(|this, _| {
                     if refill {
                         this.refill_victims();
@@ -601,12 +601,12 @@ impl Reclaimer {
 
     /// The pool's cap and use in pages, when writeback applies.
     fn pool_cap(&self) -> Option<(u64, u64)> {
-        self.budget.store.tier()?;
-        let cap = self.budget.store.config().max_pool_bytes?;
+        self.budget.store().tier()?;
+        let cap = self.budget.store().config().max_pool_bytes?;
         let page = zpage_store::PAGE_SIZE as u64;
         Some((
             cap / page,
-            self.budget.store.pool_memory_used_bytes() / page,
+            self.budget.store().pool_memory_used_bytes() / page,
         ))
     }
 
@@ -651,7 +651,7 @@ impl Reclaimer {
                     Some(evict::WriteBack::Skipped) | None => {}
                 }
             }
-            budget.store.compact();
+            budget.store().compact();
             budget.signal_room();
             if stop {
                 return;
@@ -659,14 +659,10 @@ impl Reclaimer {
         }
     }
 
-    /// Sleeps until kicked (or 2 ms). `reclaimer_idle` is set before the
-    /// counter is re-checked by the futex, so a kick either sees the flag and
-    /// wakes us, or bumped the counter before our wait, which then returns at
-    /// once.
+    /// Sleeps until kicked (or 2 ms); returns at once if a kick came after
+    /// `seen` was read (see `wake::ReclaimSignal`).
     fn sleep(&self, seen: u32) {
-        self.budget.reclaimer_idle.store(true, Ordering::SeqCst);
-        sys::futex_wait(&self.budget.kick, seen, 2_000_000);
-        self.budget.reclaimer_idle.store(false, Ordering::SeqCst);
+        self.budget.reclaim_signal().sleep(seen, 2_000_000);
     }
 }
 
@@ -675,7 +671,7 @@ impl Reclaimer {
 /// asynchronous signals.
 pub fn compress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Result<(), RegionError> {
     let budget = &*core.budget;
-    let mut worker = budget.store.worker()?;
+    let mut worker = budget.store().worker()?;
     let _g = budget.lock_reclaim();
     for page in pages {
         for _attempt in 0..3 {
@@ -685,14 +681,14 @@ pub fn compress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Result<
                     break;
                 }
                 Evict::NoSlot => {
-                    budget.staging.discard_pending(&budget.resident);
+                    budget.staging().discard_pending(budget.resident());
                 }
                 Evict::Retry => {}
                 _ => break,
             }
         }
     }
-    budget.staging.discard_pending(&budget.resident);
+    budget.staging().discard_pending(budget.resident());
     budget.signal_room();
     Ok(())
 }

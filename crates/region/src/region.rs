@@ -1,13 +1,14 @@
 //! The public [`Region`] type.
 
-use crate::budget::{Budget, Shared};
+use crate::budget::Budget;
 use crate::config::{validate_size, FaultMode, RegionConfig};
-use crate::region_core::RegionCore;
 use crate::counters::RegionStats;
 use crate::error::RegionError;
 use crate::fault::{self, Access, Ctx};
 use crate::page::{Tag, MAX_PINS};
 use crate::reclaim;
+use crate::region_core::RegionCore;
+use crate::shared::Shared;
 use crate::signal;
 use crate::sys::{self, Mapping, SignalGuard};
 use crate::table;
@@ -45,20 +46,21 @@ impl Region {
         let pages = size_bytes.div_ceil(PAGE_SIZE);
         let mapping =
             Mapping::new_for_region(pages).map_err(|e| RegionError::sys("mmap(region)", e))?;
-        let mode = if shared.keep_clean_copies {
+        let mode = if shared.keeps_clean_copies() {
             sys::REGISTER_MODE_MISSING | sys::REGISTER_MODE_WP
         } else {
             sys::REGISTER_MODE_MISSING
         };
-        sys::uffd_register(shared.uffd.fd(), mapping.base(), mapping.len(), mode)
+        sys::uffd_register(shared.uffd().fd(), mapping.base(), mapping.len(), mode)
             .map_err(|e| RegionError::sys("UFFDIO_REGISTER(region)", e))?;
         let core = Arc::new(RegionCore::new(Arc::clone(shared), mapping));
         let Some(id) = table::register(&core, core.mapping.base(), core.mapping.len()) else {
-            let _ = sys::uffd_unregister(shared.uffd.fd(), core.mapping.base(), core.mapping.len());
+            let _ =
+                sys::uffd_unregister(shared.uffd().fd(), core.mapping.base(), core.mapping.len());
             return Err(RegionError::TooManyRegions(table::MAX_REGIONS));
         };
         core.set_id(id);
-        shared.region_pages.fetch_add(pages, Ordering::AcqRel);
+        shared.add_region_pages(pages);
         Ok(Region {
             core,
             budget: budget.clone(),
@@ -132,7 +134,7 @@ impl Region {
     /// evicted pages then fault with a message naming them, never read as
     /// zeros). Every advice call runs it.
     pub fn health_check(&self) -> Result<(), RegionError> {
-        let uffd = &self.core.budget.uffd;
+        let uffd = self.core.budget.uffd();
         if uffd.is_lost() {
             return Err(RegionError::UffdLost(uffd.fd()));
         }
@@ -170,7 +172,7 @@ impl Region {
         let range = self.pages_of(offset, len)?;
         // Holds store locks and claimed pages.
         let _signals = SignalGuard::block_async();
-        if self.core.budget.paused(&self.core) {
+        if self.core.budget.evictions().paused(&self.core.hold) {
             return Ok(());
         }
         reclaim::compress_now(&self.core, range)
@@ -243,13 +245,13 @@ impl Region {
     /// be, until [`Region::resume_eviction`]. Async-signal-safe.
     pub fn restore_all(&self) -> Result<(), RegionError> {
         let _signals = SignalGuard::block_async();
-        self.core.budget.pause(self.core.hold_flag());
+        self.core.budget.evictions().hold(&self.core.hold);
         restore_all(&self.core).map_err(|e| RegionError::sys("restore", e))
     }
 
     /// Undoes [`Region::restore_all`]: eviction resumes.
     pub fn resume_eviction(&self) {
-        self.core.hold_flag().store(false, Ordering::SeqCst);
+        self.core.hold.release();
         self.core.budget.kick_reclaimer();
     }
 
@@ -273,11 +275,11 @@ impl Region {
         // (whose zero fill then fails with ENOENT and lets the kernel's own
         // fault give it zeros), never a SIGBUS nobody handles.
         if core.owner_pid() == sys::getpid()
-            && !core.budget.uffd.is_lost()
+            && !core.budget.uffd().is_lost()
             && !core.is_unmapped.load(Ordering::Acquire)
         {
             let _ = sys::uffd_unregister(
-                core.budget.uffd.fd(),
+                core.budget.uffd().fd(),
                 core.mapping.base(),
                 core.mapping.len(),
             );
@@ -312,7 +314,7 @@ impl Region {
         let page = self.pages_of(offset, 1)?.start;
         let core = &self.core;
         let budget = &core.budget;
-        let worker = budget.store.worker()?;
+        let worker = budget.store().worker()?;
         let _signals = SignalGuard::block_async();
         let slot = &core.pages[page];
         loop {
@@ -328,7 +330,7 @@ impl Region {
             }
             let result = match slot.page_ref() {
                 Some(old) if old.in_pool() => {
-                    let corrupt = budget.store.put_blob_for_test(&worker, old, garbage)?;
+                    let corrupt = budget.store().put_blob_for_test(&worker, old, garbage)?;
                     slot.set_page_ref(Some(corrupt));
                     budget.release(old);
                     Ok(())
@@ -345,12 +347,12 @@ impl Region {
     /// The region's userfaultfd (for diagnostics and hazard tests).
     #[doc(hidden)]
     pub fn raw_uffd(&self) -> i32 {
-        self.core.budget.uffd.fd()
+        self.core.budget.uffd().fd()
     }
 
     /// The fault mode of the region's budget.
     pub fn fault_mode(&self) -> FaultMode {
-        self.core.budget.mode
+        self.core.budget.mode()
     }
 }
 
@@ -377,11 +379,11 @@ pub(crate) fn pin_pages(
         .filter(|&p| core.pages[p].load().pins() == 0)
         .count();
     let total = budget_pinned(budget) + new_pins;
-    if limit == PinLimit::HalfBudget && total > budget.limits.budget_pages / 2 {
+    if limit == PinLimit::HalfBudget && total > budget.limits().budget_pages / 2 {
         return Err(RegionError::PinExceedsBudget {
             requested: new_pins * PAGE_SIZE,
             total: total * PAGE_SIZE,
-            budget: budget.limits.budget_pages * PAGE_SIZE,
+            budget: budget.limits().budget_pages * PAGE_SIZE,
         });
     }
     let _signals = SignalGuard::block_async();
@@ -484,8 +486,9 @@ impl Drop for Region {
             // A forked child: the machinery stayed in the parent.
             return;
         }
-        if !budget.uffd.is_lost() && !core.is_unmapped.load(Ordering::Acquire) {
-            let _ = sys::uffd_unregister(budget.uffd.fd(), core.mapping.base(), core.mapping.len());
+        if !budget.uffd().is_lost() && !core.is_unmapped.load(Ordering::Acquire) {
+            let _ =
+                sys::uffd_unregister(budget.uffd().fd(), core.mapping.base(), core.mapping.len());
         }
         // Give back what the region holds: references (pool memory), staging
         // slots, and its share of the budget. Freeing takes the pool's lock.
@@ -497,16 +500,12 @@ impl Drop for Region {
                 budget.release(page_ref);
             }
             if s.tag() == Tag::Staged {
-                budget.staging.discard_later(s.slot(), &budget.resident);
+                budget.staging().discard_later(s.slot(), budget.resident());
             }
         }
-        budget
-            .resident
-            .fetch_sub(core.resident.load(Ordering::Acquire), Ordering::AcqRel);
-        budget
-            .region_pages
-            .fetch_sub(core.page_count(), Ordering::AcqRel);
-        budget.staging.discard_pending(&budget.resident);
+        budget.resident().sub(core.resident.load(Ordering::Acquire));
+        budget.remove_region_pages(core.page_count());
+        budget.staging().discard_pending(budget.resident());
         budget.signal_room();
         // The mapping is unmapped with the core; the budget's threads stop
         // when the last handle on it goes.

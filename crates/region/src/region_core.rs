@@ -2,12 +2,13 @@
 //! by the public [`crate::Region`], the signal handler (through the region
 //! table) and the budget's threads.
 
-use crate::budget::Shared;
 use crate::counters::Counters;
 use crate::counters::RegionStats;
+use crate::evict::gate::EvictionHold;
 use crate::page::PageSlot;
-use crate::sys::{Mapping, SignalGuard, PAGE_SIZE};
-use crate::table::RegionId;
+use crate::queues::{Record, RegionId};
+use crate::shared::Shared;
+use crate::sys::{self, Fatal, Mapping, SignalGuard, PAGE_SIZE};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +25,7 @@ pub struct RegionCore {
     pub staged: AtomicUsize,
     pub pinned: AtomicUsize,
     /// Set by `restore_all`: none of this region's pages are evicted until `resume_eviction`.
-    hold: AtomicBool,
+    pub hold: EvictionHold,
     /// Why the region was closed (the program unmapped or moved part of it).
     pub unmapped: Mutex<Option<String>>,
     pub is_unmapped: AtomicBool,
@@ -42,7 +43,7 @@ impl RegionCore {
             resident: AtomicUsize::new(0),
             staged: AtomicUsize::new(0),
             pinned: AtomicUsize::new(0),
-            hold: AtomicBool::new(false),
+            hold: EvictionHold::default(),
             unmapped: Mutex::new(None),
             is_unmapped: AtomicBool::new(false),
         }
@@ -69,12 +70,12 @@ impl RegionCore {
         // The store's snapshot takes its pools' locks.
         let store = {
             let _signals = SignalGuard::block_async();
-            budget.store.stats()
+            budget.store().stats()
         };
         let bytes = |pages: usize| (pages * PAGE_SIZE) as u64;
         let mut stats = RegionStats {
             size_bytes: self.mapping.len() as u64,
-            budget_bytes: bytes(budget.limits.budget_pages),
+            budget_bytes: bytes(budget.limits().budget_pages),
             resident_bytes: bytes(
                 self.resident.load(Ordering::Relaxed) + self.staged.load(Ordering::Relaxed),
             ),
@@ -106,12 +107,64 @@ impl RegionCore {
         self.pages.len()
     }
 
-    pub fn held(&self) -> bool {
-        self.hold.load(Ordering::SeqCst)
+    /// The start of a fatal message about one page (async-signal-safe).
+    pub fn about_page(&self, page: usize) -> Fatal {
+        Fatal::new()
+            .text("page ")
+            .dec(page as u64)
+            .text(" (address ")
+            .hex(self.page_addr(page) as u64)
+            .text(") of the region at ")
+            .hex(self.mapping.base() as u64)
     }
 
-    pub fn hold_flag(&self) -> &AtomicBool {
-        &self.hold
+    /// The identity a page's blob is bound to in the tier below RAM: region
+    /// table index and incarnation, and the page's index (a region has fewer
+    /// than 2^40 pages).
+    pub fn tier_identity(&self, page: usize) -> u64 {
+        let id = self.id();
+        (u64::from(id.index) << 48) | (u64::from(id.incarnation) << 40) | page as u64
+    }
+
+    /// True in a `vfork()` child of the region's owner whose copy of the
+    /// budget's userfaultfd is still open (a spawn library may have closed
+    /// every descriptor before `exec`): only then can it resolve a fault as
+    /// a thread of the parent would. Checked before any ioctl, so a closed
+    /// descriptor in the child is never taken for a lost userfaultfd in the
+    /// parent's (shared) memory. Async-signal-safe.
+    pub fn vfork_child_can_resolve(&self) -> bool {
+        sys::shares_memory_with(self.owner_pid())
+            && sys::uffd_wake(self.budget.uffd().fd(), self.mapping.base(), PAGE_SIZE).is_ok()
+    }
+
+    /// Records that page `page` became resident: its record goes to the
+    /// reclaimer's queues. Async-signal-safe.
+    pub fn admitted(&self, page: usize, activate: bool) {
+        let budget = &self.budget;
+        let gen = self.pages[page].aging.admit();
+        if budget.in_forked_child() {
+            // No reclaimer here: the child's own budget is kept by its faults.
+            return;
+        }
+        if !budget
+            .queues()
+            .admit(Record::new(self.id(), page, gen, activate))
+        {
+            budget.kick_reclaimer();
+        } else if budget.resident().pages() > budget.limits().high_pages {
+            // Between two bursts the reclaimer's only work for these faults
+            // is draining their records (and the copies they gave up): woken
+            // once per `ADMITS_PER_WAKE` of them, it drains them beside the
+            // faults rather than during the next burst, while they wait;
+            // woken for each, it cost each fault a `futex_wake` and an
+            // interrupt (5% of the faulting thread's time under `perf`).
+            // Otherwise the count alone tells it the program faults.
+            if budget.queues().admits_waiting() >= ADMITS_PER_WAKE {
+                budget.kick_reclaimer();
+            } else {
+                budget.reclaim_signal().note_activity();
+            }
+        }
     }
 
     // Accounting. `resident` counts this region's mapped pages, `staged` its
@@ -123,13 +176,13 @@ impl RegionCore {
     /// A page was mapped in from nothing (zero fill, decompression).
     pub fn count_mapped(&self) {
         self.resident.fetch_add(1, Ordering::AcqRel);
-        self.budget.resident.fetch_add(1, Ordering::AcqRel);
+        self.budget.resident().add(1);
     }
 
     /// A mapped page vanished with its memory (the program discarded it).
     pub fn count_vanished(&self) {
         self.resident.fetch_sub(1, Ordering::AcqRel);
-        self.budget.resident.fetch_sub(1, Ordering::AcqRel);
+        self.budget.resident().sub(1);
     }
 
     /// A mapped page moved into a staging slot to wait there (trial eviction).
@@ -150,3 +203,7 @@ impl RegionCore {
         self.staged.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// Pages admitted (queued for the reclaimer) per wake of a sleeping
+/// reclaimer while the program faults above the high watermark.
+const ADMITS_PER_WAKE: usize = 128;

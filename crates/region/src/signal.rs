@@ -30,7 +30,7 @@
 //! usual SIGBUS (and core dump).
 #![allow(unsafe_code)]
 
-use crate::fault::{self, about_page, Access, Ctx};
+use crate::fault::{self, Access, Ctx};
 use crate::sys;
 use crate::table;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
@@ -121,8 +121,8 @@ pub fn ensure_front() -> Result<(), sys::Errno> {
 fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
     table::at_address(addr, |core, page| {
         crate::profile::end(crate::profile::Part::Dispatch, entered, 1);
-        if core.owner_pid() != sys::getpid() && !sys::vfork_child_can_resolve(core) {
-            about_page(core, page)
+        if core.owner_pid() != sys::getpid() && !core.vfork_child_can_resolve() {
+            core.about_page(page)
                 .text(" was touched in a child process forked while it was evicted; the region's userfaultfd stayed with the parent, so it cannot be restored here")
                 .abort()
         }
@@ -131,7 +131,7 @@ fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
             // returning lets the access fault again and fail as it would
             // without us.
             Ok(()) | Err(sys::Errno(libc::ENOENT | libc::ESRCH)) => {}
-            Err(e) => about_page(core, page)
+            Err(e) => core.about_page(page)
                 .text(": a userfaultfd ioctl failed with errno ")
                 .dec(e.0 as u64)
                 .text(" while resolving a fault; ending the process rather than loop")

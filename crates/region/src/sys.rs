@@ -1059,17 +1059,6 @@ pub fn shares_memory_with(pid: i32) -> bool {
     }
 }
 
-/// True in a `vfork()` child of the region's owner whose copy of the
-/// budget's userfaultfd is still open (a spawn library may have closed every
-/// descriptor before `exec`): only then can it resolve a fault as a thread of
-/// the parent would. Checked before any ioctl, so a closed descriptor in the
-/// child is never taken for a lost userfaultfd in the parent's (shared)
-/// memory. Async-signal-safe.
-pub fn vfork_child_can_resolve(core: &crate::region_core::RegionCore) -> bool {
-    shares_memory_with(core.owner_pid())
-        && uffd_wake(core.budget.uffd.fd(), core.mapping.base(), PAGE_SIZE).is_ok()
-}
-
 /// `getpid`.
 pub fn getpid() -> i32 {
     // SAFETY: no arguments.

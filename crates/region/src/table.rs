@@ -10,21 +10,14 @@
 //! the same entry never reaches the new one (its incarnation differs).
 #![allow(unsafe_code)]
 
+use crate::queues::{RegionId, INCARNATION_BITS, REGION_BITS};
 use crate::region_core::RegionCore;
-use crate::queues::{INCARNATION_BITS, REGION_BITS};
 use crate::sys;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// How many regions may be live at once in a process.
 pub const MAX_REGIONS: usize = 1 << REGION_BITS;
-
-/// Names a region in records: its table entry and that entry's incarnation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RegionId {
-    pub index: u16,
-    pub incarnation: u8,
-}
 
 struct Entry {
     base: AtomicUsize,

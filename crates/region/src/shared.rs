@@ -1,0 +1,359 @@
+//! What the regions of one budget, its reclaimer, its event thread and the
+//! fork hooks share ([`Shared`]). Each protocol between them is a part with
+//! private fields, in the module that owns it, whose documentation states
+//! the protocol and the orderings it needs:
+//!
+//! | part | module | what it is |
+//! |---|---|---|
+//! | [`Limits`], [`Resident`] | `limits` | the budget in pages, and the resident count it limits |
+//! | [`Staging`] | `staging` | the staging area: slot allocator, batched discards, its own userfaultfd |
+//! | [`Queues`] | `queues` | the rings from the fault path to the reclaimer, and the victim queue back |
+//! | [`ReclaimSignal`] | `reclaim/wake` | the reclaimer's kick, the throttled faults' room, bursts, stop |
+//! | [`ReclaimLock`] | `reclaim/lock` | what serialises the reclaimer with `advise_cold`, the fork hooks and teardown |
+//! | [`EvictionGate`] | `evict/gate` | pausing eviction for a fork or `restore_all` |
+//! | [`InstallGate`] | `event/gate` | the install/event protocol with the event thread |
+//! | [`ForkGate`], [`ForkedChild`] | `fork/state` | the resolve gate the fork prepare hook closes; a forked child's own budget |
+//! | [`Uffd`] | `uffd` | the regions' userfaultfd |
+//!
+//! What is left here is what needs several parts at once: the budget's
+//! limit check, giving references up, waking the reclaimer. Everything
+//! here the fault path calls is async-signal-safe: atomics, futexes,
+//! ioctls and `madvise` only.
+
+use crate::aging::AgingClock;
+use crate::config::{BudgetConfig, ColdConfig, FaultMode};
+use crate::dedup::Dedup;
+use crate::error::RegionError;
+use crate::event::gate::InstallGate;
+use crate::evict::gate::EvictionGate;
+use crate::fork::state::{ForkGate, ForkedChild};
+use crate::limits::{Limits, Resident};
+use crate::queues::Queues;
+use crate::reclaim::lock::{ReclaimGuard, ReclaimLock};
+use crate::reclaim::wake::ReclaimSignal;
+use crate::staging::Staging;
+use crate::sys::{self, Errno};
+use crate::tier_reader::TierReader;
+use crate::uffd::Uffd;
+use crate::workers::WorkerSlots;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use zpage_store::{PageRef, PageStore, PageStoreConfig};
+
+/// Pool shards of a budget's store: the reclaimer's stores and frees take
+/// one shard's write lock at a time, so a load waits for a writer one time
+/// in four. Each shard keeps its own partly filled zspages (a few MiB at
+/// most, whatever the pool's size).
+const POOL_SHARDS: usize = 4;
+
+/// Event features asked for on the regions' uffd (no privilege needed).
+const EVENT_FEATURES: u64 =
+    sys::FEATURE_EVENT_REMOVE | sys::FEATURE_EVENT_UNMAP | sys::FEATURE_EVENT_REMAP;
+
+static NEXT_BUDGET_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Everything the regions of one budget, its reclaimer and its event thread share.
+#[derive(Debug)]
+pub struct Shared {
+    /// Tells budgets apart in published metrics.
+    id: u64,
+    limits: Limits,
+    mode: FaultMode,
+    keep_clean_copies: bool,
+    /// The writeback rate limit (pages per second).
+    writeback_pages_per_sec: u32,
+    /// Cold recompression, when the budget has a cold codec.
+    cold: Option<ColdConfig>,
+    store: PageStore,
+    /// Shared blobs of identical pages (`BudgetConfig::dedup`); `None`: off.
+    dedup: Option<Dedup>,
+    /// The regions' userfaultfd (every region of the budget is registered on it).
+    uffd: Uffd,
+    staging: Staging,
+    workers: WorkerSlots,
+    /// Reads back pages from a tier that cannot be read in a signal handler
+    /// (a network tier); `None` when the tier can be (or there is none).
+    tier_reader: Option<Arc<TierReader>>,
+    clock: AgingClock,
+    queues: Queues,
+    resident: Resident,
+    /// Pages of every live region of the budget (bounds the reclaimer's queues).
+    region_pages: AtomicUsize,
+    reclaim_signal: ReclaimSignal,
+    reclaim_lock: ReclaimLock,
+    evictions: EvictionGate,
+    installs: InstallGate,
+    fork_gate: ForkGate,
+    child: ForkedChild,
+}
+
+impl Shared {
+    pub fn new(config: &BudgetConfig) -> Result<Shared, RegionError> {
+        config.validate()?;
+        let limits = Limits::new(config);
+        let features = EVENT_FEATURES | sys::FEATURE_MOVE | sys::FEATURE_POISON;
+        let uffd = match config.mode {
+            FaultMode::Sigbus => Uffd::new(features | sys::FEATURE_SIGBUS, false, config.mode)?,
+            FaultMode::HandlerThread => Uffd::new(features, true, config.mode)?,
+        };
+        // Room for the trial set and one round's worth of pages in flight.
+        let staging = Staging::new(limits.staging_target + (limits.high_pages - limits.low_pages))?;
+        let store = PageStore::new(PageStoreConfig {
+            codec: config.codec.clone(),
+            recompress_codec: config.cold_codec.clone(),
+            threshold: config.threshold,
+            pool: config.pool,
+            max_pool_bytes: config.max_pool_bytes,
+            pool_shards: POOL_SHARDS,
+            tier: config.tier.clone(),
+            ..PageStoreConfig::default()
+        })?;
+        let nworkers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            * 4
+            + 8;
+        let workers = (0..nworkers)
+            .map(|_| store.worker())
+            .collect::<Result<Vec<_>, _>>()?;
+        let tier_reader = config
+            .tier
+            .as_ref()
+            .filter(|tier| !tier.reads_are_async_signal_safe())
+            .map(|tier| Arc::new(TierReader::new(Arc::clone(tier), nworkers)));
+        Ok(Shared {
+            tier_reader,
+            id: NEXT_BUDGET_ID.fetch_add(1, Ordering::Relaxed),
+            limits,
+            mode: config.mode,
+            keep_clean_copies: config.keep_clean_copies,
+            writeback_pages_per_sec: config.writeback_pages_per_sec,
+            cold: ColdConfig::of(config),
+            workers: WorkerSlots::new(workers),
+            store,
+            dedup: config.dedup.then(Dedup::new),
+            uffd,
+            staging,
+            clock: AgingClock::new(config.aging, limits.budget_pages),
+            queues: Queues::new(limits.budget_pages),
+            resident: Resident::default(),
+            region_pages: AtomicUsize::new(0),
+            reclaim_signal: ReclaimSignal::default(),
+            reclaim_lock: ReclaimLock::default(),
+            evictions: EvictionGate::default(),
+            installs: InstallGate::default(),
+            fork_gate: ForkGate::default(),
+            child: ForkedChild::new(sys::getpid()),
+        })
+    }
+
+    // ---- What the budget was made with ----
+
+    /// Tells budgets apart in published metrics.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn mode(&self) -> FaultMode {
+        self.mode
+    }
+
+    pub fn keeps_clean_copies(&self) -> bool {
+        self.keep_clean_copies
+    }
+
+    /// The writeback rate limit (pages per second).
+    pub fn writeback_pages_per_sec(&self) -> u32 {
+        self.writeback_pages_per_sec
+    }
+
+    /// Cold recompression, when the budget has a cold codec.
+    pub fn cold(&self) -> Option<ColdConfig> {
+        self.cold
+    }
+
+    // ---- Its parts ----
+
+    pub fn store(&self) -> &PageStore {
+        &self.store
+    }
+
+    /// The regions' userfaultfd.
+    pub fn uffd(&self) -> &Uffd {
+        &self.uffd
+    }
+
+    pub fn staging(&self) -> &Staging {
+        &self.staging
+    }
+
+    /// The fault path's preallocated decompression workers.
+    pub fn workers(&self) -> &WorkerSlots {
+        &self.workers
+    }
+
+    /// The tier reader thread's request slots, for a tier that cannot be
+    /// read in a signal handler.
+    pub fn tier_reader(&self) -> Option<&Arc<TierReader>> {
+        self.tier_reader.as_ref()
+    }
+
+    pub fn clock(&self) -> &AgingClock {
+        &self.clock
+    }
+
+    pub fn queues(&self) -> &Queues {
+        &self.queues
+    }
+
+    pub fn resident(&self) -> &Resident {
+        &self.resident
+    }
+
+    pub fn reclaim_signal(&self) -> &ReclaimSignal {
+        &self.reclaim_signal
+    }
+
+    pub fn evictions(&self) -> &EvictionGate {
+        &self.evictions
+    }
+
+    pub fn installs(&self) -> &InstallGate {
+        &self.installs
+    }
+
+    pub fn fork_gate(&self) -> &ForkGate {
+        &self.fork_gate
+    }
+
+    pub fn child(&self) -> &ForkedChild {
+        &self.child
+    }
+
+    /// Whether deduplication is on (the reclaimer's compressions consult it).
+    pub(crate) fn dedup(&self) -> Option<&Dedup> {
+        self.dedup.as_ref()
+    }
+
+    // ---- The regions drawing on it ----
+
+    /// A region of `pages` pages now draws on the budget.
+    pub fn add_region_pages(&self, pages: usize) {
+        self.region_pages.fetch_add(pages, Ordering::AcqRel);
+    }
+
+    /// A region of `pages` pages no longer draws on the budget.
+    pub fn remove_region_pages(&self, pages: usize) {
+        self.region_pages.fetch_sub(pages, Ordering::AcqRel);
+    }
+
+    /// Pages of every live region of the budget.
+    pub fn region_pages(&self) -> usize {
+        self.region_pages.load(Ordering::Relaxed)
+    }
+
+    // ---- Across parts ----
+
+    /// The process these regions belong to.
+    pub fn owner_pid(&self) -> i32 {
+        self.child.owner_pid()
+    }
+
+    /// A forked child that took the budget over (no reclaimer, no frees).
+    pub fn in_forked_child(&self) -> bool {
+        self.child.is_child()
+    }
+
+    /// The fork child hook's part: fresh userfaultfds at the parent's
+    /// descriptor numbers (the regions are registered on it by the caller).
+    pub(crate) fn replace_uffds_in_child(&self) -> Result<(), Errno> {
+        self.uffd.replace_in_child(
+            EVENT_FEATURES | sys::FEATURE_MOVE | sys::FEATURE_POISON | sys::FEATURE_SIGBUS,
+        )?;
+        self.staging.take_over_in_child()
+    }
+
+    /// Takes the lock that serialises the reclaimer's work with
+    /// `advise_cold`, the fork hooks and region teardown.
+    pub fn lock_reclaim(&self) -> ReclaimGuard<'_> {
+        self.reclaim_lock.lock()
+    }
+
+    /// Wakes the reclaimer (none in a forked child).
+    pub fn kick_reclaimer(&self) {
+        if self.in_forked_child() {
+            return;
+        }
+        self.reclaim_signal.kick();
+    }
+
+    /// Whether a fault must wait before it makes one more page resident:
+    /// the budget is full, or the pages mapped in regions reached
+    /// [`Limits::mapped_limit`], or a burst is under way. Async-signal-safe.
+    pub fn over_limit(&self) -> bool {
+        let resident = self.resident.pages_for_room();
+        resident >= self.limits.budget_pages
+            || resident.saturating_sub(self.staging.in_use()) >= self.limits.mapped_limit
+            || self.reclaim_signal.bursting()
+    }
+
+    /// Reclaimer side: wake throttled faults if there is room now.
+    pub fn signal_room(&self) {
+        self.reclaim_signal.announce_room(|| !self.over_limit());
+    }
+
+    /// Gives up one page slot's reference: frees what it names unless other
+    /// pages share it (dedup). Off the fault path only (it takes the dedup
+    /// table's lock and the pool's); the fault path uses [`Shared::free_later`].
+    pub fn release(&self, page_ref: PageRef) {
+        if self.in_forked_child() {
+            // The child's pool is its copy-on-write copy of the parent's:
+            // left as it is (see `fork::state::ForkedChild`).
+            return;
+        }
+        if self.dedup.as_ref().is_none_or(|d| d.release(page_ref)) {
+            self.store.free(page_ref);
+        }
+    }
+
+    /// [`Shared::release`] for many references (emptied).
+    pub fn release_many(&self, refs: &mut Vec<PageRef>) {
+        if self.in_forked_child() {
+            refs.clear();
+            return;
+        }
+        if let Some(dedup) = &self.dedup {
+            refs.retain(|r| dedup.release(*r));
+        }
+        self.store.free_many(refs);
+    }
+
+    /// Whether other page slots share the blob `page_ref` names.
+    pub fn is_shared(&self, page_ref: PageRef) -> bool {
+        self.dedup.as_ref().is_some_and(|d| d.is_shared(page_ref))
+    }
+
+    /// Hands a compressed copy given up on the fault path to the reclaimer,
+    /// which frees it. Async-signal-safe. A full ring waits for the
+    /// reclaimer to drain it: the caller holds nothing the reclaimer waits
+    /// for (it never waits on a page another thread holds, and it drains
+    /// this ring even while a fork pauses eviction).
+    pub fn free_later(&self, page_ref: PageRef) {
+        if self.in_forked_child() {
+            return;
+        }
+        while !self.queues.hand_over_freed(page_ref) {
+            self.kick_reclaimer();
+            sys::yield_now();
+        }
+    }
+
+    /// Budget-wide figures for a stats snapshot.
+    pub fn resident_pages(&self) -> usize {
+        self.resident.pages()
+    }
+}
