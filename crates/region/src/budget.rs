@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 #[derive(Debug)]
 pub(crate) struct Owner {
     pub shared: Arc<Shared>,
-    threads: Mutex<Vec<sys::ZpageThread>>,
+    threads: Mutex<Vec<crate::threads::ZpageThread>>,
     /// The process the threads run in (a forked child has none of them).
     threads_pid: i32,
 }
@@ -68,7 +68,7 @@ impl Budget {
             threads_pid: sys::getpid(),
         });
         let spawn = |name: &str, body: Box<dyn FnOnce() + Send>| {
-            sys::spawn_blocking_signals(name, body).map_err(|e| RegionError::Sys {
+            crate::threads::spawn_blocking_signals(name, body).map_err(|e| RegionError::Sys {
                 call: "spawn",
                 errno: e.to_string(),
             })
@@ -110,7 +110,7 @@ impl Budget {
 
     /// The budget's compressed store counters.
     pub fn store_stats(&self) -> zpage_store::StoreStats {
-        let _signals = sys::SignalGuard::block_async();
+        let _signals = crate::threads::SignalGuard::block_async();
         self.shared().store().stats()
     }
 }

@@ -27,7 +27,6 @@ use crate::evict::{self, Recompress};
 use crate::queues::Record;
 use crate::region_core::RegionCore;
 use crate::shared::Shared;
-use crate::sys;
 use crate::table;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -150,7 +149,7 @@ impl Cold {
         }
         let samples = sample_pages(self.queue.make_contiguous(), worker);
         let (sender, receiver) = mpsc::channel();
-        let spawned = sys::spawn_blocking_signals(
+        let spawned = crate::threads::spawn_blocking_signals(
             "zpage-train",
             Box::new(move || {
                 let _ = sender.send(Dictionary::train(samples.iter(), DICTIONARY_BYTES).ok());

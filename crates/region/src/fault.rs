@@ -53,11 +53,12 @@
 use crate::aging;
 use crate::counters::Counters;
 use crate::evict::{self, Path};
+use crate::fatal::Fatal;
 use crate::page::{State, Tag};
 use crate::profile;
 use crate::region_core::RegionCore;
 use crate::shared::Shared;
-use crate::sys::{self, Errno, Fatal, PAGE_SIZE};
+use crate::sys::{self, Errno, PAGE_SIZE};
 use crate::table;
 
 static ZERO_PAGE: [u8; PAGE_SIZE] = [0; PAGE_SIZE];

@@ -49,13 +49,14 @@
 
 use crate::config::FaultMode;
 use crate::fault::{self, Access, Ctx};
+use crate::fork::state::set_in_fork_hook;
 use crate::page::Tag;
 use crate::reclaim::lock::ReclaimGuard;
 use crate::region_core::RegionCore;
 use crate::shared::Shared;
-use crate::sys::{self, SignalGuard};
+use crate::sys;
 use crate::table;
-use state::set_in_fork_hook;
+use crate::threads::{self, SignalGuard};
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Once};
@@ -264,7 +265,10 @@ fn take_over(shared: &Arc<Shared>) {
     }
     for_each_region_of(shared, |core| adopt_pages(core, events_in_flight));
     let events = Arc::clone(shared);
-    match sys::spawn_blocking_signals("zpage-events", Box::new(move || crate::event::run(events))) {
+    match threads::spawn_blocking_signals(
+        "zpage-events",
+        Box::new(move || crate::event::run(events)),
+    ) {
         // Detached: it ends with the budget (its stop flag) or the process.
         Ok(thread) => drop(thread),
         Err(e) => shared

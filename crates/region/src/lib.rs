@@ -399,9 +399,11 @@ mod error;
 mod event;
 mod evict;
 pub mod far;
+mod fatal;
 mod fault;
 mod fork;
 mod limits;
+mod mapping;
 mod metrics;
 mod page;
 mod profile;
@@ -416,6 +418,7 @@ mod signal;
 mod staging;
 mod sys;
 mod table;
+mod threads;
 mod tier_reader;
 mod uffd;
 pub mod uffd_abi;
@@ -428,6 +431,7 @@ pub use config::{
 };
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;
+pub use fatal::Fatal;
 pub use metrics::{
     default_metrics_dir, publish_metrics, publish_metrics_to, render as render_metrics,
     sample_regions, RegionSample, METRICS_DIR_ENV,
@@ -443,9 +447,9 @@ pub use signal::{
     chain_to as chain_sigbus_to, chained as chained_sigbus, installed as sigbus_handler_installed,
     is_sigbus_handler, sigbus_chain, Chain as SignalChain,
 };
+pub use table::MAX_REGIONS;
 /// For front ends that run zpage code inside the program (the preload
 /// library): the same signal discipline as the region's own threads.
-pub use sys::{on_zpage_thread, spawn_blocking_signals, Fatal, SignalGuard, ZpageThread};
-pub use table::MAX_REGIONS;
+pub use threads::{on_zpage_thread, spawn_blocking_signals, SignalGuard, ZpageThread};
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;

@@ -204,7 +204,7 @@ pub fn publish_metrics_to(dir: &Path) -> Result<PathBuf, RegionError> {
         sys::at_exit(remove_at_exit);
     }
     let thread_path = path.clone();
-    sys::spawn_blocking_signals(
+    crate::threads::spawn_blocking_signals(
         "zpage-metrics",
         Box::new(move || loop {
             std::thread::sleep(PUBLISH_EVERY);

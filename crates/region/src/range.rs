@@ -43,7 +43,7 @@ pub fn overlaps_any_region(addr: usize, len: usize) -> bool {
 /// reclaimer may take them out again later (see [`pin_range`]).
 pub fn prefault_range(addr: usize, len: usize) -> Result<(), RegionError> {
     let mut result = Ok(());
-    let _signals = sys::SignalGuard::block_async();
+    let _signals = crate::threads::SignalGuard::block_async();
     table::for_each(|core| {
         let Some(range) = pages_in(core, addr, len) else {
             return;

@@ -39,7 +39,7 @@
 //! writeback stop for the round: pages stay compressed in RAM, and at the cap
 //! evictions are refused as without a tier.
 //!
-//! The thread blocks asynchronous signals (see `sys::spawn_blocking_signals`)
+//! The thread blocks asynchronous signals (see `threads::spawn_blocking_signals`)
 //! and never touches region memory.
 
 use crate::aging::{Aging, Standing};

@@ -5,13 +5,15 @@ use crate::config::{validate_size, FaultMode, RegionConfig};
 use crate::counters::RegionStats;
 use crate::error::RegionError;
 use crate::fault::{self, Access, Ctx};
+use crate::mapping::{self, Mapping};
 use crate::page::{Tag, MAX_PINS};
 use crate::reclaim;
 use crate::region_core::RegionCore;
 use crate::shared::Shared;
 use crate::signal;
-use crate::sys::{self, Mapping, SignalGuard};
+use crate::sys;
 use crate::table;
+use crate::threads::SignalGuard;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use zpage_codec::PAGE_SIZE;
@@ -100,7 +102,7 @@ impl Region {
         // `&mut self` is exclusive: no other slice of this region exists. The
         // reclaimer and handlers reach region memory only through ioctls,
         // never through references.
-        sys::exclusive_bytes(&self.core.mapping, &mut self.budget)
+        mapping::exclusive_bytes(&self.core.mapping, &mut self.budget)
     }
 
     /// False in a child made by `fork()` that did not take the region over

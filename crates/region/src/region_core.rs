@@ -5,10 +5,13 @@
 use crate::counters::Counters;
 use crate::counters::RegionStats;
 use crate::evict::gate::EvictionHold;
+use crate::fatal::Fatal;
+use crate::mapping::Mapping;
 use crate::page::PageSlot;
 use crate::queues::{Record, RegionId};
 use crate::shared::Shared;
-use crate::sys::{self, Fatal, Mapping, SignalGuard, PAGE_SIZE};
+use crate::sys::{self, PAGE_SIZE};
+use crate::threads::SignalGuard;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -6,8 +6,9 @@
 use crate::config::FaultMode;
 use crate::error::RegionError;
 use crate::limits::Resident;
+use crate::mapping::Mapping;
 use crate::queues::Ring;
-use crate::sys::{self, Errno, Mapping, PAGE_SIZE};
+use crate::sys::{self, Errno, PAGE_SIZE};
 use crate::uffd::Uffd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 

@@ -61,7 +61,7 @@ impl ForkGate {
     /// on the program allocator's memory while the prepare hook waits for
     /// it) and the forking thread pass at once.
     pub fn enter(&self) -> Resolving<'_> {
-        if sys::on_zpage_thread() || in_fork_hook() {
+        if crate::threads::on_zpage_thread() || in_fork_hook() {
             self.resolving.fetch_add(1, Ordering::SeqCst);
             return Resolving(self);
         }

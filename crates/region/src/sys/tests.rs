@@ -1,0 +1,135 @@
+//! Tests of the system-call wrappers against the real kernel.
+#![allow(unsafe_code)]
+
+use super::*;
+use crate::mapping::Mapping;
+
+#[test]
+fn discard_ranges_empties_exactly_the_ranges_given() {
+    let mapping = Mapping::new(16).unwrap();
+    let page = |p: usize| mapping.addr(p) as *mut u8;
+    for p in 0..16 {
+        // SAFETY: inside the mapping just made, which nothing else uses.
+        unsafe { page(p).write_volatile(p as u8 + 1) };
+    }
+    let ranges = [
+        (mapping.addr(1), PAGE_SIZE),
+        (mapping.addr(4), 3 * PAGE_SIZE),
+        (mapping.addr(15), PAGE_SIZE),
+    ];
+    discard_ranges(&ranges);
+    for p in 0..16 {
+        let emptied = p == 1 || (4..7).contains(&p) || p == 15;
+        // SAFETY: as above.
+        let byte = unsafe { page(p).read_volatile() };
+        assert_eq!(byte, if emptied { 0 } else { p as u8 + 1 }, "page {p}");
+    }
+    // Kernels from 6.15 take the batch in one call.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut numbers = release.split(|c: char| !c.is_ascii_digit());
+    let major: u32 = numbers.next().unwrap().parse().unwrap();
+    let minor: u32 = numbers.next().unwrap().parse().unwrap();
+    if (major, minor) >= (6, 15) {
+        assert!(
+            BATCHED.load(Ordering::Relaxed),
+            "process_madvise refused on {release}"
+        );
+    }
+}
+
+#[test]
+fn discard_ranges_takes_more_ranges_than_one_call_can() {
+    let pages = 2 * DISCARD_RANGES_MAX + 20;
+    let mapping = Mapping::new(pages).unwrap();
+    let page = |p: usize| mapping.addr(p) as *mut u8;
+    for p in 0..pages {
+        // SAFETY: inside the mapping just made, which nothing else uses.
+        unsafe { page(p).write_volatile(1) };
+    }
+    // Every other page: one range each, more than one call's worth.
+    let ranges: Vec<(usize, usize)> = (0..pages)
+        .step_by(2)
+        .map(|p| (mapping.addr(p), PAGE_SIZE))
+        .collect();
+    assert!(ranges.len() > DISCARD_RANGES_MAX);
+    discard_ranges(&ranges);
+    for p in 0..pages {
+        // SAFETY: as above.
+        let byte = unsafe { page(p).read_volatile() };
+        assert_eq!(byte, (p % 2) as u8, "page {p}");
+    }
+}
+
+/// A MOVE racing with a write that replaces the zero page at its source
+/// by a private copy (what a read fault restored as the zero page sees
+/// when the program writes it next): Linux 6.18 answers `EEXIST` to
+/// some of these after moving the page. `move_page` must say moved.
+#[test]
+fn move_page_reports_a_move_the_kernel_answers_with_eexist() {
+    use std::os::unix::fs::FileExt;
+    use std::sync::atomic::AtomicUsize;
+    const PAGES: usize = 1024;
+    const ROUNDS: usize = 150;
+    let fd = userfaultfd(libc::O_CLOEXEC | UFFD_USER_MODE_ONLY).unwrap();
+    // SIGBUS: the writer's access to a page moved away fails (EFAULT)
+    // instead of waiting for a fault reader this test does not have.
+    uffd_api(fd, FEATURE_MOVE | FEATURE_SIGBUS).unwrap();
+    let src = Mapping::new(PAGES).unwrap();
+    let dst = Mapping::new(PAGES).unwrap();
+    for m in [&src, &dst] {
+        uffd_register(fd, m.base(), m.len(), REGISTER_MODE_MISSING).unwrap();
+    }
+    // Writes through /proc/self/mem take the write fault (and its copy
+    // of the zero page) in the kernel, with no signal to handle.
+    let mem = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/proc/self/mem")
+        .unwrap();
+    let (src_base, dst_base) = (src.base(), dst.base());
+    let ready = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let mut failure = None;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            for round in 0..ROUNDS {
+                while ready.load(Ordering::Acquire) != round * (PAGES + 1) {
+                    if stop.load(Ordering::Acquire) {
+                        return;
+                    }
+                    std::hint::spin_loop();
+                }
+                for page in 0..PAGES {
+                    let addr = src_base + page * PAGE_SIZE;
+                    uffd_zeropage(fd, addr, 0).unwrap();
+                    ready.fetch_add(1, Ordering::AcqRel);
+                    let _ = mem.write_at(&[1], addr as u64);
+                }
+            }
+        });
+        'rounds: for round in 0..ROUNDS {
+            for page in 0..PAGES {
+                while ready.load(Ordering::Acquire) <= round * (PAGES + 1) + page {
+                    std::hint::spin_loop();
+                }
+                let (from, to) = (src_base + page * PAGE_SIZE, dst_base + page * PAGE_SIZE);
+                let moved = move_page(fd, to, from);
+                if moved != Ok(()) || !page_present(to) || page_present(from) {
+                    failure = Some((round, page, moved, page_present(from), page_present(to)));
+                    break 'rounds;
+                }
+            }
+            // The last write may still be under way: let it end, then
+            // empty both sides for the next round.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            discard(src_base, src.len()).unwrap();
+            discard(dst_base, dst.len()).unwrap();
+            ready.fetch_add(1, Ordering::AcqRel);
+        }
+        stop.store(true, Ordering::Release);
+    });
+    close(fd);
+    assert_eq!(
+        failure, None,
+        "(round, page, move_page's answer, source present, destination present)"
+    );
+}
