@@ -24,16 +24,15 @@ mod backing;
 mod config;
 mod error;
 mod object;
+mod page_ref;
 mod stats;
 mod store;
 
 pub use backing::BackingConfig;
 pub use config::StoreConfig;
 pub use error::{Result, StoreError};
-pub use object::{
-    LoadError, PageRef, PageStore, PageStoreConfig, Put, RefKind, RejectReason, Worker,
-    MAX_POOL_SHARDS,
-};
+pub use object::{LoadError, PageStore, PageStoreConfig, Put, RejectReason, Worker};
+pub use page_ref::{PageRef, RefKind, MAX_POOL_SHARDS};
 pub use stats::{age_bucket, CompressionTrigger, Contents, EventCounts, StoreStats, AGE_BUCKETS};
 pub use store::{EntryInfo, EntryKind, RecompressStats, Store, StoreOutcome};
 pub use zpage_codec::{CodecSpec, Page, RejectThreshold, PAGE_SIZE};

@@ -10,7 +10,8 @@
 //! pages, and of the same page, run in parallel; they allocate and free
 //! nothing.
 
-use crate::object::{Gauges, PageRef, PageStore, Put, RefKind, Worker};
+use crate::object::{Gauges, PageStore, Put, Worker};
+use crate::page_ref::{PageRef, RefKind};
 use crate::stats::{CompressionTrigger, Counters, StoreStats};
 use crate::{PageStoreConfig, Result, StoreConfig, StoreError};
 use parking_lot::{Mutex, RwLock};
