@@ -39,7 +39,9 @@
 //! the address range alone). `mremap` moving region pages raises
 //! `UFFD_EVENT_REMAP`: zpage refuses it (see the crate docs).
 //!
-//! The thread blocks asynchronous signals and never touches region memory.
+//! The thread blocks asynchronous signals and reaches region memory only
+//! through ioctls (what a fault of its own may and may not wait for: the
+//! argument at the top of `fault.rs`).
 
 use crate::config::FaultMode;
 use crate::evict;

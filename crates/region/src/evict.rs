@@ -13,7 +13,7 @@
 //!
 //! `EBUSY` from MOVE means the page is shared copy-on-write (after `fork()`):
 //! `MADV_POPULATE_WRITE` breaks the sharing from the kernel side, without
-//! zpage's threads touching region memory, and the next attempt succeeds.
+//! zpage's threads writing the page, and the next attempt succeeds.
 //!
 //! [`evict_clean_now`] runs on the fault path and is async-signal-safe (see
 //! `fault.rs`); the rest runs on the reclaimer or in `advise_cold`, with
@@ -43,7 +43,12 @@ pub enum Path {
 }
 
 /// Gives up the compressed copy of `page` (the caller holds the page): freed
-/// now off the fault path, by the reclaimer on it.
+/// now off the fault path, by the reclaimer on it. On the fault path of a
+/// thread that may not wait for the reclaimer (see `Shared::free_later`),
+/// a copy the reclaimer's full ring refuses stays in the page's slot: the
+/// slot of a page that is not STORED may hold a stale copy, which every
+/// path that gives the slot a new reference, or takes the page out again,
+/// gives up first (and region teardown releases).
 pub fn give_up_copy(core: &RegionCore, page: usize, path: Path) {
     let budget = &*core.budget;
     let slot = &core.pages[page];
@@ -55,7 +60,9 @@ pub fn give_up_copy(core: &RegionCore, page: usize, path: Path) {
         }
         Path::Fault => {
             if let Some(stale) = slot.take_page_ref() {
-                budget.free_later(stale);
+                if !budget.free_later(stale) {
+                    slot.set_page_ref(Some(stale));
+                }
             }
         }
     }

@@ -18,7 +18,9 @@
 //!   handed over through a preallocated request slot and a futex (module
 //!   `tier_reader` argues it); references given
 //!   up go to a lock-free ring for the reclaimer to free (freeing takes the
-//!   pool's write lock); fatal messages are built in a stack buffer;
+//!   pool's write lock), or, when the ring is full and this thread may not
+//!   wait for it, stay in the page's slot (`Shared::free_later`); fatal
+//!   messages are built in a stack buffer;
 //! - makes only async-signal-safe system calls: ioctl, madvise, mincore,
 //!   process_madvise, futex,
 //!   sched_yield, nanosleep, clock_gettime, pread, write and abort. A
@@ -27,12 +29,14 @@
 //!   a network tier's read is bounded by the tier's timeouts;
 //! - never waits for its own thread. The states it waits on (EVICTING,
 //!   COMPRESSING, RESTORING) and the pool write lock it may spin behind are
-//!   held only by zpage's own threads (which block asynchronous signals and
-//!   never touch region memory), by other threads inside this handler (which
-//!   runs with every signal blocked), or by API calls (which block
-//!   asynchronous signals while they hold them). So no handler of the
-//!   program can run on a thread while that thread holds what the handler's
-//!   own fault would wait for;
+//!   held only by zpage's own threads (which block asynchronous signals),
+//!   by other threads inside this handler (which runs with every signal
+//!   blocked but a seccomp trap's SIGSYS, see `signal.rs`), or by API calls
+//!   (which block asynchronous signals while they hold them). So no handler
+//!   of the program can run on a thread while that thread holds what the
+//!   handler's own fault would wait for. A zpage thread, or a thread
+//!   holding a reclaim lock, may fault here itself; what keeps those from
+//!   waiting on themselves is below;
 //! - waits for the event thread to apply the events it read only when a
 //!   page it evicts (`evict::evict_clean_now`) was not there to move: the
 //!   event thread itself waits only for installs in flight, and this
@@ -41,9 +45,51 @@
 //!   gate is closed by a fork prepare hook on another thread, for as long
 //!   as the fork takes, and that thread's own faults and zpage's threads'
 //!   pass it (module `fork`). In a forked child that took the budget over
-//!   it frees nothing and drops clean pages itself (`fork::make_room_in_child`),
-//!   with the same calls as `evict::evict_clean_now`;
+//!   it frees nothing and drops clean pages itself
+//!   (`fork::child::make_room_in_child`), with the same calls as
+//!   `evict::evict_clean_now`;
+//! - waits for the reclaimer at the budget's limit for at most 100 ms
+//!   (`throttle`), and, when the ring of given-up copies is full, until the
+//!   reclaimer drains it, only on a program thread that holds no reclaim
+//!   lock (`Shared::free_later`);
 //! - never panics on a reachable path (page indices are checked by the caller).
+//!
+//! **zpage's own threads and region memory.** zpage's threads (the
+//! reclaimer, the event thread, the tier reader, the dictionary trainer;
+//! module `threads`) never read or write region memory in their own code:
+//! they reach it through ioctls, and their Rust allocations never lie in a
+//! region (under `zpage run` the preload library gives Rust a private heap;
+//! elsewhere regions are memory the program asked for by name). They may
+//! still fault on it: under `zpage run` the program's allocator (jemalloc's
+//! extents, glibc's large chunks) lies in regions, and C code on those
+//! threads allocates from it (a codec library's work area, the C library's
+//! record of a thread-local's destructor, the dictionary trainer's
+//! buffers). Such a fault is resolved here, on that thread, like any other,
+//! and does not wait on what that thread holds:
+//! - the resolve gate lets zpage's threads and the forking thread through
+//!   (`fork::state::ForkGate`);
+//! - the ring of given-up copies has one consumer, the reclaimer, which
+//!   drains it holding the reclaim lock: zpage's threads and reclaim-lock
+//!   holders (the fork hooks, `advise_cold`, region teardown) never wait
+//!   for it; a copy the full ring refuses stays in the page's slot, and the
+//!   page's next eviction gives it up (`Shared::free_later`, tested by
+//!   `tests::the_reclaimer_restores_a_page_while_its_own_ring_is_full`);
+//! - the install gate: between reading events and applying them, the event
+//!   thread touches only its own stack and Rust-allocated memory, so it
+//!   never faults while installs wait for it (`event::gate::InstallGate`);
+//! - the pool's locks and the dedup table's lock: what runs under them
+//!   touches only pool memory, which is Rust-allocated;
+//! - the wait at the limit is bounded (100 ms);
+//! - the reclaimer makes its codecs' thread-locals before it holds any
+//!   page (`Reclaimer::warm_thread_locals`).
+//!
+//! Not excluded: a page a zpage thread holds (EVICTING, COMPRESSING) whose
+//! memory the program's allocator hands, at that moment, to C code running
+//! on that same thread (a codec allocating its work area on first use, a
+//! cold codec's encoder made once its dictionary is trained), which would
+//! then wait on itself; and the tier reader faulting on a page written back
+//! to its own tier (a network tier under `zpage run`), which waits until
+//! `tier_reader::GIVE_UP_NS` and ends the process naming the page.
 //!
 //! A page whose contents cannot be restored (a corrupt blob, a blob in the
 //! tier that fails its read or its authentication, a userfaultfd the program

@@ -109,7 +109,10 @@
 //!
 //! After fork, MOVE fails with `EBUSY` (the page is shared copy-on-write);
 //! `MADV_POPULATE_WRITE` makes it exclusive again from the kernel side, so
-//! zpage's threads never touch region memory.
+//! zpage's threads need not write the page themselves. (They never read or
+//! write region memory in their own code; they may fault on it through the
+//! program's allocator under `zpage run`, and what keeps such a fault from
+//! waiting on its own thread is argued at the top of `fault.rs`.)
 //!
 //! # Clean copies (zswap's exclusive loads)
 //!
@@ -418,6 +421,8 @@ mod signal;
 mod staging;
 mod sys;
 mod table;
+#[cfg(test)]
+mod tests;
 mod threads;
 mod tier_reader;
 mod uffd;

@@ -40,7 +40,10 @@
 //! evictions are refused as without a tier.
 //!
 //! The thread blocks asynchronous signals (see `threads::spawn_blocking_signals`)
-//! and never touches region memory.
+//! and reaches region memory only through ioctls; should C code on it fault
+//! on region memory (the program's allocator under `zpage run`), the fault
+//! resolves on it without waiting on itself (the argument at the top of
+//! `fault.rs`).
 
 use crate::aging::{Aging, Standing};
 use crate::cold::{Cold, Tokens};
@@ -57,6 +60,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use zpage_store::Worker;
 
+#[cfg(test)]
+pub(crate) mod hook;
 pub(crate) mod lock;
 pub(crate) mod wake;
 
@@ -496,6 +501,8 @@ impl Reclaimer {
             if self.budget.reclaim_signal().stopping() {
                 break;
             }
+            #[cfg(test)]
+            crate::reclaim::hook::run_hooks(&self.budget);
             let kick = self.budget.reclaim_signal().kicks();
             let resident = self.budget.resident().pages();
             if self.budget.evictions().fork_paused() {

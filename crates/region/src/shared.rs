@@ -29,10 +29,11 @@ use crate::evict::gate::EvictionGate;
 use crate::fork::state::{ForkGate, ForkedChild};
 use crate::limits::{Limits, Resident};
 use crate::queues::Queues;
-use crate::reclaim::lock::{ReclaimGuard, ReclaimLock};
+use crate::reclaim::lock::{self, ReclaimGuard, ReclaimLock};
 use crate::reclaim::wake::ReclaimSignal;
 use crate::staging::Staging;
 use crate::sys::{self, Errno};
+use crate::threads;
 use crate::tier_reader::TierReader;
 use crate::uffd::Uffd;
 use crate::workers::WorkerSlots;
@@ -338,18 +339,36 @@ impl Shared {
     }
 
     /// Hands a compressed copy given up on the fault path to the reclaimer,
-    /// which frees it. Async-signal-safe. A full ring waits for the
-    /// reclaimer to drain it: the caller holds nothing the reclaimer waits
-    /// for (it never waits on a page another thread holds, and it drains
-    /// this ring even while a fork pauses eviction).
-    pub fn free_later(&self, page_ref: PageRef) {
+    /// which frees it (freeing takes the pool's lock and may give memory
+    /// back to the allocator). Async-signal-safe. False when the ring is
+    /// full and the calling thread may not wait for the reclaimer to drain
+    /// it: the caller then keeps the copy in the page's slot, where the
+    /// page's next eviction, or its region's end, gives it up
+    /// (`evict::give_up_copy`).
+    ///
+    /// A program thread that holds no reclaim lock waits: it holds nothing
+    /// the reclaimer waits for (the reclaimer never waits on a page another
+    /// thread holds, and drains this ring even while a fork pauses
+    /// eviction). zpage's own threads do not (the reclaimer is the ring's
+    /// only consumer, and would wait on itself), nor does a thread that
+    /// holds a reclaim lock (the drain needs it: the fork hooks,
+    /// `advise_cold`, region teardown); either gets here only by faulting
+    /// on region memory, which under `zpage run` the program's allocator
+    /// may hand them.
+    #[must_use]
+    pub fn free_later(&self, page_ref: PageRef) -> bool {
         if self.in_forked_child() {
-            return;
+            // The child frees nothing (see `fork::state::ForkedChild`).
+            return true;
         }
         while !self.queues.hand_over_freed(page_ref) {
+            if threads::on_zpage_thread() || lock::held_by_this_thread() {
+                return false;
+            }
             self.kick_reclaimer();
             sys::yield_now();
         }
+        true
     }
 
     /// Budget-wide figures for a stats snapshot.
