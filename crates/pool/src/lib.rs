@@ -59,6 +59,15 @@ pub use zpage_codec::PAGE_SIZE;
 /// - Blobs are contiguous in memory, so `get` never copies.
 /// - Misuse (empty or oversized blob, stale or foreign handle) is reported as
 ///   a [`PoolError`] and leaves the pool unchanged.
+/// - **[`Pool::get`] runs in a signal handler**: a region's SIGBUS handler
+///   loads a page's blob through it (`zpage-store`'s `get_in_handler`,
+///   under the pool's read lock). So `get` must be async-signal-safe for
+///   every handle, live, stale or foreign: it allocates and frees nothing
+///   (its errors carry only numbers and static names), takes no lock, makes
+///   no system call, and never panics; it only reads the pool's own
+///   memory. `tests/no_alloc.rs` checks the allocation part for every
+///   design. The other methods run in normal context, under the caller's
+///   write lock.
 pub trait Pool: Send + Sync + fmt::Debug {
     /// Which design this pool implements.
     fn kind(&self) -> PoolKind;
@@ -68,7 +77,8 @@ pub trait Pool: Send + Sync + fmt::Debug {
     /// Handles stay valid across compaction.
     fn store(&mut self, blob: &[u8]) -> Result<Handle>;
 
-    /// The exact bytes stored under `handle`.
+    /// The exact bytes stored under `handle`. Async-signal-safe (see the
+    /// trait's contract): called from a region's SIGBUS handler.
     fn get(&self, handle: Handle) -> Result<&[u8]>;
 
     /// Frees the object and returns its length in bytes.
