@@ -250,6 +250,10 @@ pub trait Tier: Send + Sync + std::fmt::Debug {
     fn maintain(&self) {}
 }
 
+// The spin locks of zpage: the tiers' locks and the store's pool shards
+// (`zpage-store` takes these two, the lowest crate both depend on being
+// this one). Neither ever parks.
+
 /// A write lock taken by spinning, then yielding, never by parking: the
 /// first park on a thread allocates the lock library's thread-local record
 /// from the program's allocator (its destructor is registered with
@@ -273,10 +277,10 @@ pub fn spin_write<T: ?Sized>(
 }
 
 /// A read lock taken by spinning on `try_read`, never by parking (parking may
-/// allocate the first time a thread waits, and a signal handler must not).
-pub(crate) fn spin_read<T: ?Sized>(
-    lock: &parking_lot::RwLock<T>,
-) -> parking_lot::RwLockReadGuard<'_, T> {
+/// allocate the first time a thread waits, and a signal handler must not):
+/// what a region's fault handler takes on a tier's index and on the store's
+/// pool shards.
+pub fn spin_read<T: ?Sized>(lock: &parking_lot::RwLock<T>) -> parking_lot::RwLockReadGuard<'_, T> {
     loop {
         if let Some(guard) = lock.try_read() {
             return guard;

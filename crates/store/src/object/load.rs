@@ -11,18 +11,7 @@ use parking_lot::{RwLock, RwLockReadGuard};
 use std::time::Instant;
 use zpage_codec::{fill_page, Decoder, Page, PAGE_SIZE};
 use zpage_pool::Pool;
-use zpage_tier::{ReadFailure, TierRef};
-
-/// A read lock taken by spinning on `try_read`, never by parking (parking may
-/// allocate the first time a thread waits).
-fn spin_read<T: ?Sized>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    loop {
-        if let Some(guard) = lock.try_read() {
-            return guard;
-        }
-        std::hint::spin_loop();
-    }
-}
+use zpage_tier::{spin_read, ReadFailure, TierRef};
 
 impl PageStore {
     /// Copies the page `page_ref` names into `dst`, from the pool or, for a
