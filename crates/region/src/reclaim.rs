@@ -30,14 +30,8 @@
 //! kept): a clean page needs no compression, and from the faulting thread
 //! the flush is local while the reclaimer sleeps.
 //!
-//! With a tier below RAM and a pool cap, it also writes back: as the pool
-//! passes `WRITEBACK_START_PCT` of its cap, the oldest compressed pages (in
-//! the order it compressed them) go to the tier until the pool is under
-//! `WRITEBACK_TARGET_PCT`, at most `writeback_pages_per_sec`. A written-back
-//! page keeps its STORED state; its reference names the tier copy, which a
-//! fault reads back in the handler. A tier that is full or down makes the
-//! writeback stop for the round: pages stay compressed in RAM, and at the cap
-//! evictions are refused as without a tier.
+//! With a tier below RAM and a pool cap, it also writes the oldest
+//! compressed pages back to the tier (`reclaim/writeback.rs`).
 //!
 //! The thread blocks asynchronous signals (see `threads::spawn_blocking_signals`)
 //! and reaches region memory only through ioctls; should C code on it fault
@@ -64,13 +58,7 @@ use zpage_store::Worker;
 pub(crate) mod hook;
 pub(crate) mod lock;
 pub(crate) mod wake;
-
-/// Writeback starts when the pool passes this share of its cap ...
-const WRITEBACK_START_PCT: u64 = 90;
-/// ... and writes back until it is under this share.
-const WRITEBACK_TARGET_PCT: u64 = 80;
-/// Pages written back between two compactions of the pool.
-const WRITEBACK_BATCH: usize = 64;
+mod writeback;
 
 /// Where a record stands, looked up in its region.
 fn standing(record: Record) -> Standing {
@@ -604,66 +592,6 @@ impl Reclaimer {
         let budget = Arc::clone(&self.budget);
         let _g = budget.lock_reclaim();
         cold.pass(&budget, &mut self.worker, pages)
-    }
-
-    /// The pool's cap and use in pages, when writeback applies.
-    fn pool_cap(&self) -> Option<(u64, u64)> {
-        self.budget.store().tier()?;
-        let cap = self.budget.store().config().max_pool_bytes?;
-        let page = zpage_store::PAGE_SIZE as u64;
-        Some((
-            cap / page,
-            self.budget.store().pool_memory_used_bytes() / page,
-        ))
-    }
-
-    fn writeback_wanted(&self) -> bool {
-        self.pool_cap().is_some_and(|(cap, used)| {
-            used * 100 > cap * WRITEBACK_START_PCT && !self.compressed.is_empty()
-        })
-    }
-
-    /// Writes the oldest compressed pages back to the tier while the pool is
-    /// over its start share, down to its target share, within the rate limit.
-    fn write_back(&mut self) {
-        if !self.writeback_wanted() {
-            return;
-        }
-        let budget = Arc::clone(&self.budget);
-        let over = |this: &Self| {
-            this.pool_cap()
-                .is_some_and(|(cap, used)| used * 100 > cap * WRITEBACK_TARGET_PCT)
-        };
-        while over(self) && !self.compressed.is_empty() {
-            let mut allowed = self.writeback_tokens.take(WRITEBACK_BATCH);
-            if allowed == 0 {
-                return;
-            }
-            let mut stop = false;
-            while allowed > 0 {
-                let Some(record) = self.compressed.pop_front() else {
-                    break;
-                };
-                match table::with_region(record.region(), |core| {
-                    evict::write_back(core, record.page())
-                }) {
-                    Some(evict::WriteBack::Moved) => allowed -= 1,
-                    Some(evict::WriteBack::Failed) => {
-                        // Full or down: the page stays in RAM, and so do the
-                        // rest until a later round.
-                        self.compressed.push_front(record);
-                        stop = true;
-                        break;
-                    }
-                    Some(evict::WriteBack::Skipped) | None => {}
-                }
-            }
-            budget.store().compact();
-            budget.signal_room();
-            if stop {
-                return;
-            }
-        }
     }
 
     /// Sleeps until kicked (or 2 ms); returns at once if a kick came after
