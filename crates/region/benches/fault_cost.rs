@@ -1,7 +1,7 @@
 //! Where one fault's time goes: random reads over a region four times its
 //! budget, each touch timed from the program's side, and the fault path's
 //! parts timed from inside (the `fault-profile` feature). Prints the table
-//! quoted in the crate documentation.
+//! quoted in the crate's README ("Where a fault's time goes").
 //!
 //!     ZPAGE_BENCH_IMAGE=python-heap.img \
 //!       cargo bench -p zpage-region --bench fault_cost --features fault-profile

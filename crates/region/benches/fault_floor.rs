@@ -4,8 +4,8 @@
 //! resolved by the cheapest install, with no lookup, no eviction and no
 //! other thread of the process running. Also the LZ4 decompression of the
 //! same pages a region would decode, from blobs scattered in memory as a
-//! pool holds them. Prints a table; the crate documentation's "Where a
-//! fault's time goes" quotes it, beside the kernel's swap-in measured by
+//! pool holds them. Prints a table; the crate README's "Where a fault's
+//! time goes" quotes it, beside the kernel's swap-in measured by
 //! `zpage bench --vs-kernel` on the same machine.
 //!
 //!     ZPAGE_BENCH_IMAGE=python-heap.img cargo bench -p zpage-region --bench fault_floor

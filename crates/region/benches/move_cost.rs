@@ -3,8 +3,8 @@
 //! the process on a CPU, with one running on the other CPU, and with one
 //! that sleeps; and `MADV_DONTNEED` of 64 one-page ranges, one `madvise`
 //! each against one `process_madvise` for all of them, with a thread
-//! running on the other CPU. Prints a table (the crate documentation's
-//! "Where a fault's time goes" quotes it).
+//! running on the other CPU. Prints a table (the crate README's "Where a
+//! fault's time goes" quotes it).
 //!
 //!     cargo bench -p zpage-region --bench move_cost
 //!

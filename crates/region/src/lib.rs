@@ -51,7 +51,8 @@
 //! Regions are registered with a userfaultfd created with
 //! `UFFD_USER_MODE_ONLY` and `UFFD_FEATURE_SIGBUS`: an access to an absent
 //! page raises SIGBUS *in the faulting thread*, which resolves its own fault
-//! (no cross-thread wakeup; those cost 20-75 us here). The handler (module
+//! (no cross-thread wakeup, which costs more than the rest of a fault: the
+//! README's figures). The handler (module
 //! `signal`) finds the region in a fixed lock-free table and follows the page's
 //! state word:
 //!
@@ -78,10 +79,10 @@
 //! resolution. Kernel-mode accesses (system calls) then work on evicted pages,
 //! at the cost of a cross-thread wakeup per fault.
 //!
-//! | mode | privilege | kernel accesses to evicted pages | cost per fault here |
+//! | mode | privilege | kernel accesses to evicted pages | a fault costs |
 //! |---|---|---|---|
-//! | `Sigbus` (default) | none | `EFAULT`: call `prefault`/`pin` first | see "Where a fault's time goes" |
-//! | `HandlerThread` | `CAP_SYS_PTRACE`, or `vm.unprivileged_userfaultfd=1`, or rw on `/dev/userfaultfd` | resolved | 23-75 us (cross-CPU wakeup) |
+//! | `Sigbus` (default) | none | `EFAULT`: call `prefault`/`pin` first | its own resolution, in the faulting thread |
+//! | `HandlerThread` | `CAP_SYS_PTRACE`, or `vm.unprivileged_userfaultfd=1`, or rw on `/dev/userfaultfd` | resolved | a cross-CPU wakeup each way on top (the README's "Fault modes" table measures both) |
 //!
 //! # Reclaim and staging
 //!
@@ -234,119 +235,29 @@
 //!
 //! # Where a fault's time goes
 //!
-//! Measured with `cargo bench -p zpage-region --bench fault_cost --features
-//! fault-profile` (the `fault-profile` feature times each part with the TSC;
-//! without it the timers compile to nothing) on a 2 GiB region filled from a
-//! Python interpreter's heap image, 512 MiB budget, one thread reading random
-//! pages, on a 2-vCPU VM. "Before" is the first-generation core (aa1497f,
-//! measured by the same bench's totals); "after" is this one.
-//!
-//! | part of a fault | before (µs) | after (µs) |
-//! |---|---|---|
-//! | kernel: fault entry, SIGBUS delivery, sigreturn | not split | 2.71 |
-//! | handler: find the region (lock-free table) | not split | 0.07 |
-//! | wait at the hard limit (per faulting touch) | not split | 2.98 |
-//! | look up the blob and decompress | not split (two locks, a hash lookup) | 3.45 (one reference in the page's slot) |
-//! | `UFFDIO_COPY` | not split | 1.74 |
-//! | resolve, total | not split | 9.36 |
-//! | median random-read touch | 12.2 | 6.6 |
-//! | p99 random-read touch | 35.6 | 34.6 |
-//! | faulting touches/s | 93.2k | 102.8k (bench), 119k (profiled, no sequential pass) |
-//!
-//! "Not split": the first-generation core had no per-part timers; its row
-//! figures are the bench's totals only.
-//!
-//! Off the fault path, per page: the reclaimer's `UFFDIO_MOVE` plus poison
-//! marker 2.65 µs, its compression 7.80 µs, the staging slot's discard 1.42 µs.
-//! Compression is what bounds throughput: one reclaimer compresses at about
-//! 128k pages/s, and each fault at the budget needs one page compressed.
-//! The kernel's zram-lz4 median on the same pages is 5.0 µs: signal delivery
-//! alone is half of it, which is why zpage's median stays about 1.3x the
-//! kernel's while its p99 is a tenth.
-//!
-//! What bounded the reclaimer was the TLB flush of each eviction, more than
-//! its compression. `cargo bench -p zpage-region --bench move_cost` on the
-//! same VM:
-//!
-//! | operation | other thread of the process | µs per page |
-//! |---|---|---|
-//! | `UFFDIO_MOVE`, one page per call | none | 1.13 |
-//! | `UFFDIO_MOVE`, one page per call | running on the other CPU | 10.19 |
-//! | `UFFDIO_MOVE`, one page per call | asleep | 1.31 |
-//! | `MADV_DONTNEED`, one `madvise` per one-page range | running on the other CPU | 10.08 |
-//! | `process_madvise(MADV_DONTNEED)`, 64 ranges per call | running on the other CPU | 0.72 |
-//!
-//! A flush interrupts every CPU whose current thread belongs to the process,
-//! and on this VM that costs the sender about 9 µs. Eviction victims are
-//! scattered, so no two share a flush (MOVE batches only adjacent pages).
-//! A reclaimer that moved pages out while the program ran paid that on
-//! nearly every page: MOVE and poison marker 7-8 µs a page against 5.4-5.9
-//! µs of compression in the `fault_cost` bench, and `perf` put
-//! `smp_call_function_many_cond` and the interrupt's MSR write at 38% of its
-//! samples. The kernel's reclaim unmaps many pages and flushes once.
-//!
-//! So pages go out in bursts while the faults wait (module `reclaim`): their
-//! CPUs are then asleep and need no interrupt. The same bench, 2 GiB region,
-//! 512 MiB budget, after the change: MOVE and poison 2.3 µs a page, signal
-//! delivery 3.8 µs (5.2-5.6 before: fewer interrupts land on the faulting
-//! CPU), decompression 2.7 µs, `UFFDIO_COPY` 2.4 µs, 114k touches/s (88-100k
-//! before), with faults waiting for bursts and for compression 2.9 µs per
-//! faulting touch on average (317 waits of 3.2 ms). Staging slots are
-//! discarded in batches with one `process_madvise` for all their runs
-//! (`sys::discard_ranges`), one TLB flush a batch: the same bench, two
-//! runs each way, put a slot's discard at 0.71-0.86 µs against 0.90-0.97
-//! with one `madvise` a run (most runs are already several slots long, and
-//! many batches go while faults wait), and touches/s moved 1-2%, within
-//! the noise. Tried before that, measured and reverted: faulting threads
-//! taking dirty victims out themselves while the reclaimer slept. Its
-//! MOVEs fell to 3 µs, but half the faults' own MOVEs still met a
-//! reclaimer awake, and reads ran at 84-88k touches/s.
-//!
-//! ## The floor under any user-space fault
-//!
-//! `cargo bench -p zpage-region --bench fault_floor` times the mechanism
-//! alone on the same VM: a missing page reached through userfaultfd's SIGBUS
-//! mode and resolved by a bare handler with nothing to look up, no eviction
-//! and no other thread running; LZ4 on the heap images' own pages, from
-//! blobs scattered as in a pool; and one scattered `UFFDIO_MOVE` out:
-//!
-//! | one fault, seen by the program (µs) | p50, Python heap | p50, Redis heap |
-//! |---|---|---|
-//! | SIGBUS, `UFFDIO_ZEROPAGE`, return | 3.71 | 3.77 |
-//! | SIGBUS, `UFFDIO_COPY` of a 4 KiB buffer, return | 5.01 | 5.21 |
-//! | SIGBUS, write a fresh scratch page, `UFFDIO_MOVE` it in, return | 7.01 | 6.98 |
-//! | LZ4 decompression of one page | 1.52 | 1.70 |
-//! | LZ4 compression of one page | 4.36 | 5.77 |
-//! | eviction: `UFFDIO_MOVE` of one page out | 1.06 | 1.07 |
-//!
-//! So a restore cannot take less than SIGBUS + `UFFDIO_COPY` +
-//! decompression: 6.5 µs at the median on the Python heap, 6.9 µs on the
-//! Redis heap, while the kernel's whole swap-in from zram-lz4 takes 5.9-6.2
-//! µs at the median in the same session (`zpage bench --vs-kernel`): a
-//! median at or below the kernel's is out of reach of any user-space fault
-//! path on this machine (decompressing straight into the page that gets
-//! installed is slower still: the fresh page's own fault costs more than the
-//! copy). Every fault at the budget also needs a page compressed and one
-//! moved out: at least 12.6 µs (Python) and 14.4 µs (Redis) of CPU a fault,
-//! so two CPUs serve at most 159k and 139k faults/s. At the 75% of random
-//! touches that fault, that is 1.8x the kernel's two-thread random reads
-//! in the same session (119k and 100k touches/s), short of twice them
-//! before any lookup, aging or bookkeeping. One thread (its faults waiting
-//! only for their own pages' MOVEs out, the compression beside them on the
-//! other CPU) is bounded at 8.0-8.2 µs a fault, 1.98-2.29x the kernel's rate;
-//! zpage runs at 1.2-1.5x, its faults spending the rest in interrupts from
-//! the reclaimer's work on the other CPU, the blob lookup, the wait for
-//! whole bursts and the bookkeeping.
+//! Three benches measure the fault path: `cargo bench -p zpage-region
+//! --bench fault_cost --features fault-profile` times a fault part by part
+//! (the `fault-profile` feature reads the TSC around each part, module
+//! `profile`; without it the timers compile to nothing), `--bench
+//! move_cost` what one eviction's TLB flush costs, and `--bench
+//! fault_floor` the least any user-space fault costs on the machine. Their
+//! figures, and the choices they led to (pages evicted in bursts while the
+//! faults wait, staging slots discarded in batches, faulting threads that
+//! do not compress), are in the crate's README ("Where a fault's time
+//! goes"), with the machine they were measured on: figures go stale as the
+//! code changes, so they live beside the benches, not in this design.
 //!
 //! # Unsafe code
 //!
-//! `unsafe` lives in `sys` (system calls, ioctls, the mappings), `far` (the
-//! trampoline's code page and calls through it), `signal`
-//! (the handler, chaining), `table` (the region table's pointers), `workers`
-//! (the preallocated decompression workers), `tier_reader` (the request
-//! slots handed to the tier reader thread) and `fork` (registering the
-//! atfork hooks); every block has a `SAFETY` comment. The rest of the crate
-//! is `deny(unsafe_code)`.
+//! `unsafe` lives in `sys` and `sys/uffd` (system calls and ioctls),
+//! `mapping` (zpage's own mappings), `threads` (signal masks), `fatal` (the
+//! message written before `abort`), `far` (the trampoline's code page and
+//! calls through it), `signal` (the handler, chaining), `table` (the region
+//! table's pointers), `workers` (the preallocated decompression workers),
+//! `tier_reader` (the request slots handed to the tier reader thread) and
+//! `fork` (registering the atfork hooks), and in the tests (`sys/tests`,
+//! `tests`); every block has a `SAFETY` comment. The rest of the crate is
+//! `deny(unsafe_code)`.
 //!
 //! # Not done
 //!
@@ -356,22 +267,15 @@
 //! - Eviction moves one page per ioctl (victims are scattered): each costs a
 //!   TLB flush. Bursts made while faults wait keep that local for a single
 //!   faulting thread; with two program threads on two CPUs, the thread that
-//!   is not waiting still takes an interrupt per page (about 9 µs on a VM,
-//!   see "Where a fault's time goes"), which is why two threads stay below
-//!   the kernel's rate.
+//!   is not waiting still takes an interrupt per page (what one costs: the
+//!   README's "Where a fault's time goes"), which is why two threads stay
+//!   below the kernel's rate.
 //! - Faulting threads never compress: one reclaimer per budget does all of
-//!   it, and with one program thread it is the bound (the `fault_cost` bench
-//!   above: MOVE 2.2, compression 5.4 and discard 0.7-0.9 µs a page, about
-//!   11.3 µs of reclaimer time per fault with its bookkeeping, while the
-//!   faulting thread waits 2.7 µs of each). Faulting threads compressing
-//!   while they wait, as the kernel's direct reclaim does, would balance the
-//!   two CPUs at about 10 µs a fault by those figures: some 13% more
-//!   touches/s. A median at or below the kernel's, and two threads at
-//!   twice its rate, are beyond what this machine allows any user-space
-//!   fault path; one thread at twice its rate needs 87-101% of the rate
-//!   that floor allows (beyond it for the Python heap after a sequential
-//!   pass; see "The floor under any user-space fault" above). Compressing on the
-//!   fault path needs the store's `put` made async-signal-safe.
+//!   it, and with one program thread it is the bound. Faulting threads
+//!   compressing while they wait, as the kernel's direct reclaim does, would
+//!   balance the two CPUs (by how much, and where any user-space fault's
+//!   floor lies: the README's "Where a fault's time goes"). Compressing on
+//!   the fault path needs the store's `put` made async-signal-safe.
 //! - `mprotect`ed (read-only) parts of a region cannot be moved out; they are
 //!   skipped, not evicted by copy.
 //! - `mremap` of a region is refused rather than followed.
@@ -383,9 +287,9 @@
 //! - Writeback candidates are the pages the reclaimer compressed; pages
 //!   compressed by `advise_cold` are not written back. A written-back page
 //!   is read back on every fault (exclusive loads free its tier copy).
-//! - A cold codec costs CPU on both sides: zstd with a dictionary compresses
-//!   a page in about 1.4x LZ4's time and decodes it in about 2x. When the
-//!   program faults pages back as fast as the reclaimer can evict them, the
+//! - A cold codec costs CPU on both sides: zstd with a dictionary
+//!   compresses and decodes a page more slowly than LZ4. When the program
+//!   faults pages back as fast as the reclaimer can evict them, the
 //!   reclaimer's compression is what limits the rate (figures in the
 //!   README's "Cold pages" section).
 //! - One tier reader thread per budget serializes the reads of a network

@@ -2,7 +2,7 @@
 //! without it every mark compiles to nothing). Process-wide sums of relaxed
 //! atomics, so the fault path can add to them; read with [`fault_profile`].
 //! `cargo bench -p zpage-region --bench fault_cost --features fault-profile`
-//! prints the table the crate documentation quotes.
+//! prints the table the crate's README quotes.
 
 /// The parts of a fault (and of the reclaimer's work) that are timed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

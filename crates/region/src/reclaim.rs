@@ -351,8 +351,8 @@ impl Reclaimer {
     }
 
     /// A burst: while faults wait (their threads run on no CPU, so a MOVE
-    /// interrupts none of them: 1.2 µs a page instead of 10, see the crate
-    /// documentation), moves up to `burst_pages` victims to staging and lets
+    /// interrupts none of them: 1.2 µs a page instead of 10, the `move_cost`
+    /// figures in the crate's README), moves up to `burst_pages` victims to staging and lets
     /// the faults go on, then compresses what is staged while they run.
     fn burst(&mut self) {
         self.drained(|this, budget| {

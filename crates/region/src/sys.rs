@@ -234,7 +234,7 @@ static BATCHED: AtomicBool = AtomicBool::new(true);
 /// `process_madvise` call: the kernel flushes the TLB once for the lot
 /// instead of once a range, and a flush interrupts every CPU running a
 /// thread of the process (0.72 against 10.08 µs a one-page range with a
-/// thread running on the other CPU: the crate documentation's table). A
+/// thread running on the other CPU: the table in the crate's README). A
 /// kernel without it (before 6.15), or a partial advice, falls back to one
 /// `madvise` a range (advising a range twice is harmless). Async-signal-safe.
 pub fn discard_ranges(ranges: &[(usize, usize)]) {
