@@ -15,7 +15,7 @@
 //! | `page` | a page's slot: its state word (tag, pins, flags, staging slot; layout checked by `const` asserts) and its compressed reference, side by side |
 //! | `fault` | resolving one fault (async-signal-safe; the argument is at its top) |
 //! | `evict` | taking pages out (`UFFDIO_MOVE` to staging, poison marker) and compressing them |
-//! | `reclaim` | the budget's reclaimer thread: watermarks, rounds, the victim queue |
+//! | `reclaim`, `reclaim/writeback` | the budget's reclaimer thread: watermarks, rounds, the victim queue; its writeback to a tier |
 //! | `aging` | the whole aging policy: per-page history, refault distance, the queues |
 //! | `budget` | the public [`Budget`] handle: starts and stops the budget's threads |
 //! | `shared` | what the regions of one budget and its threads share: its parts below, and what needs several of them (the limit check, giving references up, waking the reclaimer) |
@@ -32,7 +32,10 @@
 //! | `metrics` | publishing a process's figures for `zpage exporter` |
 //! | `profile` | the `fault-profile` feature's timing of each part of a fault |
 //! | `range`, `run_report` | address ranges in any region (for front ends that see only pointers); the per-process report `zpage run` reads |
-//! | `sys` | every system call, each a thin wrapper |
+//! | `sys`, `sys/uffd` | every system call, each a thin wrapper; the userfaultfd ones |
+//! | `mapping`, `threads`, `fatal` | the memory zpage maps for itself; zpage's own threads and the signal masks; the allocation-free message that ends the process |
+//! | `far` | the far address range regions take their addresses from, and its system-call trampoline |
+//! | `tests` (and `reclaim/hook`) | tests that need several modules from inside, some run on the reclaimer thread |
 //! | `uffd_abi` | the userfaultfd ABI: ioctl numbers, bits and argument layouts (sizes checked against their request numbers); public, for benches and tools |
 //!
 //! # One index per page
