@@ -34,9 +34,9 @@
 //!   blocked but a seccomp trap's SIGSYS, see `signal.rs`), or by API calls
 //!   (which block asynchronous signals while they hold them). So no handler
 //!   of the program can run on a thread while that thread holds what the
-//!   handler's own fault would wait for. A zpage thread, or a thread
-//!   holding a reclaim lock, may fault here itself; what keeps those from
-//!   waiting on themselves is below;
+//!   handler's own fault would wait for. A thread holding a reclaim lock,
+//!   and in some programs a zpage thread, may fault here itself; what
+//!   keeps those from waiting on themselves is below;
 //! - waits for the event thread to apply the events it read only when a
 //!   page it evicts (`evict::evict_clean_now`) was not there to move: the
 //!   event thread itself waits only for installs in flight, and this
@@ -54,42 +54,45 @@
 //!   lock (`Shared::free_later`);
 //! - never panics on a reachable path (page indices are checked by the caller).
 //!
-//! **zpage's own threads and region memory.** zpage's threads (the
-//! reclaimer, the event thread, the tier reader, the dictionary trainer;
-//! module `threads`) never read or write region memory in their own code:
-//! they reach it through ioctls, and their Rust allocations never lie in a
-//! region (under `zpage run` the preload library gives Rust a private heap;
-//! elsewhere regions are memory the program asked for by name). They may
-//! still fault on it: under `zpage run` the program's allocator (jemalloc's
-//! extents, glibc's large chunks) lies in regions, and C code on those
-//! threads allocates from it (a codec library's work area, the C library's
-//! record of a thread-local's destructor, the dictionary trainer's
-//! buffers). Such a fault is resolved here, on that thread, like any other,
-//! and does not wait on what that thread holds:
+//! **Threads that hold zpage's state and fault on region memory.** zpage's
+//! threads (the reclaimer, the event thread, the tier reader, the
+//! dictionary trainer; module `threads`) never read or write region memory
+//! in their own code: they reach it through ioctls. Nor do their
+//! allocations lie in regions: under `zpage run` the preload library serves
+//! every allocation a zpage thread makes, Rust's and the C libraries'
+//! (a codec's work area, the C library's record of a thread-local's
+//! destructor), from zpage's private heap (`crates/preload/src/alloc.rs`),
+//! and elsewhere the C library's allocator is not region memory. Two kinds
+//! of thread may still fault on region memory while they hold some of
+//! zpage's state: a program thread holding a reclaim lock (the forking
+//! thread holds one from the fork's prepare hook to its parent or child
+//! hook, and allocates from the program's allocator, which under `zpage
+//! run` lies in regions), and a zpage thread in a program whose own
+//! allocator serves it from regions (one built on regions through the API,
+//! without the preload library). Such a fault is resolved here, on that
+//! thread, like any other, and does not wait on what that thread holds:
 //! - the resolve gate lets zpage's threads and the forking thread through
 //!   (`fork::state::ForkGate`);
 //! - the ring of given-up copies has one consumer, the reclaimer, which
 //!   drains it holding the reclaim lock: zpage's threads and reclaim-lock
-//!   holders (the fork hooks, `advise_cold`, region teardown) never wait
-//!   for it; a copy the full ring refuses stays in the page's slot, and the
-//!   page's next eviction gives it up (`Shared::free_later`, tested by
+//!   holders never wait for it; a copy the full ring refuses stays in the
+//!   page's slot, and the page's next eviction gives it up
+//!   (`Shared::free_later`, tested on the reclaimer itself by
 //!   `tests::the_reclaimer_restores_a_page_while_its_own_ring_is_full`);
 //! - the install gate: between reading events and applying them, the event
 //!   thread touches only its own stack and Rust-allocated memory, so it
 //!   never faults while installs wait for it (`event::gate::InstallGate`);
 //! - the pool's locks and the dedup table's lock: what runs under them
 //!   touches only pool memory, which is Rust-allocated;
-//! - the wait at the limit is bounded (100 ms);
-//! - the reclaimer makes its codecs' thread-locals before it holds any
-//!   page (`Reclaimer::warm_thread_locals`).
+//! - the wait at the limit is bounded (100 ms).
 //!
-//! Not excluded: a page a zpage thread holds (EVICTING, COMPRESSING) whose
-//! memory the program's allocator hands, at that moment, to C code running
-//! on that same thread (a codec allocating its work area on first use, a
-//! cold codec's encoder made once its dictionary is trained), which would
+//! Not excluded, for a zpage thread whose allocator lies in regions (never
+//! under `zpage run`): a page that thread holds (EVICTING, COMPRESSING)
+//! whose memory the allocator hands, at that moment, to C code on that same
+//! thread (a codec allocating its work area on first use), which would
 //! then wait on itself; and the tier reader faulting on a page written back
-//! to its own tier (a network tier under `zpage run`), which waits until
-//! `tier_reader::GIVE_UP_NS` and ends the process naming the page.
+//! to its own tier, which waits until `tier_reader::GIVE_UP_NS` and ends
+//! the process naming the page.
 //!
 //! A page whose contents cannot be restored (a corrupt blob, a blob in the
 //! tier that fails its read or its authentication, a userfaultfd the program

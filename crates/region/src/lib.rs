@@ -114,9 +114,9 @@
 //! After fork, MOVE fails with `EBUSY` (the page is shared copy-on-write);
 //! `MADV_POPULATE_WRITE` makes it exclusive again from the kernel side, so
 //! zpage's threads need not write the page themselves. (They never read or
-//! write region memory in their own code; they may fault on it through the
-//! program's allocator under `zpage run`, and what keeps such a fault from
-//! waiting on its own thread is argued at the top of `fault.rs`.)
+//! write region memory in their own code; which threads may still fault on
+//! it while holding zpage's state, and what keeps such a fault from waiting
+//! on its own thread, is argued at the top of `fault.rs`.)
 //!
 //! # Clean copies (zswap's exclusive loads)
 //!

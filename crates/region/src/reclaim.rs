@@ -34,10 +34,10 @@
 //! compressed pages back to the tier (`reclaim/writeback.rs`).
 //!
 //! The thread blocks asynchronous signals (see `threads::spawn_blocking_signals`)
-//! and reaches region memory only through ioctls; should C code on it fault
-//! on region memory (the program's allocator under `zpage run`), the fault
-//! resolves on it without waiting on itself (the argument at the top of
-//! `fault.rs`).
+//! and reaches region memory only through ioctls; should it fault on region
+//! memory all the same (a program whose allocator lies in regions without
+//! the preload library), the fault resolves on it without waiting on
+//! itself (the argument at the top of `fault.rs`).
 
 use crate::aging::{Aging, Standing};
 use crate::cold::{Cold, Tokens};

@@ -353,8 +353,8 @@ impl Shared {
     /// only consumer, and would wait on itself), nor does a thread that
     /// holds a reclaim lock (the drain needs it: the fork hooks,
     /// `advise_cold`, region teardown); either gets here only by faulting
-    /// on region memory, which under `zpage run` the program's allocator
-    /// may hand them.
+    /// on region memory while it holds zpage's state (when that can happen:
+    /// the top of `fault.rs`).
     #[must_use]
     pub fn free_later(&self, page_ref: PageRef) -> bool {
         if self.in_forked_child() {

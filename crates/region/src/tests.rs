@@ -39,11 +39,11 @@ fn fill_freed_ring(budget: &Shared) -> usize {
 }
 
 /// The reclaimer is the only thread that drains the ring of references
-/// the fault path gives up. Should it fault on region memory itself (the
-/// program's allocator's memory under `zpage run`) while that ring is
-/// full, its restore must not wait for the ring to drain: it would wait on
-/// itself. Its restore keeps the stale copy in the page's slot instead,
-/// and the page's next eviction gives it up.
+/// the fault path gives up. Should it fault on region memory itself (its
+/// allocator's memory in a program that builds its allocator on regions)
+/// while that ring is full, its restore must not wait for the ring to
+/// drain: it would wait on itself. Its restore keeps the stale copy in the
+/// page's slot instead, and the page's next eviction gives it up.
 #[test]
 fn the_reclaimer_restores_a_page_while_its_own_ring_is_full() {
     const PAGES: usize = 64;

@@ -4,10 +4,10 @@
 //! store lock on a program thread blocks them for that span
 //! ([`SignalGuard`]), so no program handler runs where it could wait on what
 //! its own thread holds. The synchronous signals stay deliverable: a zpage
-//! thread may fault on region memory through the program's allocator (under
-//! `zpage run`), and resolves that fault itself; what keeps it from waiting
-//! on itself then is argued at the top of `fault.rs` ([`on_zpage_thread`]
-//! is how the fault path tells).
+//! thread that faults on region memory (see the top of `fault.rs` for when
+//! it can) resolves that fault itself, without waiting on itself
+//! ([`on_zpage_thread`] is how the fault path and the preload library's
+//! allocator tell zpage's threads).
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;

@@ -12,9 +12,8 @@
 //! and reads the outcome. It allocates nothing, takes no lock and makes only
 //! `futex`, `sched_yield` and `clock_gettime` system calls. It never waits
 //! for its own thread: the reader is a thread of its own that blocks every
-//! asynchronous signal (should the tier's client fault on region memory
-//! through the program's allocator, see the end of `fault.rs`'s argument),
-//! and the tier's
+//! asynchronous signal (for a fault of its own on region memory, see the
+//! end of `fault.rs`'s argument), and the tier's
 //! locks it may wait on are taken only by zpage's threads (the reclaimer's
 //! writebacks and frees, this reader) and by API calls that block
 //! asynchronous signals ([`crate::Budget::store_stats`]); so no handler can
