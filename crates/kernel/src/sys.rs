@@ -25,6 +25,33 @@ pub fn is_root() -> bool {
     effective_uid() == 0
 }
 
+/// Raises this process's soft limit on open files towards `wanted` (never
+/// past the hard limit, never lowering it); returns the soft limit now in
+/// effect. systemd starts services with a soft limit of 1024 and a far
+/// higher hard one, and expects programs that need more to raise it.
+pub fn raise_open_file_limit(wanted: u64) -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct we pass, which outlives the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 1024;
+    }
+    let target = wanted.min(limit.rlim_max);
+    if target > limit.rlim_cur {
+        let raised = libc::rlimit {
+            rlim_cur: target,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct we pass, which outlives the call.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return target;
+        }
+    }
+    limit.rlim_cur
+}
+
 /// Blocks until an exclusive flock on `file` is held; released when the file is closed.
 pub fn flock_exclusive(file: &File) -> io::Result<()> {
     loop {

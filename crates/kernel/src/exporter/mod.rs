@@ -1,29 +1,28 @@
 //! `zpage exporter`: Prometheus metrics of zram, zswap, swap areas, the
 //! sysctls that steer them, per-cgroup zswap use, and the zpage regions of
-//! running programs, served over HTTP by a pool of threads (an idle or slow
-//! client never delays another's scrape).
+//! running programs, served over HTTP by one thread for every connection
+//! (an idle or slow client never delays another's scrape, and what clients
+//! can make it hold is bounded: [`server`]).
 
 pub mod metrics;
 pub mod process_metrics;
+pub mod server;
 pub mod text_format;
+
+pub use server::Exporter;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use text_format::Family;
 
 use crate::status::{self, KernelStatus};
-use crate::{KernelError, Result};
 
 /// Default listen address: loopback only (metrics reveal memory use).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9586";
 /// Content type of the text format.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-/// Threads answering requests (scrapes take a few milliseconds each).
-const WORKERS: usize = 4;
 
 /// Where a scrape error happened (the `source` label of
 /// `zpage_exporter_scrape_errors_total`).
@@ -148,116 +147,6 @@ fn self_families(
         ));
     }
     out
-}
-
-/// The HTTP server.
-pub struct Exporter {
-    server: Arc<tiny_http::Server>,
-    scraper: Arc<Scraper>,
-}
-
-impl std::fmt::Debug for Exporter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Exporter")
-            .field("address", &self.server.server_addr().to_ip())
-            .finish_non_exhaustive()
-    }
-}
-
-const INDEX_HTML: &str = "<html><head><title>zpage exporter</title></head><body><h1>zpage exporter</h1><p><a href=\"/metrics\">Metrics</a></p></body></html>\n";
-
-impl Exporter {
-    /// Binds `address` (e.g. [`DEFAULT_LISTEN`]; port 0 picks a free port).
-    pub fn bind(address: &str, scraper: Scraper) -> Result<Exporter> {
-        let server = tiny_http::Server::http(address).map_err(|e| KernelError::Command {
-            command: format!("listen on {address}"),
-            detail: e.to_string(),
-            fix: "pick another address with --listen (e.g. 127.0.0.1:9587)".into(),
-        })?;
-        Ok(Exporter {
-            server: Arc::new(server),
-            scraper: Arc::new(scraper),
-        })
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> Result<std::net::SocketAddr> {
-        self.server
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| KernelError::Command {
-                command: "exporter".into(),
-                detail: "not listening on an IP address".into(),
-                fix: "listen on host:port".into(),
-            })
-    }
-
-    /// Answers requests on a pool of threads until `stop` is set or
-    /// `max_requests` were answered; returns how many were answered.
-    pub fn serve(&self, max_requests: Option<u64>, stop: &AtomicBool) -> Result<u64> {
-        let served = AtomicU64::new(0);
-        let limit_reached = || max_requests.is_some_and(|m| served.load(Ordering::SeqCst) >= m);
-        std::thread::scope(|scope| {
-            for _ in 0..WORKERS {
-                scope.spawn(|| {
-                    while !stop.load(Ordering::Relaxed) && !limit_reached() {
-                        let request = match self.server.recv_timeout(Duration::from_millis(100)) {
-                            Ok(Some(request)) => request,
-                            Ok(None) => continue,
-                            Err(_) => return,
-                        };
-                        // Count before answering, so a limit is never overshot by racing workers.
-                        let n = served.fetch_add(1, Ordering::SeqCst);
-                        if max_requests.is_some_and(|m| n >= m) {
-                            served.fetch_sub(1, Ordering::SeqCst);
-                            let _ = request.respond(text_response("503 shutting down\n", 503));
-                            return;
-                        }
-                        // A client that went away only loses its own answer.
-                        let _ = answer(request, &self.scraper);
-                    }
-                });
-            }
-        });
-        Ok(served.load(Ordering::SeqCst))
-    }
-}
-
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
-        .expect("static header names and values are valid")
-}
-
-fn text_response(body: &str, status: u16) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    tiny_http::Response::from_string(body)
-        .with_status_code(status)
-        .with_header(header("Content-Type", "text/plain; charset=utf-8"))
-}
-
-fn answer(request: tiny_http::Request, scraper: &Scraper) -> std::io::Result<()> {
-    use tiny_http::Method;
-    let path = request.url().split('?').next().unwrap_or("").to_string();
-    match (request.method(), path.as_str()) {
-        (Method::Get | Method::Head, "/metrics") => {
-            let body = scraper.scrape();
-            request.respond(
-                tiny_http::Response::from_string(body)
-                    .with_header(header("Content-Type", CONTENT_TYPE)),
-            )
-        }
-        (Method::Get | Method::Head, "/") => request.respond(
-            tiny_http::Response::from_string(INDEX_HTML)
-                .with_header(header("Content-Type", "text/html; charset=utf-8")),
-        ),
-        (Method::Get | Method::Head, _) => request.respond(text_response(
-            "not found: the metrics are at /metrics\n",
-            404,
-        )),
-        _ => request.respond(
-            text_response("only GET and HEAD are served\n", 405)
-                .with_header(header("Allow", "GET, HEAD")),
-        ),
-    }
 }
 
 /// Checks text against the exposition format; returns the number of samples.
