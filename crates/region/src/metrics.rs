@@ -4,10 +4,17 @@
 //! come from the one figure list ([`crate::region_stat_fields!`]): gauges
 //! keep their names, counters end in `_total` and times are in seconds.
 //!
-//! Off unless asked: [`publish_metrics`] (or `ZPAGE_METRICS_DIR` set in the
-//! environment when the first budget is made) starts the one publisher
-//! thread of the process. It blocks asynchronous signals, like zpage's other
-//! threads.
+//! Started by [`publish_metrics`], or by `ZPAGE_METRICS_DIR` set in the
+//! environment when the first budget is made (`zpage run` sets it unless
+//! `--no-metrics`; a program using the library, the C API or the Python
+//! package asks for it): the one publisher thread of the process. It blocks
+//! asynchronous signals, like zpage's other threads.
+//!
+//! The writer may run inside someone else's program, as root, in a
+//! directory another user chose: it refuses a directory another user could
+//! write, reaches its files through the directory it opened and checked,
+//! and creates each one new and private (0600) before renaming it into
+//! place, so no name another user planted is ever followed.
 
 use crate::counters::{RegionStats, StatKind, LATENCY_BUCKETS};
 use crate::error::RegionError;
@@ -15,6 +22,10 @@ use crate::sys;
 use crate::table;
 use std::ffi::CString;
 use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -28,14 +39,14 @@ pub const METRICS_DIR_ENV: &str = "ZPAGE_METRICS_DIR";
 /// The directory the contract names: `$ZPAGE_METRICS_DIR`, else `/run/zpage`
 /// for root, else `$XDG_RUNTIME_DIR/zpage`, else `/tmp/zpage-<uid>`.
 pub fn default_metrics_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os(METRICS_DIR_ENV) {
+    if let Some(dir) = std::env::var_os(METRICS_DIR_ENV).filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
     let uid = sys::getuid();
     if uid == 0 {
         return PathBuf::from("/run/zpage");
     }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         Some(runtime) => PathBuf::from(runtime).join("zpage"),
         None => PathBuf::from(format!("/tmp/zpage-{uid}")),
     }
@@ -159,21 +170,176 @@ fn comm() -> String {
         .unwrap_or_default()
 }
 
-/// Writes the file once: to a temporary name, then renamed over the real one.
-fn write_once(path: &Path) -> std::io::Result<()> {
-    let text = render(std::process::id(), &comm(), &sample_regions());
-    let tmp = path.with_file_name(format!(".zpage-{}.prom.tmp", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+/// Why a metrics directory is not used: another user could plant a
+/// symbolic link or a file where zpage writes, or read and replace its
+/// figures.
+fn refuse(dir: &Path, problem: String) -> RegionError {
+    let error = RegionError::Sys {
+        call: "use the metrics directory",
+        errno: format!(
+            "{}: {problem}; remove it (a new one is made, mode 0700), or set {METRICS_DIR_ENV} to a directory only you can write",
+            dir.display()
+        ),
+    };
+    // The budget that starts publishing from the environment (preload,
+    // Python) cannot report it; a directory someone else controls is worth
+    // one line on stderr, once.
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        // Not eprintln!, which panics when stderr fails.
+        let _ = writeln!(std::io::stderr(), "zpage: not publishing metrics: {error}");
+    }
+    error
 }
 
-/// The file being published, for the exit hook.
-static PUBLISHED: OnceLock<CString> = OnceLock::new();
+/// Opens `dir`, making it (mode 0700) if it is missing, and checks that
+/// only this user (or root) can write it: not a symbolic link, owned by
+/// this user or root, not writable by group or others. Returns it open:
+/// files reached through the descriptor are in the directory checked, even
+/// if its path is renamed or replaced meanwhile.
+fn open_checked_dir(dir: &Path) -> Result<File, RegionError> {
+    let io = |call: &'static str, e: std::io::Error| RegionError::Sys {
+        call,
+        errno: format!("{e} ({})", dir.display()),
+    };
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir)
+    };
+    let opened = match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)
+                    .map_err(|e| io("create the metrics directory's parent", e))?;
+            }
+            match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                // Made meanwhile by someone else: the checks below decide.
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(io("create the metrics directory", e))
+                }
+                _ => open(),
+            }
+        }
+        other => other,
+    };
+    let dir_file = match opened {
+        Ok(file) => file,
+        // O_NOFOLLOW|O_DIRECTORY says ELOOP or ENOTDIR for a link.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+            let link = std::fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink());
+            return Err(refuse(
+                dir,
+                if link {
+                    "is a symbolic link"
+                } else {
+                    "is not a directory"
+                }
+                .into(),
+            ));
+        }
+        Err(e) => return Err(io("open the metrics directory", e)),
+    };
+    let meta = dir_file
+        .metadata()
+        .map_err(|e| io("stat the metrics directory", e))?;
+    let me = sys::getuid();
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(refuse(
+            dir,
+            format!(
+                "is owned by uid {}, not by you (uid {me}) or root",
+                meta.uid()
+            ),
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(refuse(
+            dir,
+            format!(
+                "is writable by group or others (mode {:04o})",
+                meta.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(dir_file)
+}
+
+/// Where the process publishes: the directory and the two names in it.
+struct Target {
+    dir: PathBuf,
+    temporary: String,
+    published: String,
+}
+
+impl Target {
+    fn new(dir: &Path) -> Target {
+        let pid = std::process::id();
+        Target {
+            dir: dir.to_path_buf(),
+            temporary: format!(".zpage-{pid}.prom.tmp"),
+            published: format!("zpage-{pid}.prom"),
+        }
+    }
+
+    /// Writes the file once: a new private file (0600, `O_CREAT|O_EXCL|
+    /// O_NOFOLLOW`), renamed over the published name, so a scrape never
+    /// reads half a file and no name another user made is ever followed.
+    ///
+    /// The directory is opened and checked each time, and the files are
+    /// reached through that descriptor as `/proc/self/fd/N/NAME` (resolved
+    /// from the open directory, not its path: the `openat` std does not
+    /// offer, in a module that stays free of `unsafe`). It is closed again:
+    /// a program that closes descriptors it did not open cannot make zpage
+    /// write through a number it reused, and sees none of zpage's between
+    /// writes.
+    fn write_once(&self) -> Result<(), RegionError> {
+        let dir = open_checked_dir(&self.dir)?;
+        let base = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+        let (temporary, published) = (base.join(&self.temporary), base.join(&self.published));
+        let text = render(std::process::id(), &comm(), &sample_regions());
+        let create = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&temporary)
+        };
+        let written = match create() {
+            // Left by a write that failed half-way: removing a name never
+            // follows it, whatever it is.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::remove_file(&temporary).and_then(|()| create())
+            }
+            other => other,
+        }
+        .and_then(|mut file| file.write_all(text.as_bytes()))
+        .and_then(|()| std::fs::rename(&temporary, &published));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temporary);
+        }
+        written.map_err(|e| RegionError::Sys {
+            call: "write the metrics file",
+            errno: format!("{e} ({})", self.dir.join(&self.published).display()),
+        })
+    }
+}
+
+/// The file being published and the process publishing it, for the exit
+/// hook (a forked child inherits the hook, and must leave its parent's file).
+static PUBLISHED: OnceLock<(u32, CString)> = OnceLock::new();
 static PUBLISHER: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 extern "C" fn remove_at_exit() {
-    if let Some(path) = PUBLISHED.get() {
-        sys::unlink(path);
+    if let Some((pid, path)) = PUBLISHED.get() {
+        if *pid == std::process::id() {
+            sys::unlink(path);
+        }
     }
 }
 
@@ -184,35 +350,35 @@ pub fn publish_metrics() -> Result<PathBuf, RegionError> {
     publish_metrics_to(&default_metrics_dir())
 }
 
-/// [`publish_metrics`] into `dir` (created if missing).
+/// [`publish_metrics`] into `dir`: made (mode 0700) if missing, refused if
+/// another user could write it (see `docs/process-metrics.md`).
 pub fn publish_metrics_to(dir: &Path) -> Result<PathBuf, RegionError> {
     let mut publisher = PUBLISHER.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(path) = publisher.as_ref() {
         return Ok(path.clone());
     }
-    let io = |call: &'static str, e: std::io::Error| RegionError::Sys {
-        call,
-        errno: format!("{e} ({})", dir.display()),
-    };
-    std::fs::create_dir_all(dir).map_err(|e| io("create the metrics directory", e))?;
-    let path = dir.join(format!("zpage-{}.prom", std::process::id()));
-    write_once(&path).map_err(|e| io("write the metrics file", e))?;
+    let target = Target::new(dir);
+    target.write_once()?;
+    let path = dir.join(&target.published);
     let exit_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
         RegionError::InvalidConfig(format!("metrics path {} holds a NUL byte", path.display()))
     })?;
-    if PUBLISHED.set(exit_path).is_ok() {
+    if PUBLISHED.set((std::process::id(), exit_path)).is_ok() {
         sys::at_exit(remove_at_exit);
     }
-    let thread_path = path.clone();
     crate::threads::spawn_blocking_signals(
         "zpage-metrics",
         Box::new(move || loop {
             std::thread::sleep(PUBLISH_EVERY);
-            // A failed write (disk full, directory removed) is retried next time.
-            let _ = write_once(&thread_path);
+            // A failed write (disk full, the directory refused) is retried
+            // next time; a directory removed meanwhile is made again.
+            let _ = target.write_once();
         }),
     )
-    .map_err(|e| io("spawn the metrics publisher", e))?;
+    .map_err(|e| RegionError::Sys {
+        call: "spawn the metrics publisher",
+        errno: e.to_string(),
+    })?;
     *publisher = Some(path.clone());
     Ok(path)
 }
@@ -220,6 +386,84 @@ pub fn publish_metrics_to(dir: &Path) -> Result<PathBuf, RegionError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    use zpage_testsupport::TempDir;
+
+    fn mode_of(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn planted_symbolic_links_are_replaced_never_followed() {
+        let scratch = TempDir::new("metrics-planted");
+        let dir = scratch.0.join("metrics");
+        let victim = scratch.0.join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let target = Target::new(&dir);
+        open_checked_dir(&dir).unwrap();
+        assert_eq!(mode_of(&dir), 0o700, "made private");
+        let pid = std::process::id();
+        let temporary = dir.join(format!(".zpage-{pid}.prom.tmp"));
+        let published = dir.join(format!("zpage-{pid}.prom"));
+        std::os::unix::fs::symlink(&victim, &temporary).unwrap();
+        std::os::unix::fs::symlink(&victim, &published).unwrap();
+        target.write_once().unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        let meta = std::fs::symlink_metadata(&published).unwrap();
+        assert!(
+            meta.file_type().is_file(),
+            "the link was replaced by the file"
+        );
+        assert_eq!(mode_of(&published), 0o600);
+        assert!(std::fs::read_to_string(&published)
+            .unwrap()
+            .contains("zpage_process_regions{"));
+        assert!(!temporary.exists() && std::fs::symlink_metadata(&temporary).is_err());
+    }
+
+    #[test]
+    fn a_directory_someone_else_can_write_is_refused() {
+        let scratch = TempDir::new("metrics-refused");
+        // A symbolic link in place of the directory.
+        let real = scratch.0.join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let link = scratch.0.join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let said = open_checked_dir(&link).unwrap_err().to_string();
+        assert!(said.contains("is a symbolic link"), "{said}");
+        // Writable by others, as /tmp is.
+        let shared = scratch.0.join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let said = open_checked_dir(&shared).unwrap_err().to_string();
+        assert!(
+            said.contains("writable by group or others (mode 1777)"),
+            "{said}"
+        );
+        assert!(said.contains(METRICS_DIR_ENV), "names the fix: {said}");
+        // A plain file.
+        let file = scratch.0.join("file");
+        std::fs::write(&file, "").unwrap();
+        let said = open_checked_dir(&file).unwrap_err().to_string();
+        assert!(said.contains("is not a directory"), "{said}");
+        // Made by another user (as /tmp/zpage-<uid> may be): needs root to stage.
+        if sys::getuid() != 0 {
+            println!("SKIP the other user's directory: needs root to chown");
+            return;
+        }
+        let theirs = scratch.0.join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let said = open_checked_dir(&theirs).unwrap_err().to_string();
+        assert!(said.contains("is owned by uid 65534"), "{said}");
+        assert!(
+            std::fs::read_dir(&theirs).unwrap().next().is_none(),
+            "nothing was written there"
+        );
+    }
 
     #[test]
     fn families_follow_the_contract() {
