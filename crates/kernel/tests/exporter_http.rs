@@ -315,6 +315,23 @@ fn process_files_are_merged_or_skipped_per_the_contract() {
         .unwrap()
         .set_modified(std::time::SystemTime::now() - Duration::from_secs(600))
         .unwrap();
+    // A symbolic link (to a file that would pass) and a FIFO in a file's
+    // place: neither followed nor waited on.
+    let linked = ChildGuard(Command::new("sleep").arg("60").spawn().unwrap());
+    let elsewhere = dir.join("elsewhere");
+    std::fs::write(&elsewhere, region_file(linked.0.id(), "sleep", 60)).unwrap();
+    std::os::unix::fs::symlink(
+        &elsewhere,
+        dir.join(format!("zpage-{}.prom", linked.0.id())),
+    )
+    .unwrap();
+    let piped = ChildGuard(Command::new("sleep").arg("60").spawn().unwrap());
+    let fifo = dir.join(format!("zpage-{}.prom", piped.0.id()));
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
     // Temporary files of a writer mid-update, and other names, are not read.
     write(&format!(".zpage-{me}.prom.tmp"), "garbage");
     write("notes.txt", "garbage");
@@ -341,18 +358,19 @@ fn process_files_are_merged_or_skipped_per_the_contract() {
         1
     );
     assert!(!body.contains("node_memory_x"));
+    // The files that break the contract are scrape errors; the others are states.
     assert!(
         body.contains("zpage_exporter_scrape_errors_total{source=\"process_metrics\"} 5"),
         "{body}"
     );
-    assert!(
-        body.contains("zpage_exporter_process_files{state=\"merged\"} 2"),
-        "{body}"
-    );
-    assert!(
-        body.contains("zpage_exporter_process_files{state=\"skipped\"} 5"),
-        "{body}"
-    );
+    for (state, files) in [("merged", 2), ("gone", 1), ("stale", 1), ("rejected", 5)] {
+        assert!(
+            body.contains(&format!(
+                "zpage_exporter_process_files{{state=\"{state}\"}} {files}\n"
+            )),
+            "{state}: {body}"
+        );
+    }
     // Errors accumulate across scrapes (a counter).
     let (_, again) = http_get(running.address, "/metrics");
     assert!(

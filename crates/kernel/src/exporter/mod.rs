@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use text_format::Family;
 
-use crate::status::{self, KernelStatus};
+use crate::status;
 
 /// Default listen address: loopback only (metrics reveal memory use).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9586";
@@ -73,13 +73,19 @@ impl Scraper {
         {
             new_errors.push("zswap");
         }
-        let mut process_families = Vec::new();
-        let mut files = (0u64, 0u64);
+        let mut process_files = None;
         if let Some(dir) = &self.process_metrics_dir {
             let found = process_metrics::read_dir(dir);
-            files = (found.files_merged, found.skipped.len() as u64);
-            new_errors.extend(found.skipped.iter().map(|_| "process_metrics"));
-            process_families = found.families;
+            // Files that break the contract are errors; those of processes
+            // that stopped or are gone are states, with their own alert.
+            new_errors.extend(
+                found
+                    .skipped
+                    .iter()
+                    .filter(|(_, reason, _)| *reason == process_metrics::Skipped::Rejected)
+                    .map(|_| "process_metrics"),
+            );
+            process_files = Some(found);
         }
         let errors = {
             let mut errors = self.errors.lock().unwrap_or_else(|e| e.into_inner());
@@ -88,13 +94,10 @@ impl Scraper {
             }
             errors.clone()
         };
-        families.extend(self_families(
-            &status,
-            &errors,
-            files,
-            self.process_metrics_dir.is_some(),
-        ));
-        families.extend(process_families);
+        families.extend(self_families(&errors, process_files.as_ref()));
+        if let Some(found) = process_files {
+            families.extend(found.families);
+        }
         text_format::write(&families)
     }
 }
@@ -113,10 +116,8 @@ fn family(name: &str, kind: &str, help: &str, samples: Vec<(Vec<(&str, String)>,
 
 /// The exporter's own series: build information, scrape errors, process files.
 fn self_families(
-    _status: &KernelStatus,
     errors: &BTreeMap<&'static str, u64>,
-    (merged, skipped): (u64, u64),
-    reads_process_files: bool,
+    process_files: Option<&process_metrics::ProcessMetrics>,
 ) -> Vec<Family> {
     let mut out = vec![
         family(
@@ -128,22 +129,29 @@ fn self_families(
         family(
             "zpage_exporter_scrape_errors_total",
             "counter",
-            "Things a scrape could not read and left out, by source (zram device attributes, zswap parameters, per-process metrics files).",
+            "Things a scrape could not read and left out, by source (zram device attributes, zswap parameters, per-process metrics files that break the contract).",
             errors
                 .iter()
                 .map(|(source, count)| (vec![("source", source.to_string())], *count as f64))
                 .collect(),
         ),
     ];
-    if reads_process_files {
+    if let Some(found) = process_files {
+        let mut states = vec![(
+            vec![("state", "merged".to_string())],
+            found.files_merged as f64,
+        )];
+        states.extend(process_metrics::Skipped::ALL.iter().map(|&reason| {
+            (
+                vec![("state", reason.label().to_string())],
+                found.count(reason) as f64,
+            )
+        }));
         out.push(family(
             "zpage_exporter_process_files",
             "gauge",
-            "Per-process metrics files in the last scrape, merged or skipped (gone process, stale, malformed).",
-            vec![
-                (vec![("state", "merged".to_string())], merged as f64),
-                (vec![("state", "skipped".to_string())], skipped as f64),
-            ],
+            "Per-process metrics files in the last scrape: merged, or skipped because their process is gone, stopped rewriting them (stale), or they break the contract (rejected).",
+            states,
         ));
     }
     out

@@ -6,6 +6,8 @@
 //! of all processes (one HELP and TYPE per family). The contract is written
 //! down in `docs/process-metrics.md`.
 
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -36,6 +38,33 @@ pub fn default_dir() -> PathBuf {
     }
 }
 
+/// Why a file was left out of a scrape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Skipped {
+    /// Its process no longer exists (killed before it could remove the file).
+    Gone,
+    /// Its process lives but has not rewritten the file for [`STALE_AFTER`].
+    Stale,
+    /// It breaks the contract (malformed, too large, outside the namespaces,
+    /// another PID or comm, a type conflicting with another file's, not a
+    /// regular file).
+    Rejected,
+}
+
+impl Skipped {
+    /// Every reason, in the order the exporter reports them.
+    pub const ALL: [Skipped; 3] = [Skipped::Gone, Skipped::Stale, Skipped::Rejected];
+
+    /// The `state` label of `zpage_exporter_process_files`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Skipped::Gone => "gone",
+            Skipped::Stale => "stale",
+            Skipped::Rejected => "rejected",
+        }
+    }
+}
+
 /// What one scrape of the directory found.
 #[derive(Debug, Default)]
 pub struct ProcessMetrics {
@@ -43,8 +72,15 @@ pub struct ProcessMetrics {
     pub families: Vec<Family>,
     /// Files merged.
     pub files_merged: u64,
-    /// Files skipped, with the reason.
-    pub skipped: Vec<(PathBuf, String)>,
+    /// Files skipped: which, why, and what exactly was wrong.
+    pub skipped: Vec<(PathBuf, Skipped, String)>,
+}
+
+impl ProcessMetrics {
+    /// Files skipped for `reason`.
+    pub fn count(&self, reason: Skipped) -> u64 {
+        self.skipped.iter().filter(|(_, r, _)| *r == reason).count() as u64
+    }
 }
 
 fn pid_of(path: &Path) -> Option<u32> {
@@ -56,11 +92,15 @@ fn pid_of(path: &Path) -> Option<u32> {
         .ok()
 }
 
-/// Checks one file's families against the contract; returns why not.
-fn check(families: &[Family], pid: u32) -> Result<(), String> {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+/// The process's name, or `None` when it no longer exists.
+fn comm_of(pid: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
         .map(|c| c.trim().to_string())
-        .map_err(|_| format!("process {pid} no longer exists"))?;
+}
+
+/// Checks one file's families against the contract; returns why not.
+fn check(families: &[Family], pid: u32, comm: &str) -> Result<(), String> {
     for family in families {
         if !ALLOWED_PREFIXES.iter().any(|p| family.name.starts_with(p)) {
             return Err(format!(
@@ -118,13 +158,35 @@ fn merge(merged: &mut Vec<Family>, incoming: Vec<Family>) -> Result<(), String> 
     Ok(())
 }
 
-fn read_one(path: &Path, pid: u32, now: SystemTime) -> Result<Vec<Family>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+/// Reads and checks one file. It is opened without following a symbolic
+/// link and without waiting on a FIFO, and read only up to
+/// [`MAX_FILE_BYTES`]: the directory may hold what another user put there.
+fn read_one(path: &Path, pid: u32, now: SystemTime) -> Result<Vec<Family>, (Skipped, String)> {
+    let rejected = |why: String| (Skipped::Rejected, why);
+    let Some(comm) = comm_of(pid) else {
+        return Err((Skipped::Gone, format!("process {pid} no longer exists")));
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| rejected(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| rejected(e.to_string()))?;
     if !meta.is_file() {
-        return Err("not a regular file".into());
+        return Err(rejected("not a regular file".into()));
+    }
+    // Only the process's own user (or root) speaks for it.
+    let runs_as = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid());
+    if let Ok(runs_as) = runs_as {
+        if meta.uid() != runs_as && meta.uid() != 0 {
+            return Err(rejected(format!(
+                "owned by uid {} but process {pid} runs as uid {runs_as}",
+                meta.uid()
+            )));
+        }
     }
     if meta.len() > MAX_FILE_BYTES {
-        return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
+        return Err(rejected(format!("larger than {MAX_FILE_BYTES} bytes")));
     }
     let age = meta
         .modified()
@@ -132,15 +194,21 @@ fn read_one(path: &Path, pid: u32, now: SystemTime) -> Result<Vec<Family>, Strin
         .and_then(|m| now.duration_since(m).ok())
         .unwrap_or_default();
     if age > STALE_AFTER {
-        return Err(format!(
-            "stale: not rewritten for {} s (limit {} s)",
-            age.as_secs(),
-            STALE_AFTER.as_secs()
+        return Err((
+            Skipped::Stale,
+            format!(
+                "not rewritten for {} s (limit {} s): process {pid} stopped publishing",
+                age.as_secs(),
+                STALE_AFTER.as_secs()
+            ),
         ));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let families = text_format::parse(&text)?;
-    check(&families, pid)?;
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| rejected(e.to_string()))?;
+    let families = text_format::parse(&text).map_err(rejected)?;
+    check(&families, pid, &comm).map_err(rejected)?;
     Ok(families)
 }
 
@@ -152,7 +220,9 @@ pub fn read_dir(dir: &Path) -> ProcessMetrics {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return result,
         Err(e) => {
-            result.skipped.push((dir.to_path_buf(), e.to_string()));
+            result
+                .skipped
+                .push((dir.to_path_buf(), Skipped::Rejected, e.to_string()));
             return result;
         }
     };
@@ -164,9 +234,12 @@ pub fn read_dir(dir: &Path) -> ProcessMetrics {
     files.sort();
     let now = SystemTime::now();
     for (pid, path) in files {
-        match read_one(&path, pid, now).and_then(|families| merge(&mut result.families, families)) {
+        let merged = read_one(&path, pid, now).and_then(|families| {
+            merge(&mut result.families, families).map_err(|why| (Skipped::Rejected, why))
+        });
+        match merged {
             Ok(()) => result.files_merged += 1,
-            Err(reason) => result.skipped.push((path, reason)),
+            Err((reason, why)) => result.skipped.push((path, reason, why)),
         }
     }
     result
