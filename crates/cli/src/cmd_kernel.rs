@@ -686,7 +686,7 @@ fn write_stdout(text: &str) -> anyhow::Result<()> {
 /// Arguments of `zpage exporter`.
 #[derive(Debug, clap::Args)]
 #[command(
-    after_help = "Programs using zpage regions publish DIR/zpage-<pid>.prom files; each scrape merges them (see docs/process-metrics.md). node_exporter's meminfo and pressure collectors cover SwapTotal, SwapFree, Zswap, Zswapped and PSI; zpage does not repeat them."
+    after_help = "Programs using zpage regions publish DIR/zpage-<pid>.prom files (under `zpage run` by default; elsewhere when ZPAGE_METRICS_DIR is set); each scrape merges them (see docs/process-metrics.md). node_exporter's meminfo and pressure collectors cover SwapTotal, SwapFree, Zswap, Zswapped and PSI; zpage does not repeat them."
 )]
 pub struct ExporterArgs {
     /// Address to listen on (loopback by default: metrics reveal memory use).

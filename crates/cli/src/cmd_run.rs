@@ -75,6 +75,11 @@ pub struct Args {
     /// Smallest mapping or allocation placed in a region (user mode).
     #[arg(long, default_value = "2M", value_parser = parse_size)]
     pub min_mapping: u64,
+    /// Do not publish the program's region figures for `zpage exporter`
+    /// (user mode publishes them by default, one file per process in
+    /// $ZPAGE_METRICS_DIR or the default directory: docs/process-metrics.md).
+    #[arg(long)]
+    pub no_metrics: bool,
     /// Also write the summary as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
@@ -545,6 +550,16 @@ fn run_user(args: &Args, budget: u64) -> Result<u8> {
         Some(cold) => command.env("ZPAGE_RUN_COLD_CODEC", cold),
         None => command.env_remove("ZPAGE_RUN_COLD_CODEC"),
     };
+    // The program's budgets publish their figures when this is set; a
+    // directory the user chose is kept.
+    if args.no_metrics {
+        command.env_remove(zpage_region::METRICS_DIR_ENV);
+    } else if std::env::var_os(zpage_region::METRICS_DIR_ENV).is_none() {
+        command.env(
+            zpage_region::METRICS_DIR_ENV,
+            zpage_region::default_metrics_dir(),
+        );
+    }
     // Like a shell: the program, not zpage, decides what ^C and ^\ do.
     // SAFETY: signal() with SIG_IGN has no preconditions; restored below.
     let (old_int, old_quit) = unsafe {

@@ -29,15 +29,30 @@ fn preload() -> PathBuf {
     .clone()
 }
 
-fn zpage_run(args: &[&str], program: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zpage"))
+/// `zpage run ARGS -- PROGRAM`, with this build's preload library.
+fn zpage_run_command(args: &[&str], program: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zpage"));
+    command
         .arg("run")
         .args(args)
         .arg("--")
         .args(program)
-        .env("ZPAGE_PRELOAD", preload())
-        .output()
-        .unwrap()
+        .env("ZPAGE_PRELOAD", preload());
+    command
+}
+
+fn zpage_run(args: &[&str], program: &[&str]) -> Output {
+    zpage_run_command(args, program).output().unwrap()
+}
+
+/// What a program that must succeed printed.
+fn stdout_of(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn tempdir(tag: &str) -> PathBuf {
@@ -172,13 +187,7 @@ fn own_descriptors_under_zpage(mib: u32) -> String {
         "import os\nkeep = bytearray({mib} << 20)\n\
          print(sorted(os.readlink('/proc/self/fd/' + f) for f in os.listdir('/proc/self/fd') if os.path.exists('/proc/self/fd/' + f)))"
     );
-    let out = zpage_run(&["--budget", "16M"], &["python3", "-c", &script]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    stdout_of(zpage_run(&["--budget", "16M"], &["python3", "-c", &script]))
 }
 
 /// Programs that list their own descriptors (CPython's `test_subprocess`
@@ -197,6 +206,58 @@ fn the_budget_starts_with_the_first_region() {
         placed.contains("userfaultfd"),
         "64 MiB placed in a region, yet no userfaultfd: {placed}"
     );
+}
+
+/// What a Python program under `zpage run` finds of its own metrics file
+/// after placing 8 MiB in a region: the directory it was told, and the
+/// file's mode and its process sample, or NOFILE.
+fn own_metrics_file(args: &[&str], metrics_dir: Option<&Path>) -> String {
+    let script = "import os\nkeep = bytearray(8 << 20)\n\
+        d = os.environ.get('ZPAGE_METRICS_DIR')\nprint('DIR', d)\n\
+        f = os.path.join(d or '', 'zpage-%d.prom' % os.getpid())\n\
+        print('FILE %o %d' % (os.stat(f).st_mode & 0o777, open(f).read().count('zpage_process_regions{')) if d and os.path.exists(f) else 'NOFILE')\n";
+    let mut budget_and = vec!["--budget", "16M"];
+    budget_and.extend(args);
+    let mut command = zpage_run_command(&budget_and, &["python3", "-c", script]);
+    match metrics_dir {
+        Some(dir) => command.env("ZPAGE_METRICS_DIR", dir),
+        None => command.env_remove("ZPAGE_METRICS_DIR"),
+    };
+    stdout_of(command.output().unwrap())
+}
+
+/// `zpage run` publishes each process's region figures for the exporter by
+/// default (a private file, removed at exit); `--no-metrics` turns it off.
+#[test]
+fn zpage_run_publishes_metrics_unless_told_not_to() {
+    let dir = tempdir("metrics").join("published");
+    let said = own_metrics_file(&[], Some(&dir));
+    assert!(said.contains("FILE 600 1"), "{said}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "removed at exit: {left:?}");
+    let said = own_metrics_file(&["--no-metrics"], Some(&dir));
+    assert!(
+        said.contains("DIR None") && said.contains("NOFILE"),
+        "{said}"
+    );
+    // Nothing set: the program is told the default directory (read with no
+    // region made, so nothing is written to the machine's default one).
+    let told = stdout_of(
+        zpage_run_command(
+            &["--budget", "16M"],
+            &[
+                "python3",
+                "-c",
+                "import os; print(os.environ.get('ZPAGE_METRICS_DIR'))",
+            ],
+        )
+        .env_remove("ZPAGE_METRICS_DIR")
+        .output()
+        .unwrap(),
+    );
+    let default = zpage_region::default_metrics_dir();
+    assert_eq!(told.trim(), default.to_str().unwrap());
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
 #[test]
