@@ -34,6 +34,9 @@ pub struct Scraper {
     process_metrics_dir: Option<PathBuf>,
     sources: status::Sources,
     errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// The files left out of the last scrape and why, so each is logged
+    /// once when it is first left out (or for another reason), not per scrape.
+    left_out: Mutex<BTreeMap<PathBuf, process_metrics::Skipped>>,
 }
 
 impl Scraper {
@@ -44,6 +47,7 @@ impl Scraper {
             process_metrics_dir,
             sources: status::Sources::default(),
             errors: Mutex::new(ERROR_SOURCES.iter().map(|s| (*s, 0)).collect()),
+            left_out: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -52,6 +56,24 @@ impl Scraper {
     pub fn with_sources(mut self, sources: status::Sources) -> Scraper {
         self.sources = sources;
         self
+    }
+
+    /// Says on stderr (the journal, under systemd) which files a scrape
+    /// leaves out and why, once per file and reason.
+    fn log_left_out(&self, found: &process_metrics::ProcessMetrics) {
+        let mut left_out = self.left_out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now = BTreeMap::new();
+        for (path, reason, why) in &found.skipped {
+            if left_out.get(path) != Some(reason) {
+                eprintln!(
+                    "zpage exporter: leaving out {} ({}): {why}",
+                    path.display(),
+                    reason.label()
+                );
+            }
+            now.insert(path.clone(), *reason);
+        }
+        *left_out = now;
     }
 
     /// One scrape: collects the kernel's state and the process files now and
@@ -85,6 +107,7 @@ impl Scraper {
                     .filter(|(_, reason, _)| *reason == process_metrics::Skipped::Rejected)
                     .map(|_| "process_metrics"),
             );
+            self.log_left_out(&found);
             process_files = Some(found);
         }
         let errors = {

@@ -170,7 +170,10 @@ fn read_one(path: &Path, pid: u32, now: SystemTime) -> Result<Vec<Family>, (Skip
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .map_err(|e| rejected(e.to_string()))?;
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => rejected("a symbolic link (not followed)".into()),
+            _ => rejected(e.to_string()),
+        })?;
     let meta = file.metadata().map_err(|e| rejected(e.to_string()))?;
     if !meta.is_file() {
         return Err(rejected("not a regular file".into()));
