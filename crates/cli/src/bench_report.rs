@@ -1,8 +1,10 @@
 //! `zpage bench` output for people: the tables (through the one table
 //! renderer), fio-style latency distributions as terminal bars, and
-//! `--report FILE.html`, a self-contained page whose script draws the plots
-//! (throughput and latency per tier, latency CDFs) from the results.
+//! `--report FILE.html`, a self-contained page with the run's parameters,
+//! the plots (throughput and latency per tier, latency CDFs, drawn in
+//! `bench_plots`) and every figure exactly.
 
+use crate::bench_plots::{cdf_svg, grouped, grouped_f64, BarPlot, Palette};
 use crate::table::{bar, Table};
 use zpage_bench::report::{self, BenchResult, Rows};
 
@@ -68,16 +70,175 @@ pub fn latency_charts(results: &[BenchResult]) -> String {
     out
 }
 
-/// The HTML report: the results as JSON, drawn into SVG by the page's script.
-pub fn html(results: &[BenchResult], title: &str) -> serde_json::Result<String> {
-    // `</` cannot end the script element early once escaped.
-    let data = serde_json::to_string(results)?.replace("</", "<\\/");
-    let title = title
-        .replace('&', "&amp;")
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
         .replace('<', "&lt;")
-        .replace('>', "&gt;");
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A byte count as every byte and, for reading, in MiB: `67,108,864 (64 MiB)`.
+pub fn bytes_text(bytes: u64) -> String {
+    let mib = bytes as f64 / (1 << 20) as f64;
+    let mib = if mib.fract() == 0.0 {
+        grouped(mib as u64)
+    } else {
+        grouped_f64(mib, 1)
+    };
+    format!("{} ({mib} MiB)", grouped(bytes))
+}
+
+/// The page's table of every result: every figure exact (counts and bytes
+/// to the unit, rates and times to fixed decimals), never rounded to a few
+/// significant digits.
+fn results_table(results: &[BenchResult]) -> String {
+    type Cell = fn(&BenchResult) -> String;
+    let columns: [(&str, Cell); 14] = [
+        ("tier", |r| escape(&r.tier)),
+        ("workload", |r| escape(&r.workload)),
+        ("pattern", |r| escape(&r.pattern)),
+        ("touches", |r| grouped(r.touches)),
+        ("touches/s", |r| grouped_f64(r.touches_per_s, 0)),
+        ("mean µs", |r| grouped_f64(r.mean_us, 2)),
+        ("p50 µs", |r| grouped_f64(r.p50_us, 2)),
+        ("p99 µs", |r| grouped_f64(r.p99_us, 2)),
+        ("p99.9 µs", |r| grouped_f64(r.p999_us, 2)),
+        ("max µs", |r| grouped_f64(r.max_us, 2)),
+        ("resident max bytes", |r| grouped(r.resident_max_bytes)),
+        ("compressed bytes", |r| grouped(r.compressed_bytes)),
+        ("faults", |r| grouped(r.faults)),
+        ("faults/touch", |r| format!("{:.4}", r.fault_share)),
+    ];
+    let mut html = String::from("<table id=\"results\">\n<tr>");
+    for (name, _) in &columns {
+        html.push_str(&format!("<th>{}</th>", escape(name)));
+    }
+    html.push_str("</tr>\n");
+    for r in results {
+        html.push_str("<tr>");
+        for (i, (_, cell)) in columns.iter().enumerate() {
+            let class = if i < 3 { " class=\"label\"" } else { "" };
+            html.push_str(&format!("<td{class}>{}</td>", cell(r)));
+        }
+        html.push_str("</tr>\n");
+    }
+    html.push_str("</table>\n");
+    html
+}
+
+/// The HTML report: the run's parameters, the plots as inline SVG (no
+/// script), and every result exactly. `parameters` are (name, value) rows.
+pub fn html(
+    results: &[BenchResult],
+    title: &str,
+    parameters: &[(&str, String)],
+) -> Result<String, String> {
+    let mut body = String::new();
+    body.push_str("<h2>Run</h2>\n<table id=\"parameters\">\n");
+    for (name, value) in parameters {
+        body.push_str(&format!(
+            "<tr><th>{}</th><td class=\"label\">{}</td></tr>\n",
+            escape(name),
+            escape(value)
+        ));
+    }
+    body.push_str("</table>\n");
+    let mut workloads: Vec<&str> = Vec::new();
+    for r in results {
+        if !workloads.contains(&r.workload.as_str()) {
+            workloads.push(&r.workload);
+        }
+    }
+    let bar_plots = [
+        (
+            "throughput",
+            BarPlot {
+                title: "Throughput per tier",
+                unit: "touches per second",
+                value: |r| r.touches_per_s,
+                log: false,
+            },
+        ),
+        (
+            "latency-p50",
+            BarPlot {
+                title: "Median touch latency per tier",
+                unit: "touch latency (log scale)",
+                value: |r| r.p50_us,
+                log: true,
+            },
+        ),
+        (
+            "latency-p99",
+            BarPlot {
+                title: "p99 touch latency per tier",
+                unit: "touch latency (log scale)",
+                value: |r| r.p99_us,
+                log: true,
+            },
+        ),
+        (
+            "latency-p999",
+            BarPlot {
+                title: "p99.9 touch latency per tier",
+                unit: "touch latency (log scale)",
+                value: |r| r.p999_us,
+                log: true,
+            },
+        ),
+    ];
+    let palette = Palette::new(results);
+    let figure = |kind: &str, phase: Option<&str>, svg: String, shown: &[&BenchResult]| {
+        let mut html = format!("<figure class=\"zpage-plot\" data-plot=\"{kind}\"");
+        if let Some(phase) = phase {
+            html.push_str(&format!(" data-phase=\"{}\"", escape(phase)));
+        }
+        html.push_str(&format!(">\n{svg}\n<figcaption class=\"legend\">"));
+        for (tier, color) in palette.legend(shown) {
+            html.push_str(&format!(
+                "<span class=\"tier\" data-tier=\"{0}\"><span class=\"swatch\" style=\"background:{color}\"></span>{0}</span>",
+                escape(&tier)
+            ));
+        }
+        html.push_str("</figcaption>\n</figure>\n");
+        html
+    };
+    for workload in &workloads {
+        let ours: Vec<&BenchResult> = results.iter().filter(|r| r.workload == *workload).collect();
+        body.push_str(&format!("<h2>{}</h2>\n", escape(workload)));
+        for (kind, plot) in &bar_plots {
+            let svg = plot.svg(&ours, &palette)?;
+            if !svg.is_empty() {
+                body.push_str(&figure(kind, None, svg, &ours));
+            }
+        }
+        let mut patterns: Vec<&str> = Vec::new();
+        for r in &ours {
+            if !patterns.contains(&r.pattern.as_str()) {
+                patterns.push(&r.pattern);
+            }
+        }
+        for pattern in patterns {
+            let phase: Vec<&BenchResult> = ours
+                .iter()
+                .copied()
+                .filter(|r| r.pattern == pattern && !r.latency_cdf.is_empty())
+                .collect();
+            let svg = cdf_svg(
+                &format!("Latency CDF: {workload} {pattern}"),
+                &phase,
+                &palette,
+            )?;
+            if !svg.is_empty() {
+                body.push_str(&figure("cdf", Some(pattern), svg, &phase));
+            }
+        }
+    }
+    body.push_str("<h2>All results</h2>\n");
+    body.push_str(&results_table(results));
+    let title = escape(title);
     Ok(format!(
-        r##"<!DOCTYPE html>
+        r#"<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -85,114 +246,21 @@ pub fn html(results: &[BenchResult], title: &str) -> serde_json::Result<String> 
 <style>
 body {{ font-family: sans-serif; margin: 2em; color: #222; }}
 h2 {{ margin-top: 2em; }}
-.zpage-plot {{ border: 1px solid #ddd; margin: 0.5em 0 1.5em; }}
-.zpage-plot text {{ font-size: 11px; }}
+figure.zpage-plot {{ margin: 0.5em 0 1.5em; }}
+figure.zpage-plot svg {{ border: 1px solid #ddd; max-width: 100%; height: auto; }}
 table {{ border-collapse: collapse; font-size: 12px; }}
-td, th {{ border: 1px solid #ccc; padding: 2px 6px; text-align: right; }}
+td, th {{ border: 1px solid #ccc; padding: 2px 6px; text-align: right; font-variant-numeric: tabular-nums; }}
+th, td.label {{ text-align: left; }}
+figcaption.legend {{ font-size: 13px; margin-top: 0.3em; }}
+figcaption.legend .tier {{ margin-right: 1.5em; white-space: nowrap; }}
+figcaption.legend .swatch {{ display: inline-block; width: 0.9em; height: 0.9em; margin-right: 0.4em; vertical-align: -0.1em; }}
 </style>
 </head>
 <body>
 <h1>{title}</h1>
-<p>Throughput and touch latency of each tier on the same pages and access sequence; latency CDFs per phase.</p>
-<div id="plots"></div>
-<h2>All results</h2>
-<table id="results"></table>
-<script type="application/json" id="zpage-data">{data}</script>
-<script>
-"use strict";
-const results = JSON.parse(document.getElementById("zpage-data").textContent);
-const NS = "http://www.w3.org/2000/svg";
-const colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"];
-const tiers = [...new Set(results.map(r => r.tier))];
-const color = t => colors[tiers.indexOf(t) % colors.length];
-const phases = [...new Set(results.map(r => r.workload + " " + r.pattern))];
-function el(name, attrs, parent, text) {{
-  const e = document.createElementNS(NS, name);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
-  if (parent) parent.appendChild(e);
-  return e;
-}}
-function svg(kind, title, width, height) {{
-  const h = document.createElement("h2");
-  h.textContent = title;
-  document.getElementById("plots").appendChild(h);
-  const s = el("svg", {{class: "zpage-plot", "data-plot": kind, width, height, viewBox: `0 0 ${{width}} ${{height}}`}});
-  document.getElementById("plots").appendChild(s);
-  return s;
-}}
-function legend(s, x, y) {{
-  tiers.forEach((t, i) => {{
-    el("rect", {{x, y: y + i * 16, width: 10, height: 10, fill: color(t), class: "legend"}}, s);
-    el("text", {{x: x + 14, y: y + i * 16 + 9}}, s, t);
-  }});
-}}
-// Grouped bars: one group per phase, one bar per tier; log scale when asked.
-function bars(kind, title, value, unit, log) {{
-  const W = 900, H = 320, L = 70, B = 90, T = 20, R = 170;
-  const s = svg(kind, title, W, H);
-  const values = results.map(value).filter(v => v > 0);
-  const max = Math.max(...values), min = Math.min(...values);
-  const y = v => {{
-    if (!(v > 0)) return H - B;
-    const f = log ? (Math.log(v) - Math.log(min / 2)) / (Math.log(max * 1.1) - Math.log(min / 2)) : v / (max * 1.1);
-    return H - B - f * (H - B - T);
-  }};
-  const gw = (W - L - R) / phases.length, bw = Math.max(2, (gw - 10) / tiers.length);
-  phases.forEach((p, i) => {{
-    tiers.forEach((t, j) => {{
-      const r = results.find(r => r.tier === t && r.workload + " " + r.pattern === p);
-      if (!r) return;
-      const v = value(r);
-      el("rect", {{x: L + i * gw + 5 + j * bw, y: y(v), width: bw - 1, height: H - B - y(v), fill: color(t), class: "bar"}}, s)
-        .appendChild(el("title", {{}}, null, `${{t}} ${{p}}: ${{v.toPrecision(4)}} ${{unit}}`));
-    }});
-    el("text", {{x: L + i * gw + gw / 2, y: H - B + 12, "text-anchor": "end", transform: `rotate(-30 ${{L + i * gw + gw / 2}} ${{H - B + 12}})`}}, s, p);
-  }});
-  el("line", {{x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#000"}}, s);
-  el("line", {{x1: L, y1: T, x2: L, y2: H - B, stroke: "#000"}}, s);
-  el("text", {{x: 5, y: T + 10}}, s, unit + (log ? " (log)" : ""));
-  el("text", {{x: L - 5, y: y(max) + 4, "text-anchor": "end"}}, s, max.toPrecision(3));
-  legend(s, W - R + 10, T);
-}}
-bars("throughput", "Throughput per tier (touches/s)", r => r.touches_per_s, "touches/s", false);
-bars("latency-p50", "Median touch latency per tier (µs)", r => r.p50_us, "µs", true);
-bars("latency-p99", "p99 touch latency per tier (µs)", r => r.p99_us, "µs", true);
-bars("latency-p999", "p99.9 touch latency per tier (µs)", r => r.p999_us, "µs", true);
-// One CDF per phase: share of touches at or below a latency, one line per tier, log x.
-phases.forEach(p => {{
-  const rs = results.filter(r => r.workload + " " + r.pattern === p && r.latency_cdf.length > 0);
-  if (rs.length === 0) return;
-  const W = 900, H = 300, L = 60, B = 40, T = 20, R = 170;
-  const s = svg("cdf", "Latency CDF: " + p, W, H);
-  const xs = rs.flatMap(r => r.latency_cdf.map(c => c[0])).filter(x => x > 0);
-  const lo = Math.log(Math.min(...xs)), hi = Math.log(Math.max(...xs) * 1.01);
-  const x = v => L + (Math.log(Math.max(v, 1e-3)) - lo) / (hi - lo) * (W - L - R);
-  const y = f => H - B - f * (H - B - T);
-  rs.forEach(r => {{
-    const d = r.latency_cdf.map((c, i) => (i ? "L" : "M") + x(c[0]).toFixed(1) + " " + y(c[1]).toFixed(1)).join(" ");
-    el("path", {{d, fill: "none", stroke: color(r.tier), "stroke-width": 2, class: "cdf-line", "data-tier": r.tier}}, s);
-  }});
-  el("line", {{x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#000"}}, s);
-  el("line", {{x1: L, y1: T, x2: L, y2: H - B, stroke: "#000"}}, s);
-  for (let e = Math.ceil(lo / Math.LN10); e <= hi / Math.LN10; e++) {{
-    el("text", {{x: x(Math.pow(10, e)), y: H - B + 14, "text-anchor": "middle"}}, s, Math.pow(10, e) + " µs");
-  }}
-  [0, 0.5, 0.9, 0.99, 1].forEach(f => el("text", {{x: L - 5, y: y(f) + 4, "text-anchor": "end"}}, s, f));
-  legend(s, W - R + 10, T);
-}});
-// The table of every figure.
-const columns = ["tier", "workload", "pattern", "touches", "touches_per_s", "p50_us", "p99_us", "p999_us", "max_us", "resident_max_bytes", "compressed_bytes", "fault_share"];
-const table = document.getElementById("results");
-const head = table.insertRow();
-columns.forEach(c => {{ const th = document.createElement("th"); th.textContent = c; head.appendChild(th); }});
-results.forEach(r => {{
-  const row = table.insertRow();
-  columns.forEach(c => {{ row.insertCell().textContent = typeof r[c] === "number" ? +r[c].toPrecision(4) : r[c]; }});
-}});
-</script>
-</body>
+<p>Throughput and touch latency of each tier on the same pages and access sequence; latency CDFs per phase; every figure in the table at the end.</p>
+{body}</body>
 </html>
-"##
+"#
     ))
 }

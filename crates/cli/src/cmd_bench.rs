@@ -458,6 +458,105 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
     Ok(results)
 }
 
+/// The first line of `/proc/...` `file` that starts with `key`, after its `:`.
+fn proc_field(file: &str, key: &str) -> Option<String> {
+    std::fs::read_to_string(file)
+        .ok()?
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(key)
+                .and_then(|rest| rest.split_once(':'))
+                .map(|(_, value)| value.trim().to_string())
+        })
+}
+
+fn proc_text(file: &str) -> String {
+    std::fs::read_to_string(file)
+        .map(|text| text.trim().to_string())
+        .unwrap_or_else(|_| "-".into())
+}
+
+/// What the report says about the run: the data, the budget, the codecs and
+/// tiers, the host, zpage's version and when.
+fn run_parameters(args: &Args, results: &[BenchResult]) -> Vec<(&'static str, String)> {
+    use crate::bench_report::bytes_text;
+    let first = results.first();
+    let distinct = |field: fn(&BenchResult) -> &str| {
+        let mut seen: Vec<&str> = Vec::new();
+        for r in results {
+            if !seen.contains(&field(r)) {
+                seen.push(field(r));
+            }
+        }
+        seen.join(", ")
+    };
+    let mut rows = vec![
+        (
+            "data",
+            match &args.image {
+                Some(image) => format!("memory image {}", image.display()),
+                None => format!("generated (seed {})", args.seed),
+            },
+        ),
+        (
+            "size",
+            first.map_or("-".into(), |r| bytes_text(r.size_bytes)),
+        ),
+        (
+            "budget",
+            first.map_or("-".into(), |r| bytes_text(r.budget_bytes)),
+        ),
+        (
+            "codec",
+            match &args.cold_codec {
+                Some(cold) => format!("{}, cold pages {cold}", args.codec),
+                None => args.codec.clone(),
+            },
+        ),
+        ("tiers", distinct(|r| &r.tier)),
+        ("workloads", distinct(|r| &r.workload)),
+        ("phases", distinct(|r| &r.pattern)),
+        (
+            "touches per random phase",
+            args.touches
+                .map_or("one per page".into(), crate::bench_plots::grouped),
+        ),
+        ("threads", args.threads.to_string()),
+        ("fault mode", format!("{:?}", args.fault_mode)),
+    ];
+    if let Some(cap) = args.pool_max {
+        rows.push(("pool cap", bytes_text(cap)));
+    }
+    if let Some(backing) = &args.backing {
+        // A Redis URL may hold a password: only its kind is shown.
+        let shown = if backing.contains("://") {
+            backing.split("://").next().unwrap_or("").to_string() + " server"
+        } else {
+            backing.clone()
+        };
+        rows.push(("tier below RAM", shown));
+    }
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    rows.extend([
+        (
+            "host",
+            format!(
+                "{}, Linux {}, {cpus} CPUs ({}), {} RAM",
+                proc_text("/proc/sys/kernel/hostname"),
+                proc_text("/proc/sys/kernel/osrelease"),
+                proc_field("/proc/cpuinfo", "model name").unwrap_or_else(|| "-".into()),
+                zpage_kernel::procfs::mem_total_bytes().map_or("-".into(), bytes_text),
+            ),
+        ),
+        ("zpage version", env!("CARGO_PKG_VERSION").to_string()),
+        (
+            "date",
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        ),
+    ]);
+    rows
+}
+
 fn print_report(args: &Args, results: &[BenchResult]) -> Result<()> {
     let mut text = crate::bench_report::tables_text(results);
     for tier in ["zpage", "zpage-fifo"] {
@@ -479,7 +578,9 @@ fn print_report(args: &Args, results: &[BenchResult]) -> Result<()> {
     }
     say(args.json, text.trim_end());
     if let Some(path) = &args.report {
-        let html = crate::bench_report::html(results, "zpage bench")?;
+        let html =
+            crate::bench_report::html(results, "zpage bench", &run_parameters(args, results))
+                .map_err(|e| anyhow::anyhow!("the report {}: {e}", path.display()))?;
         std::fs::write(path, html)
             .with_context(|| format!("write the report {}", path.display()))?;
         say(args.json, &format!("report with plots: {}", path.display()));

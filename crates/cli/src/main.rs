@@ -3,6 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod bench_plots;
 mod bench_report;
 mod cmd_analyze;
 mod cmd_bench;
