@@ -1,27 +1,68 @@
-//! Latency histogram with bounded memory.
+//! Latency histogram with bounded memory: `hdrhistogram`'s, plus the exact
+//! minimum, maximum and sum.
 //!
 //! The kernel tiers run inside a memory cgroup whose limit is the budget, so
 //! the measuring code must not grow with the number of touches (a `Vec` of
 //! every latency would be charged to the cgroup and steal budget from the
-//! workload). A log-linear histogram keeps ~1.6% relative precision in a
-//! fixed 30 KiB table: values below 64 ns are exact, above that each power
-//! of two is split into 64 equal sub-buckets (the HDR histogram layout).
+//! workload). An HDR histogram of two significant figures keeps values
+//! within 1% in a table allocated once, up front, for every value a `u64`
+//! of nanoseconds can hold; recording allocates nothing. (The region's own
+//! fault-latency histogram, filled in the SIGBUS handler, stays the
+//! hand-written power-of-two one in `zpage-region`.)
 
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-const SUB_BUCKET_BITS: u32 = 6;
-const SUB_BUCKETS: u64 = 1 << SUB_BUCKET_BITS;
-/// Exact buckets for 0..64, then 64 sub-buckets for each exponent 6..=63.
-const BUCKET_COUNT: usize = (SUB_BUCKETS + (64 - SUB_BUCKET_BITS as u64) * SUB_BUCKETS) as usize;
+/// Significant figures kept: values within 1%.
+const SIGNIFICANT_FIGURES: u8 = 2;
 
-/// Latencies in nanoseconds, bucketed; percentiles within ~1.6%, exact min/max/mean.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Latencies in nanoseconds, bucketed; percentiles within 1%, exact min/max/mean.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(into = "Recorded", from = "Recorded")]
 pub struct LatencyHistogram {
-    counts: Vec<u64>,
-    total: u64,
+    counts: Histogram<u64>,
     sum_ns: u128,
     min_ns: u64,
     max_ns: u64,
+}
+
+/// A histogram as it crosses a process boundary (a kernel tier's child
+/// reports in JSON): the occupied buckets, each as one value in it and its
+/// count, and the exact figures.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Recorded {
+    buckets: Vec<(u64, u64)>,
+    sum_ns: u128,
+    min_ns: u64,
+    max_ns: u64,
+}
+
+impl From<LatencyHistogram> for Recorded {
+    fn from(h: LatencyHistogram) -> Recorded {
+        Recorded {
+            buckets: h
+                .counts
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect(),
+            sum_ns: h.sum_ns,
+            min_ns: h.min_ns,
+            max_ns: h.max_ns,
+        }
+    }
+}
+
+impl From<Recorded> for LatencyHistogram {
+    fn from(recorded: Recorded) -> LatencyHistogram {
+        let mut h = LatencyHistogram::new();
+        for (value, count) in recorded.buckets {
+            h.counts.saturating_record_n(value, count);
+        }
+        h.sum_ns = recorded.sum_ns;
+        h.min_ns = recorded.min_ns;
+        h.max_ns = recorded.max_ns;
+        h
+    }
 }
 
 impl Default for LatencyHistogram {
@@ -30,35 +71,12 @@ impl Default for LatencyHistogram {
     }
 }
 
-fn bucket_of(value: u64) -> usize {
-    if value < SUB_BUCKETS {
-        return value as usize;
-    }
-    let exponent = 63 - value.leading_zeros();
-    let shift = exponent - SUB_BUCKET_BITS;
-    let sub = (value >> shift) - SUB_BUCKETS;
-    (SUB_BUCKETS + u64::from(shift) * SUB_BUCKETS + sub) as usize
-}
-
-/// The range of values `[low, high]` that land in bucket `index`.
-fn bucket_range(index: usize) -> (u64, u64) {
-    let index = index as u64;
-    if index < SUB_BUCKETS {
-        return (index, index);
-    }
-    let shift = (index - SUB_BUCKETS) / SUB_BUCKETS;
-    let sub = (index - SUB_BUCKETS) % SUB_BUCKETS;
-    let low = (SUB_BUCKETS + sub) << shift;
-    let high = low.saturating_add((1u64 << shift) - 1);
-    (low, high)
-}
-
 impl LatencyHistogram {
     /// An empty histogram (allocates its fixed table once, up front).
     pub fn new() -> Self {
         LatencyHistogram {
-            counts: vec![0; BUCKET_COUNT],
-            total: 0,
+            counts: Histogram::new_with_bounds(1, u64::MAX, SIGNIFICANT_FIGURES)
+                .expect("constant bounds and precision are valid"),
             sum_ns: 0,
             min_ns: u64::MAX,
             max_ns: 0,
@@ -68,8 +86,7 @@ impl LatencyHistogram {
     /// Records one latency.
     #[inline]
     pub fn record(&mut self, nanos: u64) {
-        self.counts[bucket_of(nanos)] += 1;
-        self.total += 1;
+        self.counts.saturating_record(nanos);
         self.sum_ns += u128::from(nanos);
         self.min_ns = self.min_ns.min(nanos);
         self.max_ns = self.max_ns.max(nanos);
@@ -77,10 +94,9 @@ impl LatencyHistogram {
 
     /// Adds every sample of `other` to this histogram.
     pub fn merge(&mut self, other: &LatencyHistogram) {
-        for (mine, theirs) in self.counts.iter_mut().zip(&other.counts) {
-            *mine += theirs;
-        }
-        self.total += other.total;
+        self.counts
+            .add(&other.counts)
+            .expect("histograms of the same bounds add");
         self.sum_ns += other.sum_ns;
         self.min_ns = self.min_ns.min(other.min_ns);
         self.max_ns = self.max_ns.max(other.max_ns);
@@ -88,7 +104,7 @@ impl LatencyHistogram {
 
     /// Number of recorded samples.
     pub fn count(&self) -> u64 {
-        self.total
+        self.counts.len()
     }
 
     /// Largest recorded value (exact); 0 when empty.
@@ -98,7 +114,7 @@ impl LatencyHistogram {
 
     /// Smallest recorded value (exact); 0 when empty.
     pub fn min_ns(&self) -> u64 {
-        if self.total == 0 {
+        if self.count() == 0 {
             0
         } else {
             self.min_ns
@@ -107,51 +123,39 @@ impl LatencyHistogram {
 
     /// Arithmetic mean (exact); 0 when empty.
     pub fn mean_ns(&self) -> f64 {
-        if self.total == 0 {
+        if self.count() == 0 {
             0.0
         } else {
-            self.sum_ns as f64 / self.total as f64
+            self.sum_ns as f64 / self.count() as f64
         }
     }
 
     /// The value below or at which `quantile` (0.0..=1.0) of the samples lie.
     ///
-    /// Uses the nearest-rank definition; the answer is the middle of the
-    /// bucket holding that rank, clamped to the exact min and max, so p100 is
-    /// the true maximum and a histogram of one value answers that value.
+    /// Nearest rank: the top of the bucket holding that rank, clamped to the
+    /// exact min and max, so p100 is the true maximum and a histogram of one
+    /// value answers that value.
     pub fn percentile_ns(&self, quantile: f64) -> u64 {
-        if self.total == 0 {
+        if self.count() == 0 {
             return 0;
         }
-        let quantile = quantile.clamp(0.0, 1.0);
-        let rank = ((quantile * self.total as f64).ceil() as u64).clamp(1, self.total);
-        let mut seen = 0u64;
-        for (index, &count) in self.counts.iter().enumerate() {
-            seen += count;
-            if seen >= rank {
-                let (low, high) = bucket_range(index);
-                let middle = low + (high - low) / 2;
-                return middle.clamp(self.min_ns, self.max_ns);
-            }
-        }
-        self.max_ns
+        self.counts
+            .value_at_quantile(quantile.clamp(0.0, 1.0))
+            .clamp(self.min_ns, self.max_ns)
     }
 
     /// Share of the samples at or below `nanos` (0.0..=1.0), within the
-    /// histogram's ~1.6% bucket precision.
+    /// histogram's 1% bucket precision.
     pub fn share_at_most(&self, nanos: u64) -> f64 {
-        if self.total == 0 {
+        if self.count() == 0 {
             return 0.0;
         }
-        let last = bucket_of(nanos);
-        let below: u64 = self.counts[..=last].iter().sum();
-        below as f64 / self.total as f64
+        self.counts.count_between(0, nanos) as f64 / self.count() as f64
     }
 
     /// Clears every sample, keeping the table.
     pub fn reset(&mut self) {
-        self.counts.iter_mut().for_each(|c| *c = 0);
-        self.total = 0;
+        self.counts.reset();
         self.sum_ns = 0;
         self.min_ns = u64::MAX;
         self.max_ns = 0;
@@ -163,19 +167,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn buckets_cover_every_value_in_order() {
-        let mut previous_high = None;
-        for index in 0..BUCKET_COUNT {
-            let (low, high) = bucket_range(index);
-            assert!(low <= high);
-            if let Some(prev) = previous_high {
-                assert_eq!(low, prev + 1, "gap before bucket {index}");
-            }
-            assert_eq!(bucket_of(low), index);
-            assert_eq!(bucket_of(high), index);
-            previous_high = Some(high);
+    fn every_value_is_recorded_within_one_percent() {
+        let mut h = LatencyHistogram::new();
+        for value in [0, 1, 255, 256, 10_000, 123_456_789, u64::MAX / 4, u64::MAX] {
+            h.reset();
+            h.record(value);
+            h.record(value);
+            assert_eq!(h.count(), 2);
+            // Clamped to the exact extremes: a single value answers itself.
+            assert_eq!(h.percentile_ns(0.5), value);
+            assert_eq!(h.share_at_most(value), 1.0);
         }
-        assert_eq!(previous_high, Some(u64::MAX));
+        h.reset();
+        for v in (1..=1_000u64).map(|v| v * 997) {
+            h.record(v);
+        }
+        let p50 = h.percentile_ns(0.5) as f64;
+        assert!(
+            (p50 - 500.0 * 997.0).abs() / (500.0 * 997.0) <= 0.01,
+            "{p50}"
+        );
+    }
+
+    #[test]
+    fn crosses_a_process_boundary_as_json_unchanged() {
+        let mut h = LatencyHistogram::new();
+        for v in [3u64, 70, 70, 5_000, 1 << 40] {
+            h.record(v);
+        }
+        let json = serde_json::to_string(&h).unwrap();
+        let back: LatencyHistogram = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, h);
+        assert_eq!(back.percentile_ns(0.6), h.percentile_ns(0.6));
+        assert_eq!(back.mean_ns(), h.mean_ns());
     }
 
     #[test]
