@@ -67,10 +67,7 @@ impl CompressedSource {
                 .ok()
                 .and_then(|d| d.mm_stat().ok())
                 .map_or(0, |m| m.mem_used_total),
-            CompressedSource::Zswap => procfs::meminfo()
-                .ok()
-                .and_then(|m| m.get("Zswap").copied())
-                .unwrap_or(0),
+            CompressedSource::Zswap => procfs::meminfo().ok().and_then(|m| m.z_swap).unwrap_or(0),
         }
     }
 }

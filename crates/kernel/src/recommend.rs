@@ -100,8 +100,8 @@ pub fn recommend_from(
         _ => (kernel_algorithms.first().cloned().unwrap_or_else(|| "lzo".into()), "the kernel's only choice".to_string(), lz4.ratio),
     };
     let meminfo = procfs::meminfo()?;
-    let mem_total = meminfo.get("MemTotal").copied().unwrap_or(0);
-    let anon = meminfo.get("AnonPages").copied().unwrap_or(0);
+    let mem_total = meminfo.mem_total;
+    let anon = meminfo.anon_pages.unwrap_or(0);
     // Spend at most a quarter of RAM on compressed data when the device is full;
     // keep disksize between 25% and 150% of RAM.
     let finite_ratio = if ratio.is_finite() { ratio } else { 10.0 };

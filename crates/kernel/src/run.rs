@@ -322,10 +322,10 @@ fn compressed_now(zram: Option<&ZramDevice>) -> CompressedSample {
             })
             .unwrap_or_default(),
         None => {
-            let meminfo = procfs::meminfo().unwrap_or_default();
-            let compressed = meminfo.get("Zswap").copied().unwrap_or(0);
+            let meminfo = procfs::meminfo().ok();
+            let compressed = meminfo.as_ref().and_then(|m| m.z_swap).unwrap_or(0);
             CompressedSample {
-                original_bytes: meminfo.get("Zswapped").copied().unwrap_or(0),
+                original_bytes: meminfo.as_ref().and_then(|m| m.z_swapped).unwrap_or(0),
                 compressed_bytes: compressed,
                 memory_used_bytes: compressed,
             }

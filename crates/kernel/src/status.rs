@@ -200,14 +200,14 @@ fn zswap_status_from(sources: &Sources) -> ZswapStatus {
         Ok(p) => (p, None),
         Err(e) => (BTreeMap::new(), Some(e.to_string())),
     };
-    let meminfo = procfs::meminfo().unwrap_or_default();
+    let meminfo = procfs::meminfo().ok();
     let vmstat = procfs::vmstat().unwrap_or_default();
     let (cgroups, cgroups_note) = zswap::cgroup_usage(256);
     ZswapStatus {
         parameters,
         parameters_error,
-        pool_bytes: meminfo.get("Zswap").copied(),
-        stored_bytes: meminfo.get("Zswapped").copied(),
+        pool_bytes: meminfo.as_ref().and_then(|m| m.z_swap),
+        stored_bytes: meminfo.as_ref().and_then(|m| m.z_swapped),
         zswpin: vmstat.get("zswpin").copied(),
         zswpout: vmstat.get("zswpout").copied(),
         zswpwb: vmstat.get("zswpwb").copied(),
@@ -242,7 +242,7 @@ pub fn collect_from(sources: &Sources) -> KernelStatus {
         ),
         Err(e) => (Vec::new(), Some(e.to_string())),
     };
-    let meminfo = procfs::meminfo().unwrap_or_default();
+    let meminfo = procfs::meminfo().ok();
     let sysctls = procfs::RELEVANT_SYSCTLS
         .iter()
         .map(|name| {
@@ -255,9 +255,9 @@ pub fn collect_from(sources: &Sources) -> KernelStatus {
         zram_note,
         zswap: zswap_status_from(sources),
         swaps,
-        mem_total_bytes: meminfo.get("MemTotal").copied(),
-        swap_total_bytes: meminfo.get("SwapTotal").copied(),
-        swap_free_bytes: meminfo.get("SwapFree").copied(),
+        mem_total_bytes: meminfo.as_ref().map(|m| m.mem_total),
+        swap_total_bytes: meminfo.as_ref().map(|m| m.swap_total),
+        swap_free_bytes: meminfo.as_ref().map(|m| m.swap_free),
         sysctls,
         memory_pressure: procfs::memory_pressure().ok(),
     }
