@@ -1,5 +1,20 @@
 //! The Prometheus text exposition format (0.0.4): a parser into metric
 //! families, used to validate and merge the per-process files, and a writer.
+//!
+//! Written here because the crates do not fit. `prometheus-client` encodes
+//! OpenMetrics only: a counter's TYPE and HELP name the family without
+//! `_total`, which the 0.0.4 parsers operators check with read as another,
+//! untyped family (`promtool check metrics` of Debian 12's Prometheus 2.42:
+//! "zpage_x_total no help text"; the Python client makes it `unknown`). The
+//! `prometheus` crate writes 0.0.4 from protobuf `MetricFamily` messages,
+//! into which every family (the per-process files' histograms included)
+//! would have to be rebuilt sample by sample: more code than this writer,
+//! and protobuf besides. `prometheus-parse` is lenient by design (lines its
+//! regular expressions do not match are skipped, and a `}` inside a quoted
+//! label value ends the labels), so it cannot tell a malformed file from a
+//! good one, which is what the exporter needs of a parser; it is also
+//! unmaintained since 2023. The output is checked by `promtool check
+//! metrics` and the Python client's parser in `tests/exporter_http.rs`.
 
 use std::fmt::Write as _;
 
