@@ -1,5 +1,6 @@
 //! The one table renderer of every command: aligned text (with or without
-//! headings, or zramctl's `--raw`), CSV with raw numbers, and JSON rows.
+//! headings, or zramctl's `--raw`) laid out by `comfy-table`, and CSV with
+//! raw numbers written by `csv`.
 
 use std::fmt::Write;
 
@@ -27,6 +28,9 @@ fn looks_numeric(cell: &str) -> bool {
         .next()
         .is_some_and(|c| c.is_ascii_digit() || c == '-' || c == '+' || c == '.')
 }
+
+/// Columns are two spaces apart, as `ps` and zramctl lay them out.
+const GAP: u16 = 2;
 
 impl Table {
     /// A table with these column names; the first column is left-aligned.
@@ -63,24 +67,22 @@ impl Table {
             }
             return out;
         }
-        let widths: Vec<usize> = (0..self.header.len())
-            .map(|col| {
-                rows.iter()
-                    .map(|row| row[col].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
+        let mut table = comfy_table::Table::new();
+        table.load_preset(comfy_table::presets::NOTHING);
         for row in rows {
-            let mut line = String::new();
-            for (col, cell) in row.iter().enumerate() {
+            table.add_row(row.iter().enumerate().map(|(col, cell)| {
                 let right = col > 0 && (looks_numeric(cell) || cell == MISSING);
-                if right {
-                    let _ = write!(line, "{cell:>width$}  ", width = widths[col]);
+                comfy_table::Cell::new(cell).set_alignment(if right {
+                    comfy_table::CellAlignment::Right
                 } else {
-                    let _ = write!(line, "{cell:<width$}  ", width = widths[col]);
-                }
-            }
+                    comfy_table::CellAlignment::Left
+                })
+            }));
+        }
+        for column in table.column_iter_mut() {
+            column.set_padding((0, GAP));
+        }
+        for line in table.lines() {
             out.push_str(line.trim_end());
             out.push('\n');
         }
@@ -89,24 +91,20 @@ impl Table {
 
     /// RFC 4180 CSV with the header row.
     pub fn csv(&self) -> String {
-        let escape = |cell: &String| {
-            if cell.contains([',', '"', '\n']) {
-                format!("\"{}\"", cell.replace('"', "\"\""))
-            } else {
-                cell.clone()
-            }
-        };
-        let mut out = String::new();
+        let mut writer = csv::Writer::from_writer(Vec::new());
         for row in std::iter::once(&self.header).chain(&self.rows) {
-            out.push_str(&row.iter().map(escape).collect::<Vec<_>>().join(","));
-            out.push('\n');
+            // Writing to memory fails only on an allocation failure.
+            writer.write_record(row).expect("CSV into memory");
         }
-        out
+        let bytes = writer.into_inner().expect("CSV into memory");
+        String::from_utf8(bytes).expect("CSV of UTF-8 cells is UTF-8")
     }
 }
 
 /// A table printed a row at a time, as a live view fills it: every column
 /// as wide as its heading (at least `min_width`), cells right-aligned.
+/// Written here: a table crate lays out whole tables, and each line of this
+/// one is printed before the next row exists.
 #[derive(Debug)]
 pub struct LiveTable {
     header: Vec<String>,
