@@ -172,6 +172,8 @@ pub struct Summary {
     pub fault_latency_p99_ns: u64,
     pub fault_handling_ns: u64,
     pub throttle_ns: u64,
+    pub overshoot_count: u64,
+    pub overshoot_peak_bytes: u64,
     pub syscalls_pinned: u64,
     pub syscalls_retried: u64,
     pub syscalls_trapped: u64,
@@ -208,6 +210,8 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         fault_latency_p99_ns: 0,
         fault_handling_ns: 0,
         throttle_ns: 0,
+        overshoot_count: 0,
+        overshoot_peak_bytes: 0,
         syscalls_pinned: 0,
         syscalls_retried: 0,
         syscalls_trapped: 0,
@@ -236,6 +240,8 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         s.restores += r.restore_count;
         s.evictions += r.eviction_count;
         s.throttle_ns += r.throttle_ns;
+        s.overshoot_count += r.overshoot_count;
+        s.overshoot_peak_bytes = s.overshoot_peak_bytes.max(r.overshoot_peak_bytes);
         s.syscalls_pinned += r.syscalls_pinned;
         s.syscalls_retried += r.syscalls_retried;
         s.syscalls_trapped += r.syscalls_trapped;
@@ -329,6 +335,15 @@ pub fn render(s: &Summary) -> String {
             s.fault_handling_ns as f64 / 1e9,
             s.throttle_ns as f64 / 1e9
         ),
+    ]);
+    if s.overshoot_count > 0 {
+        lines.push(format!(
+            "\tBudget exceeded: up to {} over, {} faults went over it (pages could not leave: the pool at its cap with no tier, a tier full or failing, or every resident page pinned or locked)",
+            mib(s.overshoot_peak_bytes),
+            s.overshoot_count
+        ));
+    }
+    lines.extend([
         format!(
             "\tSystem calls on zpage memory: {} trapped and served, {} pinned by the wrappers, {} retried",
             s.syscalls_trapped, s.syscalls_pinned, s.syscalls_retried

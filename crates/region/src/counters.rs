@@ -28,6 +28,9 @@ macro_rules! region_stat_fields {
                 resident_bytes,
                 /// Uncompressed bytes every region of the budget holds (what the budget limits).
                 budget_resident_bytes,
+                /// The most bytes the budget held over its limit while pages could not leave
+                /// (see `overshoot_count`); 0 if it never had to.
+                overshoot_peak_bytes,
                 /// Of this region's bytes, those held uncompressed in the staging area (trial eviction).
                 staged_bytes,
                 /// Pinned bytes of this region (never evicted).
@@ -75,6 +78,10 @@ macro_rules! region_stat_fields {
                 pressure_compression_count,
                 /// Pages the codec or the store refused (kept resident).
                 compress_failure_count,
+                /// Faults that went over the budget without waiting because pages could not
+                /// leave (the pool at its cap with no tier to write back to, a full or failing
+                /// tier, every resident page pinned or held by `mlockall`/`restore_all`).
+                overshoot_count,
                 /// Faults that waited: the budget was full, or the reclaimer was moving a burst of
                 /// pages out (it does so while faults wait, see the crate documentation).
                 throttle_count,

@@ -537,6 +537,20 @@ fn throttle(core: &RegionCore) {
     if !full() || budget.evictions().fork_paused() {
         return;
     }
+    let signal = budget.reclaim_signal();
+    if signal.stuck() {
+        // Pages cannot leave: no waiting for room that will not come; the
+        // budget is exceeded, counted and reported.
+        Counters::bump(&core.counters.overshoot_count);
+        signal.note_overshoot(
+            budget
+                .resident()
+                .pages()
+                .saturating_sub(budget.limits().budget_pages)
+                + 1,
+        );
+        return;
+    }
     let started = sys::now_ns();
     let timed = profile::start();
     Counters::bump(&core.counters.throttle_count);

@@ -140,6 +140,10 @@ const BACKLOG_BURSTS: usize = 4;
 /// the program faults (a fault and a compression cancel out).
 const PROGRAM_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
 
+/// While pages cannot leave, the reclaimer looks again this often (or at a
+/// kick): the pool drains as pages are restored, pins are released.
+const STUCK_RETRY_NS: u64 = 20_000_000;
+
 /// Compaction runs when the pool holds more than this fraction above its
 /// blobs' bytes. Pages restored give their blobs up (exclusive loads) and
 /// leave holes across the pool's spans; zsmalloc leaves them to a shrinker
@@ -360,11 +364,15 @@ impl Reclaimer {
                 return;
             }
             let limits = budget.limits();
+            if !this.pages_can_leave() {
+                return;
+            }
             budget.reclaim_signal().begin_burst();
-            this.move_victims(limits.burst_pages, &|| {
+            let moved = this.move_victims(limits.burst_pages, &|| {
                 budget.resident().pages() < limits.budget_pages
             });
             budget.reclaim_signal().end_burst();
+            this.note_progress(moved);
             budget.signal_room();
             this.refill_victims();
             this.write_back();
@@ -381,6 +389,32 @@ impl Reclaimer {
         let _g = budget.lock_reclaim();
         self.drain();
         work(self, &budget)
+    }
+
+    /// Whether pages could leave now: not while the pool is at its cap and
+    /// writing back to the tier (if there is one) does not bring it under.
+    /// If they cannot, the budget is marked stuck (faults stop waiting and
+    /// go over it) and nothing is moved out only to be put back.
+    fn pages_can_leave(&mut self) -> bool {
+        if self.budget.store().refusing_stores() {
+            self.write_back();
+            if self.budget.store().refusing_stores() {
+                self.budget.reclaim_signal().set_stuck(true);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// After moving pages out: none moved while the budget is full means
+    /// every resident page is pinned or held (stuck until one moves again).
+    fn note_progress(&self, moved: usize) {
+        let budget = &self.budget;
+        if moved > 0 {
+            budget.reclaim_signal().set_stuck(false);
+        } else if budget.resident().pages() >= budget.limits().budget_pages {
+            budget.reclaim_signal().set_stuck(true);
+        }
     }
 
     /// Moves up to `count` victims out while `go_on` holds (and at most
@@ -412,12 +446,13 @@ impl Reclaimer {
             }
             let limits = budget.limits();
             let resident = budget.resident().pages();
-            if resident > limits.low_pages {
+            if resident > limits.low_pages && this.pages_can_leave() {
                 let to_free = resident - limits.low_pages;
                 // Move enough pages out that, after compressing the oldest
                 // staged pages, `staging_target` remain on trial.
                 let to_move = (to_free + limits.staging_target).saturating_sub(this.staged.len());
-                this.move_victims(to_move, &|| true);
+                let moved = this.move_victims(to_move, &|| true);
+                this.note_progress(moved);
             }
             this.refill_victims();
             this.write_back();
@@ -518,6 +553,9 @@ impl Reclaimer {
                     // Nothing staged, and the budget full of mapped pages.
                     self.round();
                 }
+                if self.budget.reclaim_signal().stuck() {
+                    self.budget.reclaim_signal().sleep(kick, STUCK_RETRY_NS);
+                }
                 if let Some(cold) = &mut self.cold {
                     cold.train_if_wanted(&self.budget, &mut self.worker);
                 }
@@ -550,7 +588,16 @@ impl Reclaimer {
                 if let Some(cold) = &mut self.cold {
                     cold.train_if_wanted(&self.budget, &mut self.worker);
                 }
+                if self.budget.reclaim_signal().stuck() {
+                    // Nothing can leave: look again in a while (or at a
+                    // kick), not in a loop.
+                    self.budget.reclaim_signal().sleep(kick, STUCK_RETRY_NS);
+                }
                 continue;
+            }
+            if self.budget.reclaim_signal().stuck() && resident < limits.budget_pages {
+                // Back under the budget (pages freed or restored elsewhere).
+                self.budget.reclaim_signal().set_stuck(false);
             }
             if let Some(tier) = self.budget.store().tier() {
                 if self.tier_upkeep.elapsed() >= std::time::Duration::from_millis(100) {

@@ -83,6 +83,7 @@ impl RegionCore {
                 self.resident.load(Ordering::Relaxed) + self.staged.load(Ordering::Relaxed),
             ),
             budget_resident_bytes: bytes(budget.resident_pages()),
+            overshoot_peak_bytes: bytes(budget.reclaim_signal().overshoot_peak()),
             staged_bytes: bytes(self.staged.load(Ordering::Relaxed)),
             pinned_bytes: bytes(self.pinned.load(Ordering::Relaxed)),
             compressed_bytes: store.contents.compressed_bytes,

@@ -54,6 +54,12 @@ pub struct ProcessReport {
     pub compression_count: u64,
     pub throttle_count: u64,
     pub throttle_ns: u64,
+    /// Faults that went over the budget because pages could not leave,
+    /// and the most bytes the budget held over its limit then.
+    #[serde(default)]
+    pub overshoot_count: u64,
+    #[serde(default)]
+    pub overshoot_peak_bytes: u64,
     /// Fault latencies in log2 buckets of nanoseconds (see [`LatencySummary`]).
     pub fault_latency_log2_buckets: Vec<u64>,
     /// System calls whose buffers lay in regions (pinned for the call), and
@@ -103,6 +109,8 @@ impl ProcessReport {
         self.compression_count += stats.compression_count;
         self.throttle_count += stats.throttle_count;
         self.throttle_ns += stats.throttle_ns;
+        self.overshoot_count += stats.overshoot_count;
+        self.overshoot_peak_bytes = self.overshoot_peak_bytes.max(stats.overshoot_peak_bytes);
         self.add_buckets(&stats.fault_latency.log2_buckets);
     }
 

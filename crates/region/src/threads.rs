@@ -65,7 +65,14 @@ fn set_mask(how: i32, set: &libc::sigset_t, old: Option<&mut libc::sigset_t>) {
     unsafe {
         crate::far::syscall(
             libc::SYS_rt_sigprocmask,
-            [how as i64, set as *const libc::sigset_t as i64, old, 8, 0, 0],
+            [
+                how as i64,
+                set as *const libc::sigset_t as i64,
+                old,
+                8,
+                0,
+                0,
+            ],
         );
     }
 }

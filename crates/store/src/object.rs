@@ -343,6 +343,18 @@ impl PageStore {
         Some((max_pages, accept_pages))
     }
 
+    /// True while a store would be refused for the pool's cap (the check of
+    /// [`PageStore::pool_over_limit`], without counting a hit): a region's
+    /// reclaimer looks before moving pages out it could not store.
+    pub fn refusing_stores(&self) -> bool {
+        let Some((max_pages, accept_pages)) = self.limit_pages() else {
+            return false;
+        };
+        let used_pages = self.gauges.pool_pages.load(Relaxed);
+        used_pages >= max_pages
+            || (self.pool_reached_full.load(Relaxed) && used_pages > accept_pages)
+    }
+
     /// zswap's limit check with hysteresis: true when the store must refuse.
     pub(crate) fn pool_over_limit(&self) -> bool {
         let Some((max_pages, accept_pages)) = self.limit_pages() else {

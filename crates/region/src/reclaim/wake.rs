@@ -39,6 +39,12 @@ pub struct ReclaimSignal {
     bursting: AtomicBool,
     /// The budget is going away: its threads end.
     stop: AtomicBool,
+    /// Pages cannot leave now (the pool is at its cap with nowhere to
+    /// write back, or every resident page is pinned or held): faults go
+    /// over the budget instead of waiting for room that will not come.
+    stuck: AtomicBool,
+    /// The most pages resident over the budget while stuck.
+    overshoot_peak: std::sync::atomic::AtomicUsize,
 }
 
 impl ReclaimSignal {
@@ -91,7 +97,11 @@ impl ReclaimSignal {
         kick: &dyn Fn(),
     ) {
         self.room_waiters.fetch_add(1, Ordering::SeqCst);
-        while full() && !self.stop.load(Ordering::Relaxed) && sys::now_ns() - started < timeout_ns {
+        while full()
+            && !self.stop.load(Ordering::Relaxed)
+            && !self.stuck()
+            && sys::now_ns() - started < timeout_ns
+        {
             let seq = self.room.load(Ordering::SeqCst);
             if !full() {
                 break;
@@ -128,6 +138,31 @@ impl ReclaimSignal {
 
     pub fn bursting(&self) -> bool {
         self.bursting.load(Ordering::SeqCst)
+    }
+
+    // ---- Pages that cannot leave ----
+
+    /// The reclaimer's finding: pages can leave again (`false`), or cannot
+    /// (`true`: throttled faults are woken and go over the budget).
+    pub fn set_stuck(&self, stuck: bool) {
+        if self.stuck.swap(stuck, Ordering::SeqCst) != stuck && stuck {
+            self.room.fetch_add(1, Ordering::SeqCst);
+            sys::futex_wake_all(&self.room);
+        }
+    }
+
+    pub fn stuck(&self) -> bool {
+        self.stuck.load(Ordering::SeqCst)
+    }
+
+    /// A fault goes `over` pages past the budget while stuck.
+    pub fn note_overshoot(&self, over: usize) {
+        self.overshoot_peak.fetch_max(over, Ordering::Relaxed);
+    }
+
+    /// The most pages resident past the budget while stuck.
+    pub fn overshoot_peak(&self) -> usize {
+        self.overshoot_peak.load(Ordering::Relaxed)
     }
 
     // ---- Stop ----
