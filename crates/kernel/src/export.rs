@@ -56,7 +56,7 @@ pub fn export(
         ExportFormat::ZramGenerator => zram_generator(config),
         ExportFormat::Sysctl => sysctl_conf(config, auto_swappiness),
         ExportFormat::Nixos => nixos(config, auto_swappiness),
-        ExportFormat::Systemd => systemd(config, auto_swappiness),
+        ExportFormat::Systemd => systemd(config, auto_swappiness)?,
         ExportFormat::ZramTools => zram_tools(config)?,
     })
 }
@@ -426,7 +426,7 @@ pub fn systemd_escape_path(path: &str) -> String {
     out
 }
 
-fn systemd(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
+fn systemd(config: &KernelConfig, auto_swappiness: Option<u8>) -> Result<String> {
     let mut out = String::from(
         "# systemd files written by `zpage kernel export`; each starts with its path.\n",
     );
@@ -514,7 +514,8 @@ fn systemd(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
             out.push_str("\n[Install]\nWantedBy=swap.target\n");
         }
     }
-    for s in &config.swap {
+    for (i, s) in config.swap.iter().enumerate() {
+        let creator = swap_file_creator(i, s)?;
         let what = if s.encrypted {
             let name = crate::swapdev::crypt_name(std::path::Path::new(&s.path));
             out.push_str("\n# ==> /etc/crypttab (append; a new random key every boot)\n");
@@ -529,17 +530,25 @@ fn systemd(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
             s.path.clone()
         };
         let unit = format!("{}.swap", systemd_escape_path(&what));
+        if let Some(creator) = &creator {
+            // The encrypted file is the backing of a cryptsetup unit that
+            // systemd makes from crypttab: it must exist before that runs.
+            let before = if s.encrypted {
+                format!(
+                    "systemd-cryptsetup@{}.service",
+                    systemd_escape_path(&crate::swapdev::crypt_name(std::path::Path::new(&s.path)))
+                )
+            } else {
+                unit.clone()
+            };
+            out.push_str(&creator.unit_text(&before, s.encrypted));
+        }
         let _ = writeln!(out, "\n# ==> /etc/systemd/system/{unit}");
         let _ = writeln!(out, "[Unit]\nDescription=zpage: disk swap tier on {what}");
-        if s.size.is_some() && !s.encrypted {
-            let _ = writeln!(
-                out,
-                "# create it once first: zpage kernel apply (or fallocate + mkswap, size {})",
-                s.size
-                    .as_ref()
-                    .and_then(|z| z.resolve("size", 0).ok())
-                    .unwrap_or(0)
-            );
+        if let Some(creator) = &creator {
+            if !s.encrypted {
+                let _ = writeln!(out, "Requires={0}\nAfter={0}", creator.unit_name);
+            }
         }
         let _ = writeln!(out, "\n[Swap]\nWhat={what}\nPriority={}", s.priority());
         let mut options = Vec::new();
@@ -589,7 +598,73 @@ fn systemd(config: &KernelConfig, auto_swappiness: Option<u8>) -> String {
             let _ = writeln!(out, "w- /sys/module/zswap/parameters/{k} - - - - {v}");
         }
     }
-    out
+    Ok(out)
+}
+
+/// The oneshot unit that makes a swap file at boot when it is missing.
+struct SwapFileCreator {
+    unit_name: String,
+    path: String,
+    bytes: u64,
+}
+
+/// A swap area that is a file (not under `/dev/`) needs a unit that
+/// creates it on a machine where it does not exist yet, so it needs a
+/// `size`; without one the export is refused, rather than naming a file
+/// nothing creates (which `nofail` would then skip in silence, leaving the
+/// machine without its disk tier).
+fn swap_file_creator(i: usize, s: &DiskSwapConfig) -> Result<Option<SwapFileCreator>> {
+    if s.path.starts_with("/dev/") {
+        return Ok(None);
+    }
+    let Some(size) = &s.size else {
+        return Err(KernelError::config(
+            format!("swap[{i}].size"),
+            format!(
+                "{:?} is a file and has no size, so the systemd export cannot create it on a machine that lacks it",
+                s.path
+            ),
+            "add size = \"4G\" (the units then create the file at boot when it is missing), or point path at a block device",
+        ));
+    };
+    let bytes = size.resolve(&format!("swap[{i}].size"), 0)?;
+    Ok(Some(SwapFileCreator {
+        unit_name: format!("zpage-swapfile-{}.service", systemd_escape_path(&s.path)),
+        path: s.path.clone(),
+        bytes,
+    }))
+}
+
+impl SwapFileCreator {
+    /// The unit: skipped when the file exists; otherwise the file is made
+    /// under a temporary name (every block allocated, mode 0600, the swap
+    /// signature written unless dm-crypt's `swap` option will write it on
+    /// the mapping) and renamed into place, so a boot interrupted halfway
+    /// never leaves a half-made swap file behind.
+    fn unit_text(&self, before: &str, encrypted: bool) -> String {
+        let mut out = format!("\n# ==> /etc/systemd/system/{}\n", self.unit_name);
+        let _ = writeln!(
+            out,
+            "[Unit]\nDescription=zpage: create the swap file {} ({} bytes) when it is missing\nDefaultDependencies=no\nRequiresMountsFor={}\nConditionPathExists=!{}\nBefore={before}",
+            self.path, self.bytes, self.path, self.path
+        );
+        let mkswap = if encrypted {
+            ""
+        } else {
+            " && /sbin/mkswap \"$$f.new\" >/dev/null"
+        };
+        let _ = writeln!(
+            out,
+            "\n[Service]\nType=oneshot\nExecStart=/bin/sh -c 'umask 077 && f={path} && rm -f \"$$f.new\" && (fallocate -l {bytes} \"$$f.new\" || dd if=/dev/zero of=\"$$f.new\" bs=1M count={mib} status=none) && chmod 600 \"$$f.new\"{mkswap} && mv \"$$f.new\" \"$$f\"'",
+            path = self.path,
+            bytes = self.bytes,
+            mib = self.bytes.div_ceil(MIB),
+        );
+        if encrypted {
+            let _ = writeln!(out, "\n[Install]\nRequiredBy={before}");
+        }
+        out
+    }
 }
 
 /// Splits a `systemd` export into (path, content) files.

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::apply::{SavedState, ZramSnapshot};
+use crate::apply::SavedState;
 use crate::memcg;
 use crate::procfs::{self, SwapArea};
 use crate::zram::ZramDevice;
@@ -149,10 +149,6 @@ impl MachineState {
             .get("vm.page-cluster")
             .map_or("?", String::as_str)
     }
-
-    fn zram(&self, index: u32) -> Option<&ZramSnapshot> {
-        self.kernel.zram.iter().find(|z| z.index == index)
-    }
 }
 
 /// How a [`MachineGuard`] treats the swap areas already active.
@@ -166,12 +162,13 @@ pub enum OtherSwap {
     KeepOn,
 }
 
-/// The zram device a guard uses.
+/// The zram device a guard uses: always one it added (`hot_add`) and
+/// removes again, never one already there. An unused `zram0` is usually
+/// the device a zram-generator or zram-tools set-up expects to find at
+/// boot or on its next start.
 #[derive(Debug)]
 struct ZramChoice {
     device: ZramDevice,
-    /// Made with hot_add by us, so removed again at the end.
-    hot_added: bool,
 }
 
 /// Records the machine's swap state, lets a run change it, and restores it
@@ -242,27 +239,15 @@ impl MachineGuard {
         self.zram.as_ref().map(|z| &z.device)
     }
 
-    /// The first zram device nobody uses, or a new one.
+    /// The guard's own zram device, added on first use.
     fn choose_zram(&mut self) -> Result<ZramDevice> {
         if let Some(choice) = &self.zram {
             return Ok(choice.device.clone());
         }
-        let free = ZramDevice::list()
-            .unwrap_or_default()
-            .into_iter()
-            .find(|d| matches!(d.in_use_reason(), Ok(None)));
-        let choice = match free {
-            Some(device) => ZramChoice {
-                device,
-                hot_added: false,
-            },
-            None => ZramChoice {
-                device: ZramDevice::hot_add()?,
-                hot_added: true,
-            },
-        };
-        let device = choice.device.clone();
-        self.zram = Some(choice);
+        let device = ZramDevice::hot_add()?;
+        self.zram = Some(ZramChoice {
+            device: device.clone(),
+        });
         Ok(device)
     }
 
@@ -383,17 +368,8 @@ impl MachineGuard {
             problems.push(e.to_string());
         }
         if let Some(choice) = self.zram.take() {
-            if choice.hot_added {
-                if let Err(e) = choice.device.hot_remove() {
-                    problems.push(e.to_string());
-                }
-            } else if let Some(snapshot) = self.saved.zram(choice.device.index()) {
-                if let Err(e) = choice
-                    .device
-                    .write_attribute("comp_algorithm", &snapshot.algorithm)
-                {
-                    problems.push(e.to_string());
-                }
+            if let Err(e) = choice.device.hot_remove() {
+                problems.push(e.to_string());
             }
         }
         // `enabled` last, so zswap never runs with a half-restored configuration.

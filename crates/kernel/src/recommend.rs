@@ -68,6 +68,27 @@ pub struct Recommendation {
     pub saving_on_current_anon_bytes: u64,
     /// A config for `zpage kernel apply`.
     pub config_toml: String,
+    /// What makes the proposal doubtful (a ratio too low for zram to pay).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+}
+
+/// Below this ratio a page swapped to zram frees less than a third of a
+/// page of RAM, yet costs a compression on the way out and a decompression
+/// on every fault back: the trade stops paying (typical memory compresses
+/// 2.5-4:1 with lz4).
+pub const POOR_RATIO: f64 = 1.5;
+
+/// Why zram at `ratio` (uncompressed bytes per byte of RAM used) is a poor
+/// trade, when it is.
+pub fn ratio_warning(ratio: f64) -> Option<String> {
+    if !ratio.is_finite() || ratio >= POOR_RATIO {
+        return None;
+    }
+    let freed = (1.0 - 1.0 / ratio.max(1.0)) * 100.0;
+    Some(format!(
+        "this memory compresses only {ratio:.2}:1, so each page zram holds frees {freed:.0}% of a page of RAM while every swap-out compresses and every fault back decompresses: below {POOR_RATIO}:1 zram is a poor trade. Find what fills memory with incompressible data (encrypted or compressed buffers, random data) first; otherwise prefer disk swap (or zswap in front of it), or more RAM"
+    ))
 }
 
 /// The algorithms the kernel's zram offers.
@@ -113,7 +134,11 @@ pub fn recommend_from(
         let assumed = crate::measure::swappiness_for_ratio(10.0);
         (assumed, "estimated, not measured: assumed zram reads a page 10x as fast as a file; `zpage kernel recommend --measure` (root) or `swappiness = \"auto\"` in the config measures it".to_string())
     });
-    let config_toml = config_toml(&algorithm, fraction, zram_size_bytes, swappiness);
+    let warnings: Vec<String> = ratio_warning(ratio).into_iter().collect();
+    let mut config_toml = config_toml(&algorithm, fraction, zram_size_bytes, swappiness);
+    for warning in &warnings {
+        config_toml.insert_str(0, &format!("# WARNING: {warning}\n"));
+    }
     Ok(Recommendation {
         observation,
         algorithm,
@@ -125,6 +150,7 @@ pub fn recommend_from(
         saving_when_full_bytes: saving(zram_size_bytes),
         saving_on_current_anon_bytes: saving(anon),
         config_toml,
+        warnings,
     })
 }
 
@@ -140,12 +166,18 @@ pub fn recommend(observation: Observation, measure_swappiness: bool) -> Result<R
         recommendation.swappiness_reason = format!("measured: {} reads a random page in {:.1} us, a file in {:.1} us (r = {:.2}); 200*r/(1+r)", m.swap_tier, m.swap_us_per_page, m.file_us_per_page, m.ratio);
         let fraction =
             recommendation.zram_size_bytes as f64 / procfs::mem_total_bytes()?.max(1) as f64;
-        recommendation.config_toml = config_toml(
-            &recommendation.algorithm,
-            fraction,
-            recommendation.zram_size_bytes,
-            m.swappiness,
-        );
+        let warnings: String = recommendation
+            .warnings
+            .iter()
+            .map(|w| format!("# WARNING: {w}\n"))
+            .collect();
+        recommendation.config_toml = warnings
+            + &config_toml(
+                &recommendation.algorithm,
+                fraction,
+                recommendation.zram_size_bytes,
+                m.swappiness,
+            );
     }
     Ok(recommendation)
 }
@@ -206,8 +238,50 @@ impl Recommendation {
             human_bytes(self.saving_when_full_bytes),
             human_bytes(self.saving_on_current_anon_bytes)
         );
+        for warning in &self.warnings {
+            out += &format!("WARNING: {warning}\n");
+        }
         out += "config for `zpage kernel apply`:\n";
         out += &self.config_toml;
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observation(ratio: f64) -> Observation {
+        Observation {
+            source: "test".into(),
+            observed_bytes: 1 << 30,
+            processes: 1,
+            skipped_processes: 0,
+            codecs: vec![CodecResult {
+                codec: "lz4".into(),
+                kernel_algorithm: "lz4".into(),
+                same_filled_pages: 0,
+                incompressible_pages: None,
+                estimated_memory_bytes: ((1u64 << 30) as f64 / ratio) as u64,
+                ratio,
+                compress_mib_per_s: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_poor_ratio_is_warned_about_in_the_text_and_the_config() {
+        let algorithms = ["lz4".to_string()];
+        let poor = recommend_from(observation(1.10), &algorithms, None).unwrap();
+        assert_eq!(poor.warnings.len(), 1, "{:?}", poor.warnings);
+        assert!(poor.warnings[0].contains("1.10:1"), "{}", poor.warnings[0]);
+        assert!(poor.render_text().contains("WARNING: "), "{}", poor.render_text());
+        assert!(poor.config_toml.starts_with("# WARNING: "), "{}", poor.config_toml);
+        // The config still parses with the warning in it.
+        crate::config::KernelConfig::parse(&poor.config_toml).unwrap();
+        let good = recommend_from(observation(3.2), &algorithms, None).unwrap();
+        assert!(good.warnings.is_empty(), "{:?}", good.warnings);
+        assert!(!good.render_text().contains("WARNING"));
+        assert!(ratio_warning(f64::INFINITY).is_none());
     }
 }

@@ -13,10 +13,11 @@
 //! # Ok::<(), zpage_kernel::KernelError>(())
 //! ```
 //!
-//! While the program runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the
-//! supervising process are passed on to the program (a terminal's Ctrl-C
-//! already reaches it directly), and the supervisor waits for it to end,
-//! then restores the machine.
+//! While the program runs, every signal the supervising process is sent
+//! that a supervisor passes on ([`crate::supervise::is_forwarded`]: SIGTERM,
+//! SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT...) goes to
+//! the program (a terminal's Ctrl-C already reaches it directly), and the
+//! supervisor waits for it to end, then restores the machine.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,7 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::{MachineGuard, OtherSwap, SwapBackend, CGROUP_PREFIX, CGROUP_SWAPPINESS};
 use crate::memcg::{self, CgroupCounters, CgroupVersion, MemoryCgroup};
-use crate::sys::{ChildEnd, SignalForwarding};
+use crate::sys::ChildEnd;
+use crate::supervise::SignalForwarding;
 use crate::zram::{MmStat, ZramDevice};
 use crate::{procfs, zswap, KernelError, Result};
 
@@ -130,12 +132,11 @@ pub fn check_available(options: &RunOptions) -> Result<()> {
                     Err(e) => reasons.push(e.to_string()),
                 },
             }
-            let free = devices
-                .iter()
-                .any(|d| matches!(d.in_use_reason(), Ok(None)));
-            if !free && !control {
+            // Its own device, added and removed again: an unused zram0 is
+            // the one a zram-generator or zram-tools set-up expects.
+            if !control && !devices.is_empty() {
                 reasons.push(
-                    "every zram device is in use and the kernel cannot add one (no /sys/class/zram-control): free one or use zswap".into(),
+                    "the kernel cannot add a zram device (no /sys/class/zram-control/hot_add), and kernel mode uses only a device it adds: use --kernel-swap zswap".into(),
                 );
             }
         }
@@ -462,6 +463,9 @@ impl KernelRun {
         let vmstat_before = procfs::vmstat()?;
         let started = Instant::now();
         let program = format!("{:?}", command.get_program());
+        // Held from before the start, so a signal sent meanwhile reaches the program.
+        let held = crate::supervise::hold_signals()
+            .map_err(|e| KernelError::io("sigprocmask", "hold signals", e))?;
         let child = command.spawn().map_err(|e| KernelError::Command {
             command: program,
             detail: format!("cannot start it: {e}"),
@@ -470,7 +474,8 @@ impl KernelRun {
                     .into(),
         })?;
         let pid = i32::try_from(child.id()).unwrap_or(i32::MAX);
-        let forwarding = SignalForwarding::install(pid)
+        let forwarding = held
+            .forward_to(pid)
             .map_err(|e| KernelError::io("sigaction", "install signal forwarding", e))?;
         let sampler = Sampler::start(&cgroup, zram.clone(), pid, options.sample_every)?;
         Ok(KernelRun {

@@ -1,13 +1,15 @@
 //! The few system calls std does not offer. All `unsafe` of the crate lives here.
 //!
 //! Signal context: `forward_signal` runs as a signal handler and the
-//! `join_cgroup_at_exec` hook between fork and exec; both only load an atomic
-//! and make one system call (kill, write), which is async-signal-safe.
+//! `join_cgroup_at_exec` hook between fork and exec; both only load atomics
+//! and make system calls (pidfd_send_signal, kill, write), which are
+//! async-signal-safe.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 // From <sys/swap.h>; the libc crate does not export them.
 const SWAP_FLAG_PREFER: i32 = 0x8000;
@@ -303,45 +305,163 @@ pub fn join_cgroup_at_exec(
     Ok(())
 }
 
-/// Pid of the child the forwarding handler passes signals on to (0: none).
-static FORWARD_TO: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// Where the forwarding handler passes signals on to: a pidfd of the child
+/// when the kernel has them (a pidfd names one process, so a signal never
+/// reaches another process that reused the pid), else its pid; both `-1`/`0`
+/// when forwarding is off.
+static FORWARD_PIDFD: AtomicI32 = AtomicI32::new(-1);
+static FORWARD_PID: AtomicI32 = AtomicI32::new(0);
 
-/// The signals a supervisor passes on to its child.
-pub const FORWARDED_SIGNALS: [i32; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+/// Whether a supervisor passes `signal` on to its child. Not passed on:
+/// those that cannot be caught (SIGKILL, SIGSTOP); SIGCHLD, which is about
+/// the supervisor's own child; those the kernel raises for a fault or an
+/// `abort()` in the supervisor itself (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+/// SIGTRAP, SIGSYS, SIGABRT), whose default action must stay; the
+/// terminal's background-I/O stops (SIGTTIN, SIGTTOU), which are about the
+/// supervisor's own use of the terminal; and the C library's internal
+/// real-time signals. Everything else a supervisor, a service manager or a
+/// user sends (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2,
+/// SIGWINCH, SIGCONT, SIGTSTP, SIGALRM, real-time signals...) is.
+pub fn is_forwarded(signal: i32) -> bool {
+    const NEVER: [i32; 12] = [
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        libc::SIGCHLD,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+        libc::SIGABRT,
+        libc::SIGTTIN,
+        libc::SIGTTOU,
+    ];
+    let standard = (1..32).contains(&signal);
+    let realtime = (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal);
+    (standard || realtime) && !NEVER.contains(&signal)
+}
 
-/// Runs in signal context: async-signal-safe, as it only loads an atomic and
-/// calls kill(2).
+/// Every signal number [`is_forwarded`] accepts.
+fn forwarded_signals() -> impl Iterator<Item = i32> {
+    (1..=libc::SIGRTMAX()).filter(|&s| is_forwarded(s))
+}
+
+/// Runs in signal context: async-signal-safe, as it only loads atomics and
+/// makes system calls (pidfd_send_signal or kill, getpid), saving errno.
 extern "C" fn forward_signal(
     signal: libc::c_int,
     info: *mut libc::siginfo_t,
     _: *mut libc::c_void,
 ) {
+    // SAFETY: __errno_location returns this thread's errno slot, valid for
+    // the thread's life; saved here and put back below, so the interrupted
+    // code never sees the handler's errors.
+    let errno = unsafe { *libc::__errno_location() };
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let code = unsafe { (*info).si_code };
-    // A terminal's Ctrl-C / Ctrl-\ (si_code SI_KERNEL) already went to the
-    // whole foreground process group, the child included: do not send it twice.
-    if code == libc::SI_KERNEL {
-        return;
+    // A signal the kernel generated for the terminal (Ctrl-C, Ctrl-\,
+    // Ctrl-Z, a window resize, a hang-up: si_code SI_KERNEL) already went
+    // to the whole foreground process group, the child included: sending it
+    // again would deliver it twice (a second SIGINT makes redis quit
+    // without saving).
+    if code != libc::SI_KERNEL {
+        let pidfd = FORWARD_PIDFD.load(Ordering::SeqCst);
+        if pidfd >= 0 {
+            // SAFETY: plain integers and a null siginfo (the kernel fills
+            // in SI_USER); a stale descriptor only fails.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd,
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                );
+            }
+        } else {
+            send_signal(FORWARD_PID.load(Ordering::SeqCst), signal);
+        }
     }
-    send_signal(FORWARD_TO.load(std::sync::atomic::Ordering::SeqCst), signal);
+    if signal == libc::SIGTSTP {
+        // What SIGTSTP's default action would have done: stop, so a shell
+        // waiting for the job sees it stopped; SIGCONT resumes us (and is
+        // passed on).
+        // SAFETY: getpid and kill take plain integers.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGSTOP);
+        }
+    }
+    // SAFETY: as above, this thread's errno slot.
+    unsafe {
+        *libc::__errno_location() = errno;
+    }
 }
 
-/// While alive, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this process are
-/// passed on to a child instead of ending this process, which can then
-/// restore what it changed. The previous handlers come back on drop.
+/// Signals held back (blocked in this thread) while a child starts, so one
+/// that arrives meanwhile is passed on to it once it runs instead of ending
+/// this process. See [`HeldSignals::forward_to`].
 #[derive(Debug)]
-pub struct SignalForwarding {
-    previous: Vec<(i32, libc::sigaction)>,
+pub struct HeldSignals {
+    old_mask: libc::sigset_t,
 }
 
-impl SignalForwarding {
-    /// Forwards to `pid` from now on.
-    pub fn install(pid: i32) -> io::Result<SignalForwarding> {
-        FORWARD_TO.store(pid, std::sync::atomic::Ordering::SeqCst);
+/// Blocks every signal that [`is_forwarded`] in the calling thread (and in
+/// threads it starts from now on) until the returned value is turned into
+/// a [`SignalForwarding`] or dropped. A child started meanwhile by
+/// `std::process::Command` starts with an empty mask (std resets it).
+pub fn hold_signals() -> io::Result<HeldSignals> {
+    let set = forwarded_set();
+    // SAFETY: a zeroed sigset_t is a valid out value, filled by the call.
+    let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers refer to live locals; changes this thread's mask only.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(HeldSignals { old_mask })
+}
+
+fn forwarded_set() -> libc::sigset_t {
+    // SAFETY: a zeroed sigset_t is valid input to sigemptyset, which initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a live local; sigemptyset/sigaddset only write to it.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for signal in forwarded_signals() {
+            libc::sigaddset(&mut set, signal);
+        }
+    }
+    set
+}
+
+impl HeldSignals {
+    /// Passes every forwarded signal sent to this process on to `pid` from
+    /// now on (those that arrived while held first), except those this
+    /// process ignores (as under `nohup`: the child inherited that), and
+    /// those the terminal sent the whole process group. `pid` must be an
+    /// unreaped child of this process.
+    pub fn forward_to(self, pid: i32) -> io::Result<SignalForwarding> {
+        // SAFETY: pidfd_open takes plain integers; `pid` is our unreaped
+        // child, so it names that process. A kernel without pidfds (before
+        // 5.3) says ENOSYS and the handler falls back to kill(pid).
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+        FORWARD_PID.store(pid, Ordering::SeqCst);
+        FORWARD_PIDFD.store(pidfd.max(-1), Ordering::SeqCst);
         let mut forwarding = SignalForwarding {
             previous: Vec::new(),
+            pidfd,
         };
-        for signal in FORWARDED_SIGNALS {
+        for signal in forwarded_signals() {
+            // SAFETY: a zeroed sigaction is a valid out value.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: a null new action only reads the current one into `old`.
+            if unsafe { libc::sigaction(signal, std::ptr::null(), &mut old) } != 0 {
+                continue;
+            }
+            if old.sa_sigaction == libc::SIG_IGN {
+                continue;
+            }
             // SAFETY: a zeroed sigaction is a valid value of this plain C struct.
             let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
             action.sa_sigaction = forward_signal as *const () as usize;
@@ -350,17 +470,37 @@ impl SignalForwarding {
             unsafe {
                 libc::sigemptyset(&mut action.sa_mask);
             }
-            // SAFETY: a zeroed sigaction receives the old handler.
-            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
             // SAFETY: both pointers refer to live locals; the handler is an
             // extern "C" fn with the SA_SIGINFO signature.
-            if unsafe { libc::sigaction(signal, &action, &mut old) } != 0 {
+            if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } != 0 {
                 return Err(io::Error::last_os_error());
             }
             forwarding.previous.push((signal, old));
         }
+        // Dropping `self` puts the old mask back: what arrived meanwhile
+        // is delivered to the handler now.
+        drop(self);
         Ok(forwarding)
     }
+}
+
+impl Drop for HeldSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask this thread had before hold_signals.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut());
+        }
+    }
+}
+
+/// While alive, the signals a supervisor forwards ([`is_forwarded`]) that
+/// are sent to this process are passed on to its child instead of acting
+/// on this process, which can then report and restore what it changed.
+/// The previous handlers come back on drop.
+#[derive(Debug)]
+pub struct SignalForwarding {
+    previous: Vec<(i32, libc::sigaction)>,
+    pidfd: i32,
 }
 
 impl Drop for SignalForwarding {
@@ -371,23 +511,63 @@ impl Drop for SignalForwarding {
                 libc::sigaction(*signal, old, std::ptr::null_mut());
             }
         }
-        FORWARD_TO.store(0, std::sync::atomic::Ordering::SeqCst);
+        FORWARD_PIDFD.store(-1, Ordering::SeqCst);
+        FORWARD_PID.store(0, Ordering::SeqCst);
+        if self.pidfd >= 0 {
+            // SAFETY: our own descriptor from pidfd_open, closed once.
+            unsafe {
+                libc::close(self.pidfd);
+            }
+        }
     }
 }
 
-/// Blocks the signals a supervisor forwards ([`FORWARDED_SIGNALS`]) in the
+/// Blocks the signals a supervisor forwards ([`is_forwarded`]) in the
 /// calling thread, so they are handled on the main thread and never
 /// interrupt a helper thread of ours.
 pub fn block_forwarded_signals_in_this_thread() {
-    // SAFETY: a zeroed sigset_t is valid input to sigemptyset, which initialises it.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a live local; sigemptyset/sigaddset only write to it,
-    // and pthread_sigmask reads it and changes only this thread's mask.
+    let set = forwarded_set();
+    // SAFETY: `set` is a live local; pthread_sigmask reads it and changes
+    // only this thread's mask.
     unsafe {
-        libc::sigemptyset(&mut set);
-        for signal in FORWARDED_SIGNALS {
-            libc::sigaddset(&mut set, signal);
-        }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
+}
+
+/// Ends this process the way its child ended, by `signal`, so that whoever
+/// waits for it (a shell deciding whether to stop a script on Ctrl-C, a
+/// service manager that counts death by SIGTERM as a clean stop) sees the
+/// child's end. Core dumps are turned off first (the child's core, if any,
+/// is the one worth having). Where the signal cannot end the process (it
+/// is the init of a PID namespace, or the signal's default is to ignore),
+/// exits with 128 + `signal`, a shell's spelling of the same.
+pub fn exit_by_signal(signal: i32) -> ! {
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a zeroed sigaction is SIG_DFL with an empty mask; the other
+    // calls take plain values or pointers to live locals.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(signal, &default, std::ptr::null_mut());
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(signal);
+    }
+    std::process::exit(128 + signal)
+}
+
+/// Whether this process may execute `path` (execve's own check, with the
+/// effective ids).
+pub fn may_execute(path: &Path) -> bool {
+    let Ok(c) = c_path(path) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::X_OK, libc::AT_EACCESS) == 0 }
 }
