@@ -24,7 +24,7 @@ pub struct Args {
 enum KernelCommand {
     /// zram devices, zswap, swap areas, sysctls and memory pressure, with units.
     Status(StatusArgs),
-    /// One row per zram device, as zramctl prints them (same columns and options).
+    /// One row per zram device, as zramctl lists them (its columns and listing options; configuring is `apply`'s).
     #[command(visible_alias = "zramctl")]
     Devices(DevicesArgs),
     /// Configure zram, zswap, disk swap and sysctls from a TOML file (rolls back on failure).
@@ -33,6 +33,8 @@ enum KernelCommand {
     Revert(RevertArgs),
     /// Print the boot-time configuration that reproduces a config file.
     Export(ExportArgs),
+    /// Read a zram-generator.conf or a NixOS zramSwap setting into a config file (TOML on stdout).
+    Import(ImportArgs),
     /// Idle writeback/recompression where the kernel allows it; logs pressure and tier fill levels.
     Daemon(DaemonArgs),
     /// Sample this system's memory and propose algorithm, zram size, swappiness and page-cluster.
@@ -111,6 +113,18 @@ struct ExportArgs {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "zram-generator: /etc/systemd/zram-generator.conf (or a file of zram-generator.conf.d). NixOS: a module file (evaluated by nix-instantiate with empty config/lib/pkgs, taking zramSwap or services.zram-generator.settings), or FILE.json holding `nix eval --json .#nixosConfigurations.HOST.config.zramSwap`. Exporting the result in the same format gives the same settings; what a zpage config cannot say (a size capped with min(), a mount point, a host memory limit) is refused, naming the key."
+)]
+struct ImportArgs {
+    /// The file to read.
+    file: PathBuf,
+    /// Its format: zram-generator or nixos.
+    #[arg(long, value_parser = zpage_kernel::import::IMPORT_FORMAT_NAMES)]
+    from: String,
+}
+
+#[derive(Debug, clap::Args)]
 struct DaemonArgs {
     /// The config given to `apply`: its [daemon] schedule, and per [[zram]] writeback
     /// (with writeback_device) and recompression (with recompress_algorithms).
@@ -164,11 +178,53 @@ struct DevicesArgs {
     #[arg(short = 'r', long)]
     raw: bool,
     /// Also list devices that are not initialised (zramctl lists only used ones).
-    #[arg(short = 'a', long)]
+    #[arg(long)]
     all: bool,
     /// Print JSON: {"zramdevices": [...]}, sizes in bytes, null where there is no value.
-    #[arg(long)]
+    #[arg(short = 'J', long)]
     json: bool,
+    /// Only this device (/dev/zram0 or zram0), as `zramctl DEVICE` shows it.
+    device: Option<String>,
+    /// zramctl's options that configure a device (-a/--algorithm, -s/--size,
+    /// -t/--streams, -p/--algorithm-params, -f/--find, -R/--reset) are
+    /// recognised only to say that this view does not configure.
+    #[command(flatten)]
+    configure: ZramctlConfigureArgs,
+}
+
+/// zramctl's configuring options, taken with zramctl's meaning and refused:
+/// `zpage kernel devices` only lists (so `-a` never silently means
+/// something else than zramctl's `--algorithm`).
+#[derive(Debug, clap::Args)]
+struct ZramctlConfigureArgs {
+    #[arg(short = 'a', long = "algorithm", hide = true, value_name = "ALGORITHM")]
+    algorithm: Option<String>,
+    #[arg(short = 's', long = "size", hide = true, value_name = "SIZE")]
+    size: Option<String>,
+    #[arg(short = 't', long = "streams", hide = true, value_name = "NUMBER")]
+    streams: Option<String>,
+    #[arg(short = 'p', long = "algorithm-params", hide = true, value_name = "PARAMS")]
+    algorithm_params: Option<String>,
+    #[arg(short = 'f', long = "find", hide = true)]
+    find: bool,
+    #[arg(short = 'R', long = "reset", hide = true)]
+    reset: bool,
+}
+
+impl ZramctlConfigureArgs {
+    /// The zramctl option given, as typed, if any.
+    fn given(&self) -> Option<&'static str> {
+        [
+            (self.algorithm.is_some(), "-a/--algorithm"),
+            (self.size.is_some(), "-s/--size"),
+            (self.streams.is_some(), "-t/--streams"),
+            (self.algorithm_params.is_some(), "-p/--algorithm-params"),
+            (self.find, "-f/--find"),
+            (self.reset, "-R/--reset"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -312,6 +368,15 @@ const DEFAULT_DEVICE_COLUMNS: [&str; 8] = [
 
 fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     use crate::table::{compact_bytes, Style, Table, MISSING};
+    if let Some(option) = args.configure.given() {
+        anyhow::bail!(
+            "{option} configures a device in zramctl; `zpage kernel devices` only lists them: configure zram with `zpage kernel apply CONFIG.toml` (undone by `zpage kernel revert`), or with zramctl itself"
+        );
+    }
+    let wanted = args
+        .device
+        .as_deref()
+        .map(|d| d.trim_start_matches("/dev/").to_string());
     let names: Vec<String> = if args.output_all {
         DEVICE_COLUMNS.iter().map(|c| c.name.to_string()).collect()
     } else if args.output.is_empty() {
@@ -350,8 +415,17 @@ fn run_devices(args: DevicesArgs) -> anyhow::Result<()> {
     let devices: Vec<&status::ZramStatus> = snapshot
         .zram
         .iter()
-        .filter(|z| args.all || z.initialised)
+        .filter(|z| match &wanted {
+            Some(name) => &z.name == name,
+            None => args.all || z.initialised,
+        })
         .collect();
+    if let Some(name) = &wanted {
+        anyhow::ensure!(
+            !devices.is_empty(),
+            "/dev/{name}: no such zram device (`zpage kernel devices --all` lists them)"
+        );
+    }
     if args.json {
         let rows: Vec<serde_json::Value> = devices
             .iter()
@@ -401,6 +475,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         KernelCommand::Apply(a) => run_apply(a),
         KernelCommand::Revert(a) => run_revert(a),
         KernelCommand::Export(a) => run_export(a),
+        KernelCommand::Import(a) => run_import(a),
         KernelCommand::Daemon(a) => run_daemon(a),
         KernelCommand::Recommend(a) => run_recommend(a),
     }
@@ -575,6 +650,20 @@ fn run_export(args: ExportArgs) -> anyhow::Result<()> {
         .flatten()
         .and_then(|s| s.auto_swappiness);
     write_stdout(&export(&config, format, args.swappiness.or(measured))?)
+}
+
+fn run_import(args: ImportArgs) -> anyhow::Result<()> {
+    use zpage_kernel::import;
+    let format: import::ImportFormat = args.from.parse()?;
+    let config = import::import_file(&args.file, format)
+        .with_context(|| format!("importing {} ({})", args.file.display(), args.from))?;
+    let text = format!(
+        "# Imported from {} ({}) by `zpage kernel import`.\n{}",
+        args.file.display(),
+        args.from,
+        import::to_toml(&config)?
+    );
+    write_stdout(&text)
 }
 
 fn run_daemon(args: DaemonArgs) -> anyhow::Result<()> {

@@ -13,22 +13,54 @@
 //! comes from its figures. `--mode auto` takes kernel mode when
 //! `check_available` says it can be set up, else user mode, and says why.
 //!
+//! As a supervisor (`env`, `timeout`, `tini`): a program that does not
+//! exist exits 127, one that cannot be run 126; every signal `zpage run` is
+//! sent that a supervisor passes on (SIGTERM, SIGINT, SIGHUP, SIGQUIT,
+//! SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT...; `zpage_kernel::supervise`) goes
+//! to the program, a terminal's own signals (which reach the program
+//! directly) excepted; the summary is printed however the program ends;
+//! and `zpage run` ends as the program did: with its exit code, or killed
+//! by the same signal (re-raised, as `timeout` does), so a shell sees
+//! 128+N and stops a script on Ctrl-C, and a service manager sees the
+//! signal.
+//!
 //! `--budget` takes a size (`256M`, `2G`) or a percentage of the machine's
 //! memory (`25%` of `MemTotal`): a percentage of the program's own
 //! unconstrained peak would need a run without zpage first, which a command
 //! that runs arbitrary programs (with side effects) must not do on its own.
 //! Measure that peak with `/usr/bin/time -v` and pass a size instead.
 
+use crate::run_diagnosis::{self, ProgramFacts};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use zpage_kernel::supervise;
 use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
 
-/// Where `zpage run` looks for the preload library when it is not next to
-/// the `zpage` binary.
+/// The environment variables the preload library reads, from its own
+/// source (see that file for why it is included, not linked).
+mod preload_env {
+    include!("../../preload/src/env_names.rs");
+}
+
+/// Names the preload library explicitly, overriding where `zpage run`
+/// looks for it.
 pub const PRELOAD_ENV: &str = "ZPAGE_PRELOAD";
 const PRELOAD_NAME: &str = "libzpage_preload.so";
+/// Where an install puts the preload library, relative to the directory of
+/// the `zpage` binary (`PREFIX/bin/zpage`, `PREFIX/lib/zpage/...`; see
+/// `scripts/install.sh` and the Debian package).
+const INSTALLED_PRELOAD_DIR: &str = "../lib/zpage";
+
+/// How `zpage run` ends: as the program did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunExit {
+    /// Exit with this code.
+    Code(u8),
+    /// The program was killed by this signal: end by it too.
+    Signal(i32),
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -111,7 +143,9 @@ pub fn budget_bytes(text: &str, mem_total: u64) -> Result<u64> {
     Ok(bytes / 4096 * 4096)
 }
 
-/// The preload library: `$ZPAGE_PRELOAD`, or next to the `zpage` binary.
+/// The preload library: `$ZPAGE_PRELOAD`, else installed with the `zpage`
+/// binary (`PREFIX/lib/zpage/`), else next to it (a build's `target/release`;
+/// `cargo test` leaves test binaries one level below, in `deps`).
 pub fn find_preload(env: Option<OsString>, exe: &Path) -> Result<PathBuf> {
     if let Some(path) = env {
         let path = PathBuf::from(path);
@@ -119,20 +153,23 @@ pub fn find_preload(env: Option<OsString>, exe: &Path) -> Result<PathBuf> {
             return Ok(path);
         }
         bail!(
-            "{PRELOAD_ENV}={} is not a file: point it at libzpage_preload.so (build it with `cargo build --release -p zpage-preload`)",
+            "{PRELOAD_ENV}={} is not a file: point it at libzpage_preload.so, or unset it to use the installed one",
             path.display()
         );
     }
     let dir = exe.parent().unwrap_or(Path::new("."));
-    // `cargo test` leaves test binaries in target/<profile>/deps.
-    for candidate in [dir.join(PRELOAD_NAME), dir.join("..").join(PRELOAD_NAME)] {
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
+    let candidates = [
+        dir.join(INSTALLED_PRELOAD_DIR).join(PRELOAD_NAME),
+        dir.join(PRELOAD_NAME),
+        dir.join("..").join(PRELOAD_NAME),
+    ];
+    if let Some(found) = candidates.iter().find(|c| c.is_file()) {
+        return Ok(found.clone());
     }
     bail!(
-        "{PRELOAD_NAME} is not next to {} and {PRELOAD_ENV} is not set: build it with `cargo build --release -p zpage-preload` (it lands next to zpage in target/release), or set {PRELOAD_ENV} to its path",
-        exe.display()
+        "{PRELOAD_NAME} is not installed with {}: install zpage with `scripts/install.sh` (or the Debian package), which puts it in {}, or set {PRELOAD_ENV} to its path",
+        exe.display(),
+        dir.join(INSTALLED_PRELOAD_DIR).display()
     )
 }
 
@@ -152,6 +189,12 @@ pub struct Summary {
     /// Processes where zpage was not active, and why (first reason).
     pub processes_without_zpage: usize,
     pub without_zpage_reason: Option<String>,
+    /// When no process reported at all: the most likely reason.
+    pub no_report_reason: Option<String>,
+    /// The signal that killed the program, if one did.
+    pub killed_by_signal: Option<i32>,
+    /// What that death most likely means under zpage (SIGBUS), and what to do.
+    pub signal_note: Option<String>,
     /// `wait4`'s peak resident set of the program and its descendants.
     pub peak_resident_bytes: u64,
     /// The program's (first process's) own peak without zpage, estimated:
@@ -195,6 +238,9 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         processes: reports.len(),
         processes_without_zpage: 0,
         without_zpage_reason: None,
+        no_report_reason: None,
+        killed_by_signal: None,
+        signal_note: None,
         peak_resident_bytes: 0,
         unconstrained_peak_estimate_bytes: 0,
         memory_saved_bytes: 0,
@@ -288,10 +334,13 @@ pub fn render(s: &Summary) -> String {
             mib(s.budget_bytes),
             s.codec
         ),
-        format!(
-            "\tProcesses: {} ({} without zpage)",
-            s.processes, s.processes_without_zpage
-        ),
+        match &s.no_report_reason {
+            Some(why) if s.processes == 0 => format!("\tProcesses: 0 (no report: {why})"),
+            _ => format!(
+                "\tProcesses: {} ({} without zpage)",
+                s.processes, s.processes_without_zpage
+            ),
+        },
     ];
     if let Some(why) = &s.without_zpage_reason {
         lines.push(format!("\tWhy without zpage: {why}"));
@@ -349,9 +398,23 @@ pub fn render(s: &Summary) -> String {
             s.syscalls_trapped, s.syscalls_pinned, s.syscalls_retried
         ),
         format!("\tForks: {}", s.forks),
-        format!("\tExit status: {}", s.exit_status),
     ]);
+    if let Some(note) = &s.signal_note {
+        lines.push(format!("\tNote: {note}"));
+    }
+    lines.push(exit_line(s.exit_status, s.killed_by_signal));
     lines.join("\n") + "\n"
+}
+
+/// `Exit status: 143 (killed by SIGTERM)`.
+fn exit_line(status: i32, killed_by: Option<i32>) -> String {
+    match killed_by {
+        Some(signal) => format!(
+            "\tExit status: {status} (killed by {})",
+            run_diagnosis::signal_name(signal)
+        ),
+        None => format!("\tExit status: {status}"),
+    }
 }
 
 /// A directory for the processes' reports, removed when dropped.
@@ -363,31 +426,50 @@ impl Drop for ReportDir {
     }
 }
 
-/// Runs the command; returns the exit code to leave with.
-pub fn run(args: Args) -> Result<u8> {
+/// Runs the command; returns how to end. A program that cannot be
+/// started is a [`supervise::LaunchError`] (exit status 127 or 126).
+pub fn run(args: Args) -> Result<RunExit> {
     let budget = budget_bytes(&args.budget, mem_total()?)?;
+    // Before anything is set up: a missing program is the caller's mistake.
+    let program = supervise::resolve_program(&args.program[0], std::env::var_os("PATH").as_deref())?;
     match args.mode {
-        Mode::User => run_user(&args, budget),
+        Mode::User => run_user(&args, &program, budget),
         Mode::Kernel => {
             let options = kernel_options(&args, budget)?;
             zpage_kernel::run::check_available(&options)
                 .map_err(|e| anyhow::anyhow!("--mode kernel: {e}; or use --mode user (no root)"))?;
-            run_kernel(&args, &options)
+            run_kernel(&args, &program, &options)
         }
         Mode::Auto if args.cold_codec.is_some() => {
             eprintln!("zpage run: --mode auto: user mode, since --cold-codec is user mode's");
-            run_user(&args, budget)
+            run_user(&args, &program, budget)
         }
         Mode::Auto => {
             let options = kernel_options(&args, budget)?;
             match zpage_kernel::run::check_available(&options) {
-                Ok(()) => run_kernel(&args, &options),
+                Ok(()) => run_kernel(&args, &program, &options),
                 Err(why) => {
                     eprintln!("zpage run: --mode auto: user mode, since kernel mode cannot be set up here: {why}");
-                    run_user(&args, budget)
+                    run_user(&args, &program, budget)
                 }
             }
         }
+    }
+}
+
+/// A command for `program` (found on PATH) that the program sees started
+/// under the name it was given.
+fn program_command(args: &Args, program: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(program);
+    command.arg0(&args.program[0]).args(&args.program[1..]);
+    command
+}
+
+/// How to end after the program ended so.
+fn run_exit(exit: zpage_kernel::run::ChildExit) -> RunExit {
+    match exit {
+        zpage_kernel::run::ChildExit::Signal(signal) => RunExit::Signal(signal),
+        zpage_kernel::run::ChildExit::Code(code) => RunExit::Code(code.clamp(0, 255) as u8),
     }
 }
 
@@ -475,15 +557,24 @@ pub fn render_kernel(s: &KernelSummary) -> String {
             o.major_faults, o.minor_faults
         ),
         format!("\tOOM kills: {}", o.oom_kills),
-        format!("\tExit status: {}", s.exit_status),
+        exit_line(
+            s.exit_status,
+            match o.exit {
+                zpage_kernel::run::ChildExit::Signal(signal) => Some(signal),
+                zpage_kernel::run::ChildExit::Code(_) => None,
+            },
+        ),
     ]
     .join("\n")
         + "\n"
 }
 
-fn run_kernel(args: &Args, options: &zpage_kernel::run::RunOptions) -> Result<u8> {
-    let mut command = std::process::Command::new(&args.program[0]);
-    command.args(&args.program[1..]);
+fn run_kernel(
+    args: &Args,
+    program: &Path,
+    options: &zpage_kernel::run::RunOptions,
+) -> Result<RunExit> {
+    let command = program_command(args, program);
     let outcome = zpage_kernel::run::run(command, options).with_context(|| {
         format!(
             "running {} in kernel mode",
@@ -509,10 +600,10 @@ fn run_kernel(args: &Args, options: &zpage_kernel::run::RunOptions) -> Result<u8
     } else {
         eprint!("{}", render_kernel(&summary));
     }
-    Ok(summary.exit_status.clamp(0, 255) as u8)
+    Ok(run_exit(summary.outcome.exit))
 }
 
-fn run_user(args: &Args, budget: u64) -> Result<u8> {
+fn run_user(args: &Args, program: &Path, budget: u64) -> Result<RunExit> {
     let codec: zpage_codec::CodecSpec = args
         .codec
         .parse()
@@ -553,17 +644,16 @@ fn run_user(args: &Args, budget: u64) -> Result<u8> {
         preload_list.push(":");
         preload_list.push(existing);
     }
-    let mut command = std::process::Command::new(&args.program[0]);
+    let mut command = program_command(args, program);
     command
-        .args(&args.program[1..])
         .env("LD_PRELOAD", preload_list)
-        .env("ZPAGE_RUN_BUDGET_BYTES", budget.to_string())
-        .env("ZPAGE_RUN_CODEC", &args.codec)
-        .env("ZPAGE_RUN_MIN_MAPPING_BYTES", args.min_mapping.to_string())
+        .env(preload_env::BUDGET_ENV, budget.to_string())
+        .env(preload_env::CODEC_ENV, &args.codec)
+        .env(preload_env::MIN_MAPPING_ENV, args.min_mapping.to_string())
         .env(REPORT_DIR_ENV, &reports.0);
     match &args.cold_codec {
-        Some(cold) => command.env("ZPAGE_RUN_COLD_CODEC", cold),
-        None => command.env_remove("ZPAGE_RUN_COLD_CODEC"),
+        Some(cold) => command.env(preload_env::COLD_CODEC_ENV, cold),
+        None => command.env_remove(preload_env::COLD_CODEC_ENV),
     };
     // The program's budgets publish their figures when this is set; a
     // directory the user chose is kept.
@@ -575,28 +665,19 @@ fn run_user(args: &Args, budget: u64) -> Result<u8> {
             zpage_region::default_metrics_dir(),
         );
     }
-    // Like a shell: the program, not zpage, decides what ^C and ^\ do.
-    // SAFETY: signal() with SIG_IGN has no preconditions; restored below.
-    let (old_int, old_quit) = unsafe {
-        (
-            libc::signal(libc::SIGINT, libc::SIG_IGN),
-            libc::signal(libc::SIGQUIT, libc::SIG_IGN),
-        )
-    };
-    // SAFETY: runs in the child between fork and exec: only signal(), which
-    // is async-signal-safe, putting the default actions back.
-    unsafe {
-        command.pre_exec(move || {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    let facts = ProgramFacts::inspect(program);
+    let descriptors = run_diagnosis::descriptor_limit();
+    // Held from before the start, so a signal sent meanwhile reaches the
+    // program rather than ending zpage and orphaning it.
+    let held = supervise::hold_signals(&mut command).context("holding signals back")?;
     let started = std::time::Instant::now();
     let child = command
         .spawn()
-        .with_context(|| format!("starting {}", PathBuf::from(&args.program[0]).display()))?;
+        .map_err(|e| supervise::launch_error(program, &e))?;
     let pid = child.id() as i32;
+    let forwarding = held
+        .forward_to(pid)
+        .context("passing signals on to the program")?;
     let mut status = 0;
     // SAFETY: a zeroed rusage is a valid out value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -614,15 +695,13 @@ fn run_user(args: &Args, budget: u64) -> Result<u8> {
         }
     }
     let wall = started.elapsed().as_secs_f64();
-    // SAFETY: restores the dispositions saved above.
-    unsafe {
-        libc::signal(libc::SIGINT, old_int);
-        libc::signal(libc::SIGQUIT, old_quit);
-    }
+    // Signals act on zpage again (it prints the summary, then ends as the program did).
+    drop(forwarding);
+    let killed_by = libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status));
     let exit_code = if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
-    } else if libc::WIFSIGNALED(status) {
-        128 + libc::WTERMSIG(status)
+    } else if let Some(signal) = killed_by {
+        128 + signal
     } else {
         1
     };
@@ -640,6 +719,18 @@ fn run_user(args: &Args, budget: u64) -> Result<u8> {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     summary.exit_status = exit_code;
+    summary.killed_by_signal = killed_by;
+    if summary.processes == 0 {
+        summary.no_report_reason = Some(run_diagnosis::why_no_report(
+            program,
+            &facts,
+            killed_by,
+            descriptors,
+        ));
+    }
+    if killed_by == Some(libc::SIGBUS) {
+        summary.signal_note = Some(run_diagnosis::SIGBUS_NOTE.to_string());
+    }
     summary.budget_bytes = budget;
     if summary.codec.is_empty() {
         summary.codec = args.codec.clone();
@@ -658,7 +749,10 @@ fn run_user(args: &Args, budget: u64) -> Result<u8> {
     } else {
         eprint!("{}", render(&summary));
     }
-    Ok(exit_code.clamp(0, 255) as u8)
+    Ok(match killed_by {
+        Some(signal) => RunExit::Signal(signal),
+        None => RunExit::Code(exit_code.clamp(0, 255) as u8),
+    })
 }
 
 #[cfg(test)]
@@ -681,7 +775,8 @@ mod tests {
         let e = find_preload(None, Path::new("/nonexistent/bin/zpage"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("cargo build --release -p zpage-preload"), "{e}");
+        assert!(e.contains("scripts/install.sh"), "{e}");
+        assert!(e.contains("/nonexistent/bin/../lib/zpage"), "{e}");
         let e = find_preload(Some("/nonexistent.so".into()), Path::new("/x"))
             .unwrap_err()
             .to_string();

@@ -1,7 +1,7 @@
 //! `zpage`: see what memory compression does for your programs, run them on
 //! compressed memory, and keep the kernel's zram and zswap healthy.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 mod bench_plots;
 mod bench_report;
@@ -10,6 +10,7 @@ mod cmd_bench;
 mod cmd_demo;
 mod cmd_kernel;
 mod cmd_run;
+mod run_diagnosis;
 mod table;
 
 #[derive(Debug, Parser)]
@@ -33,6 +34,16 @@ enum Command {
     Exporter(cmd_kernel::ExporterArgs),
     /// Run a program with a compressed memory budget; its exit status passes through.
     Run(cmd_run::Args),
+    /// Print shell completions for zpage to stdout (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write zpage's man pages (zpage.1 and one per subcommand) into a directory.
+    Manpages {
+        /// The directory (made if missing).
+        dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,14 +54,25 @@ fn main() -> std::process::ExitCode {
         Command::Demo(args) => cmd_demo::run(args),
         Command::Kernel(args) => cmd_kernel::run(args),
         Command::Exporter(args) => cmd_kernel::run_exporter(args),
-        // The program's exit status passes through; zpage's own failure to
-        // start it is 125, as env(1) and timeout(1) do.
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "zpage", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Manpages { dir } => write_manpages(&dir),
+        // The program's exit status passes through, and a death by a
+        // signal ends zpage by the same signal; as env(1) and timeout(1)
+        // do, a program not found is 127, one that cannot run 126, and
+        // zpage's own failure to start it 125.
         Command::Run(args) => {
             return match cmd_run::run(args) {
-                Ok(code) => std::process::ExitCode::from(code),
+                Ok(cmd_run::RunExit::Code(code)) => std::process::ExitCode::from(code),
+                Ok(cmd_run::RunExit::Signal(signal)) => {
+                    zpage_kernel::supervise::exit_by_signal(signal)
+                }
                 Err(error) => {
                     eprintln!("zpage: error: {}", error_text(&error));
-                    std::process::ExitCode::from(125)
+                    let launch = error.downcast_ref::<zpage_kernel::supervise::LaunchError>();
+                    std::process::ExitCode::from(launch.map_or(125, |e| e.status))
                 }
             }
         }
@@ -77,4 +99,12 @@ fn error_text(error: &anyhow::Error) -> String {
         }
     }
     text
+}
+
+/// The man pages of zpage and every subcommand, one file each.
+fn write_manpages(dir: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    clap_mangen::generate_to(Cli::command(), dir)
+        .with_context(|| format!("writing man pages into {}", dir.display()))
 }

@@ -261,9 +261,309 @@ fn zpage_run_publishes_metrics_unless_told_not_to() {
 }
 
 #[test]
-fn a_signal_death_is_128_plus_the_signal() {
+fn a_signal_death_ends_zpage_by_the_same_signal() {
+    use std::os::unix::process::ExitStatusExt;
     let out = zpage_run(&["--budget", "8M"], &["sh", "-c", "kill -KILL $$"]);
-    assert_eq!(out.status.code(), Some(128 + 9));
+    assert_eq!(out.status.signal(), Some(9), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("Exit status: 137 (killed by SIGKILL)"), "{stderr}");
+    // A shell sees what it would see of the program itself: 128 + 9.
+    let shell = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} run --budget 8M -- sh -c 'kill -KILL $$' 2>/dev/null; echo $?",
+            env!("CARGO_BIN_EXE_zpage")
+        ))
+        .env("ZPAGE_PRELOAD", preload())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&shell.stdout).trim(), "137");
+}
+
+#[test]
+fn a_missing_program_is_127_and_one_that_cannot_run_126() {
+    let dir = tempdir("launch");
+    let plain = dir.join("not-executable");
+    std::fs::write(&plain, "#!/bin/sh\necho ran\n").unwrap();
+    for mode in ["user", "kernel"] {
+        let out = zpage_run(&["--mode", mode], &["no-such-program-zpage"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "{mode}: {err}");
+        assert!(err.contains("command not found"), "{mode}: {err}");
+        let out = zpage_run(&["--mode", mode], &[plain.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(126), "{mode}: {err}");
+        assert!(err.contains("chmod +x"), "{mode}: {err}");
+    }
+    // As env(1) and timeout(1) say it.
+    let env = Command::new("env").arg("no-such-program-zpage").output().unwrap();
+    assert_eq!(env.status.code(), Some(127));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `zpage run` started in the background, its stderr collected.
+fn zpage_run_spawned(args: &[&str], program: &[&str]) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_zpage"))
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .args(program)
+        .env("ZPAGE_PRELOAD", preload())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The pid of `parent`'s only child, once it has one that runs `program`.
+fn child_running(parent: u32, program: &str) -> u32 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let children = Command::new("pgrep")
+            .args(["-P", &parent.to_string(), "-x", program])
+            .output()
+            .unwrap();
+        if let Some(pid) = String::from_utf8_lossy(&children.stdout)
+            .split_whitespace()
+            .next()
+        {
+            return pid.parse().unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "{program} never started under zpage run");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: kill takes plain integers.
+    assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+}
+
+/// Waits at most `limit` for `child`, and returns its output.
+fn output_within(mut child: std::process::Child, limit: std::time::Duration) -> Output {
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("zpage run still running {limit:?} after the signal");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn sigterm_to_zpage_run_ends_the_program_and_prints_the_summary() {
+    use std::os::unix::process::ExitStatusExt;
+    let zpage = zpage_run_spawned(&["--budget", "16M"], &["sleep", "600"]);
+    let sleep = child_running(zpage.id(), "sleep");
+    signal(zpage.id(), libc::SIGTERM);
+    let out = output_within(zpage, std::time::Duration::from_secs(10));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{stderr}");
+    assert!(stderr.contains("Exit status: 143 (killed by SIGTERM)"), "{stderr}");
+    assert!(!alive(sleep), "the program outlived zpage run");
+}
+
+#[test]
+fn every_signal_a_supervisor_sends_reaches_the_program() {
+    // The program says which signal it got, last of all SIGTERM, and exits 7.
+    let script = "for s in HUP INT QUIT USR1 USR2 WINCH CONT ALRM; do trap \"echo got-$s\" $s; done; \
+                  trap 'echo got-TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done";
+    let mut zpage = zpage_run_spawned(&["--budget", "16M"], &["bash", "-c", script]);
+    let mut stdout = std::io::BufReader::new(zpage.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let sent = [
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGINT, "INT"),
+        (libc::SIGQUIT, "QUIT"),
+        (libc::SIGUSR1, "USR1"),
+        (libc::SIGUSR2, "USR2"),
+        (libc::SIGWINCH, "WINCH"),
+        (libc::SIGCONT, "CONT"),
+        (libc::SIGALRM, "ALRM"),
+    ];
+    for (number, name) in sent {
+        signal(zpage.id(), number);
+        line.clear();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        assert_eq!(line.trim(), format!("got-{name}"), "after SIG{name}");
+    }
+    signal(zpage.id(), libc::SIGTERM);
+    let out = output_within(zpage, std::time::Duration::from_secs(10));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(stderr.contains("Exit status: 7"), "{stderr}");
+}
+
+#[test]
+fn redis_ends_cleanly_within_its_shutdown_time_on_sigterm_to_zpage_run() {
+    if !installed(
+        "redis_ends_cleanly_within_its_shutdown_time_on_sigterm_to_zpage_run",
+        "redis-server",
+        "redis-server",
+    ) {
+        return;
+    }
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port().to_string()
+    };
+    let dir = tempdir("redis-term");
+    let zpage = zpage_run_spawned(
+        &["--budget", "32M"],
+        &[
+            "redis-server",
+            "--port",
+            &port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            dir.to_str().unwrap(),
+        ],
+    );
+    let redis = child_running(zpage.id(), "redis-server");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
+        assert!(std::time::Instant::now() < deadline, "redis-server never listened");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let sent = std::time::Instant::now();
+    signal(zpage.id(), libc::SIGTERM);
+    // redis's own shutdown takes well under a second without data to save.
+    let out = output_within(zpage, std::time::Duration::from_secs(10));
+    let took = sent.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "redis exits 0 on SIGTERM: {stderr}");
+    assert!(stderr.contains("Processes: 1 (0 without zpage)"), "{stderr}");
+    assert!(stderr.contains("Exit status: 0"), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ready to exit, bye bye"),
+        "redis did not shut down itself"
+    );
+    assert!(!alive(redis));
+    println!("redis under zpage run ended {took:?} after SIGTERM");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_summary_says_why_no_process_reported() {
+    let dir = tempdir("no-report");
+    let source = dir.join("hello.c");
+    std::fs::write(&source, "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n").unwrap();
+    let static_exe = dir.join("hello-static");
+    let built = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&static_exe)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc -static (libc6-dev has the static C library)");
+    let why = |program: &[&str]| {
+        let out = zpage_run(&["--budget", "16M"], program);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = why(&[static_exe.to_str().unwrap()]);
+    assert!(said.contains("Processes: 0 (no report: "), "{said}");
+    assert!(said.contains("statically linked"), "{said}");
+    // A program that lowers its descriptor limit to 3 (its standard
+    // streams) leaves the library none for its report.
+    let lowering = dir.join("nofile3.c");
+    std::fs::write(
+        &lowering,
+        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <sys/resource.h>\n\
+         int main(void) { struct rlimit r = {3, 3}; setrlimit(RLIMIT_NOFILE, &r);\n\
+         char *p = malloc(8 << 20); memset(p, 1, 8 << 20); printf(\"%d\\n\", p[4096]); return 0; }\n",
+    )
+    .unwrap();
+    let lowering_exe = dir.join("nofile3");
+    assert!(Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&lowering_exe)
+        .arg(&lowering)
+        .status()
+        .unwrap()
+        .success());
+    let said = why(&[lowering_exe.to_str().unwrap()]);
+    assert!(said.contains("Processes: 0 (no report: "), "{said}");
+    assert!(said.contains("RLIMIT_NOFILE lowered inside the program"), "{said}");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        // A set-user-ID program owned by someone else: secure execution.
+        let setuid = dir.join("true-setuid");
+        std::fs::copy("/bin/true", &setuid).unwrap();
+        let nobody = 65534;
+        std::os::unix::fs::chown(&setuid, Some(nobody), None).unwrap();
+        std::fs::set_permissions(
+            &setuid,
+            std::os::unix::fs::PermissionsExt::from_mode(0o4755),
+        )
+        .unwrap();
+        let said = why(&[setuid.to_str().unwrap()]);
+        assert!(said.contains("set-user-ID"), "{said}");
+        assert!(said.contains("ignores LD_PRELOAD"), "{said}");
+    } else {
+        println!("the set-user-ID case needs root to chown: skipped");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_death_by_sigbus_on_compressed_memory_is_explained() {
+    use std::os::unix::process::ExitStatusExt;
+    // Fills 64 MiB under a 16 MiB budget, blocks SIGBUS with the raw
+    // system call (as the C library's wrapper would not let it), and reads
+    // the memory back: the first compressed page kills it.
+    let dir = tempdir("sigbus");
+    let source = dir.join("blocked.c");
+    std::fs::write(
+        &source,
+        r#"
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+    size_t n = 64u << 20;
+    volatile uint64_t *p = malloc(n);
+    for (size_t i = 0; i < n / 8; i++) p[i] = i * 2654435761u;
+    uint64_t set = 1ull << (SIGBUS - 1);
+    syscall(SYS_rt_sigprocmask, SIG_BLOCK, &set, NULL, 8);
+    uint64_t sum = 0;
+    for (size_t i = 0; i < n / 8; i++) sum += p[i];
+    printf("%llu\n", (unsigned long long)sum);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("blocked");
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&source)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let out = zpage_run(&["--budget", "16M"], &[exe.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{stderr}");
+    assert!(stderr.contains("Note: killed by SIGBUS"), "{stderr}");
+    assert!(stderr.contains("rt_sigprocmask"), "{stderr}");
+    assert!(stderr.contains("Exit status: 135 (killed by SIGBUS)"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `zpage run OPTIONS -- true` is refused before the program starts (exit
@@ -298,7 +598,7 @@ fn bad_options_and_kernel_mode_say_what_to_do() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("cargo build --release -p zpage-preload"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ZPAGE_PRELOAD"));
 }
 
 /// Kernel mode changes the machine's swap, zram and cgroups (and puts them

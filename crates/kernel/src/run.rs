@@ -464,7 +464,7 @@ impl KernelRun {
         let started = Instant::now();
         let program = format!("{:?}", command.get_program());
         // Held from before the start, so a signal sent meanwhile reaches the program.
-        let held = crate::supervise::hold_signals()
+        let held = crate::supervise::hold_signals(&mut command)
             .map_err(|e| KernelError::io("sigprocmask", "hold signals", e))?;
         let child = command.spawn().map_err(|e| KernelError::Command {
             command: program,

@@ -1,9 +1,9 @@
 //! The few system calls std does not offer. All `unsafe` of the crate lives here.
 //!
-//! Signal context: `forward_signal` runs as a signal handler and the
-//! `join_cgroup_at_exec` hook between fork and exec; both only load atomics
-//! and make system calls (pidfd_send_signal, kill, write), which are
-//! async-signal-safe.
+//! Signal context: `forward_signal` runs as a signal handler, and the
+//! `join_cgroup_at_exec` and `hold_signals` hooks between fork and exec;
+//! they only load atomics and make system calls (pidfd_send_signal, kill,
+//! write, sigprocmask), which are async-signal-safe.
 
 use std::fs::File;
 use std::io;
@@ -400,7 +400,7 @@ extern "C" fn forward_signal(
 
 /// Signals held back (blocked in this thread) while a child starts, so one
 /// that arrives meanwhile is passed on to it once it runs instead of ending
-/// this process. See [`HeldSignals::forward_to`].
+/// this process. See [`hold_signals`] and [`HeldSignals::forward_to`].
 #[derive(Debug)]
 pub struct HeldSignals {
     old_mask: libc::sigset_t,
@@ -408,9 +408,11 @@ pub struct HeldSignals {
 
 /// Blocks every signal that [`is_forwarded`] in the calling thread (and in
 /// threads it starts from now on) until the returned value is turned into
-/// a [`SignalForwarding`] or dropped. A child started meanwhile by
-/// `std::process::Command` starts with an empty mask (std resets it).
-pub fn hold_signals() -> io::Result<HeldSignals> {
+/// a [`SignalForwarding`] or dropped; `command`'s child gets the mask this
+/// thread had before (put back between fork and exec: std's spawn keeps
+/// the parent's mask).
+pub fn hold_signals(command: &mut std::process::Command) -> io::Result<HeldSignals> {
+    use std::os::unix::process::CommandExt;
     let set = forwarded_set();
     // SAFETY: a zeroed sigset_t is a valid out value, filled by the call.
     let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -418,6 +420,22 @@ pub fn hold_signals() -> io::Result<HeldSignals> {
     let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask) };
     if rc != 0 {
         return Err(io::Error::from_raw_os_error(rc));
+    }
+    let child_mask = old_mask;
+    let unblock = move || {
+        // SAFETY: sets the child's mask to a copy owned by the closure;
+        // pthread_sigmask is async-signal-safe, as code between fork and
+        // exec must be, and allocates nothing.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &child_mask, std::ptr::null_mut()) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(rc))
+        }
+    };
+    // SAFETY: the hook only calls pthread_sigmask (see above).
+    unsafe {
+        command.pre_exec(unblock);
     }
     Ok(HeldSignals { old_mask })
 }

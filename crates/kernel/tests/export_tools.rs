@@ -425,6 +425,7 @@ fn systemd_analyze_verifies_the_units() {
             "/etc/modules-load.d/zpage-zram.conf",
             "/etc/systemd/system/zpage-zram0.service",
             "/etc/systemd/system/zpage-zram1.service",
+            "/etc/systemd/system/zpage-swapfile-var-swapfile.service",
             "/etc/systemd/system/var-swapfile.swap",
             "/etc/crypttab",
             "/etc/systemd/system/dev-mapper-zpage\\x2dswap\\x2ddev\\x2dnvme1n1p1.swap",
@@ -433,7 +434,7 @@ fn systemd_analyze_verifies_the_units() {
             "/etc/tmpfiles.d/zpage-zswap.conf",
         ]
     );
-    let crypttab = &files[4].1;
+    let crypttab = &files[5].1;
     assert_eq!(crypttab.trim(), "zpage-swap-dev-nvme1n1p1 /dev/nvme1n1p1 /dev/urandom swap,cipher=aes-xts-plain64,size=512,nofail");
     // The RAM-fraction disksize line, as systemd hands it to sh ($$ -> $), computes half of MemTotal.
     let unit0 = &files[1].1;
@@ -482,5 +483,159 @@ fn systemd_analyze_verifies_the_units() {
         })
         .collect();
     assert!(problems.is_empty(), "{problems:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `key = value` of an INI file by section, comments and blank lines left out.
+fn ini_keys(text: &str) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> {
+    let mut sections = std::collections::BTreeMap::new();
+    let mut current = String::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            current = name.to_string();
+            sections.insert(current.clone(), std::collections::BTreeMap::new());
+        } else if let Some((k, v)) = line.split_once('=') {
+            sections
+                .get_mut(&current)
+                .unwrap()
+                .insert(k.trim().to_string(), v.trim().to_string());
+        }
+    }
+    sections
+}
+
+/// A zram-generator.conf as an administrator writes one (zram-generator
+/// 1.2 syntax: parameters, recompression and its type group).
+const ZRAM_GENERATOR_CONF: &str = "\
+# /etc/systemd/zram-generator.conf
+[zram0]
+zram-size = ram * 0.5
+compression-algorithm = zstd(level=3) lzo-rle (type=idle)
+swap-priority = 100
+writeback-device = /dev/sdb2
+
+; a second, smaller device
+[zram1]
+zram-size = 2048
+compression-algorithm = lz4
+swap-priority = 50
+zram-resident-limit = 1024
+";
+
+#[test]
+fn a_zram_generator_conf_exports_back_to_itself() {
+    use zpage_kernel::import::{import_file, to_toml, ImportFormat};
+    let dir = scratch("import-zg");
+    let file = dir.join("zram-generator.conf");
+    std::fs::write(&file, ZRAM_GENERATOR_CONF).unwrap();
+    let config = import_file(&file, ImportFormat::ZramGenerator).unwrap();
+    // What `zpage kernel import` prints is a config `apply` and `export` take.
+    let reparsed = KernelConfig::parse(&to_toml(&config).unwrap()).unwrap();
+    assert_eq!(reparsed, config);
+    let exported = export(&reparsed, ExportFormat::ZramGenerator, None).unwrap();
+    assert_eq!(ini_keys(&exported), ini_keys(ZRAM_GENERATOR_CONF), "{exported}");
+    // Other spellings of the same sizes import to the same values.
+    std::fs::write(
+        &file,
+        "[zram0]\nzram-size = ram / 2\ncompression-algorithm = lz4\n[zram1]\nzram-size = 50 / 100 * ram\ncompression-algorithm = lz4\n",
+    )
+    .unwrap();
+    let config = import_file(&file, ImportFormat::ZramGenerator).unwrap();
+    let ram = 8 << 30;
+    for z in &config.zram {
+        assert_eq!(z.size.resolve("size", ram).unwrap(), ram / 2, "{:?}", z.size);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A NixOS module as an administrator writes one.
+const NIXOS_MODULE: &str = r#"{ config, lib, pkgs, ... }:
+{
+  # compressed swap in RAM
+  zramSwap = {
+    enable = true;
+    swapDevices = 1;
+    algorithm = "lz4";
+    memoryPercent = 25;
+    priority = 100;
+    writebackDevice = "/dev/sdb2";
+  };
+}
+"#;
+
+#[test]
+fn a_nixos_zramswap_exports_back_to_itself() {
+    use zpage_kernel::import::{import_file, ImportFormat};
+    let Some(original) = nix_eval(NIXOS_MODULE, "zramSwap", "import-nix-original") else {
+        println!("SKIP a_nixos_zramswap_exports_back_to_itself: nix-instantiate not installed (apt: nix-bin)");
+        return;
+    };
+    let dir = scratch("import-nix");
+    let module = dir.join("zram.nix");
+    std::fs::write(&module, NIXOS_MODULE).unwrap();
+    let config = import_file(&module, ImportFormat::Nixos).unwrap();
+    let exported = export(&config, ExportFormat::Nixos, None).unwrap();
+    let again = nix_eval(&exported, "zramSwap", "import-nix-again").unwrap();
+    assert_eq!(again, original, "{exported}");
+    // The JSON a NixOS machine prints for config.zramSwap imports the same.
+    let json = dir.join("zram.json");
+    std::fs::write(&json, original.to_string()).unwrap();
+    assert_eq!(import_file(&json, ImportFormat::Nixos).unwrap(), config);
+    // A module with several devices in zram-generator's settings imports those.
+    let several = export(
+        &KernelConfig::parse(
+            "[[zram]]\nalgorithm = \"lz4\"\nsize = \"4G\"\n[[zram]]\nalgorithm = \"zstd\"\nsize = \"25%\"\nswap_priority = 90\n",
+        )
+        .unwrap(),
+        ExportFormat::Nixos,
+        None,
+    )
+    .unwrap();
+    std::fs::write(&module, &several).unwrap();
+    let config = import_file(&module, ImportFormat::Nixos).unwrap();
+    assert_eq!(export(&config, ExportFormat::Nixos, None).unwrap(), several);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_swap_file_is_created_by_the_systemd_export_or_refused() {
+    let config = KernelConfig::parse("[[swap]]\npath = \"/var/swapfile\"\n").unwrap();
+    let error = export(&config, ExportFormat::Systemd, None).unwrap_err().to_string();
+    assert!(error.contains("swap[0].size"), "{error}");
+    let dir = PathBuf::from(format!("/var/tmp/zpage-swapfile-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("swapfile");
+    let config = KernelConfig::parse(&format!(
+        "[[swap]]\npath = \"{}\"\nsize = \"16M\"\n",
+        path.display()
+    ))
+    .unwrap();
+    let files = split_files(&export(&config, ExportFormat::Systemd, None).unwrap());
+    let (creator_path, creator) = files
+        .iter()
+        .find(|(p, _)| p.contains("zpage-swapfile-"))
+        .expect("a unit that creates the swap file");
+    let swap = &files.iter().find(|(p, _)| p.ends_with(".swap")).unwrap().1;
+    let creator_name = Path::new(creator_path).file_name().unwrap().to_str().unwrap();
+    assert!(swap.contains(&format!("Requires={creator_name}")), "{swap}");
+    assert!(creator.contains(&format!("ConditionPathExists=!{}", path.display())), "{creator}");
+    // The unit's command, as systemd hands it to sh, makes a real swap file.
+    let line = creator.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+    let script = line
+        .trim_start_matches("ExecStart=/bin/sh -c '")
+        .trim_end_matches('\'')
+        .replace("$$", "$");
+    let status = Command::new("sh").arg("-c").arg(&script).status().unwrap();
+    assert!(status.success());
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), 16 << 20);
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o600);
+    let header = std::fs::read(&path).unwrap();
+    assert_eq!(&header[4086..4096], b"SWAPSPACE2", "no swap signature");
+    assert!(!dir.join("swapfile.new").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -297,6 +297,44 @@ fn sigterm_to_the_supervisor_goes_to_the_program_then_the_machine_is_restored() 
 }
 
 #[test]
+fn a_run_swaps_to_a_zram_device_of_its_own_and_removes_it() {
+    let test = "a_run_swaps_to_a_zram_device_of_its_own_and_removes_it";
+    let names = || -> Vec<String> {
+        let mut names: Vec<String> = zpage_kernel::zram::ZramDevice::list()
+            .unwrap_or_default()
+            .iter()
+            .map(|d| d.name())
+            .collect();
+        names.sort();
+        names
+    };
+    let before_names = names();
+    let Some((before, run)) = holding(test, 16 << 20) else {
+        return;
+    };
+    // The devices that were there (an unused zram0 a zram-generator set-up
+    // expects, say) are left alone: the run's swap is on a device it added.
+    let during = names();
+    let added: Vec<&String> = during.iter().filter(|n| !before_names.contains(n)).collect();
+    assert_eq!(added.len(), 1, "before {before_names:?}, during {during:?}");
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap();
+    assert!(swaps.contains(&format!("/dev/{}", added[0])), "{swaps}");
+    for name in &before_names {
+        let path = format!("/dev/{name}");
+        let was_swap = before.kernel.swaps.iter().any(|s| s.path == path);
+        assert!(was_swap || !swaps.contains(&format!("{path} ")), "{name} taken: {swaps}");
+    }
+    // The program holds its memory until told to stop.
+    // SAFETY: kill takes plain integers; the pid is our own child, not yet reaped.
+    unsafe {
+        libc::kill(run.pid() as i32, libc::SIGTERM);
+    }
+    run.wait().unwrap();
+    assert_eq!(names(), before_names, "the run's device was not removed");
+    assert_eq!(state_now(), before);
+}
+
+#[test]
 fn dropping_a_run_kills_the_program_and_restores_the_machine() {
     let Some((before, run)) = holding(
         "dropping_a_run_kills_the_program_and_restores_the_machine",

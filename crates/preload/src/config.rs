@@ -2,15 +2,7 @@
 
 use zpage_codec::CodecSpec;
 
-/// Bytes of region memory the process may keep resident (required).
-pub const BUDGET_ENV: &str = "ZPAGE_RUN_BUDGET_BYTES";
-/// Codec for evicted pages (default `lz4`).
-pub const CODEC_ENV: &str = "ZPAGE_RUN_CODEC";
-/// A stronger codec for cold pages (optional): zstd, zstd:LEVEL,
-/// zstd-dict[:LEVEL] (its dictionary is trained from the process's own pages).
-pub const COLD_CODEC_ENV: &str = "ZPAGE_RUN_COLD_CODEC";
-/// Smallest mapping or allocation placed in a region (default 2 MiB).
-pub const MIN_MAPPING_ENV: &str = "ZPAGE_RUN_MIN_MAPPING_BYTES";
+pub use crate::env_names::{BUDGET_ENV, CODEC_ENV, COLD_CODEC_ENV, MIN_MAPPING_ENV};
 
 /// How system calls on region memory are served: `trap` (the default: a
 /// seccomp filter traps every call that names region memory, whoever makes

@@ -68,6 +68,7 @@
 
 mod alloc;
 mod config;
+mod env_names;
 mod io;
 mod malloc;
 mod mm;
