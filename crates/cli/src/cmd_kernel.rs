@@ -203,7 +203,12 @@ struct ZramctlConfigureArgs {
     size: Option<String>,
     #[arg(short = 't', long = "streams", hide = true, value_name = "NUMBER")]
     streams: Option<String>,
-    #[arg(short = 'p', long = "algorithm-params", hide = true, value_name = "PARAMS")]
+    #[arg(
+        short = 'p',
+        long = "algorithm-params",
+        hide = true,
+        value_name = "PARAMS"
+    )]
     algorithm_params: Option<String>,
     #[arg(short = 'f', long = "find", hide = true)]
     find: bool,

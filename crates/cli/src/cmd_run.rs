@@ -431,7 +431,8 @@ impl Drop for ReportDir {
 pub fn run(args: Args) -> Result<RunExit> {
     let budget = budget_bytes(&args.budget, mem_total()?)?;
     // Before anything is set up: a missing program is the caller's mistake.
-    let program = supervise::resolve_program(&args.program[0], std::env::var_os("PATH").as_deref())?;
+    let program =
+        supervise::resolve_program(&args.program[0], std::env::var_os("PATH").as_deref())?;
     match args.mode {
         Mode::User => run_user(&args, &program, budget),
         Mode::Kernel => {

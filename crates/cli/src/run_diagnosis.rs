@@ -139,10 +139,38 @@ pub fn descriptor_limit() -> Option<u64> {
 /// A signal's name, `SIGTERM`; `signal N` for one without.
 pub fn signal_name(signal: i32) -> String {
     const NAMES: [&str; 32] = [
-        "", "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE",
-        "SIGKILL", "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT",
-        "SIGCHLD", "SIGCONT", "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU",
-        "SIGXFSZ", "SIGVTALRM", "SIGPROF", "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+        "",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
     ];
     match usize::try_from(signal).ok().and_then(|s| NAMES.get(s)) {
         Some(name) if !name.is_empty() => name.to_string(),
@@ -203,7 +231,10 @@ mod tests {
         std::fs::write(&script, "#!/bin/sh\n").unwrap();
         assert_eq!(statically_linked(&script), None);
         std::fs::remove_file(&script).unwrap();
-        assert_eq!(ProgramFacts::inspect(Path::new("/bin/sh")), ProgramFacts::default());
+        assert_eq!(
+            ProgramFacts::inspect(Path::new("/bin/sh")),
+            ProgramFacts::default()
+        );
     }
 
     #[test]

@@ -205,12 +205,19 @@ fn zramctl_options_that_configure_are_refused_with_zramctls_meaning() {
         let output = zpage(&[&["kernel", "devices"][..], args].concat());
         assert!(!output.status.success(), "{args:?}");
         let stderr = text(&output.stderr);
-        assert!(stderr.contains("configures a device in zramctl"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("configures a device in zramctl"),
+            "{args:?}: {stderr}"
+        );
         assert!(stderr.contains("zpage kernel apply"), "{args:?}: {stderr}");
     }
     let output = zpage(&["kernel", "devices", "/dev/zram4095"]);
     assert!(!output.status.success());
-    assert!(text(&output.stderr).contains("no such zram device"), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("no such zram device"),
+        "{}",
+        text(&output.stderr)
+    );
     if std::path::Path::new("/sys/block/zram0").exists() {
         let output = zpage(&["kernel", "zramctl", "-J", "/dev/zram0"]);
         assert!(output.status.success(), "{}", text(&output.stderr));
@@ -226,19 +233,49 @@ fn import_prints_a_config_that_exports_back_to_the_file() {
     let dir = std::env::temp_dir().join(format!("zpage-import-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let conf = dir.join("zram-generator.conf");
-    let original = "[zram0]\nzram-size = ram * 0.25\ncompression-algorithm = zstd\nswap-priority = 100\n";
+    let original =
+        "[zram0]\nzram-size = ram * 0.25\ncompression-algorithm = zstd\nswap-priority = 100\n";
     std::fs::write(&conf, original).unwrap();
-    let output = zpage(&["kernel", "import", conf.to_str().unwrap(), "--from", "zram-generator"]);
+    let output = zpage(&[
+        "kernel",
+        "import",
+        conf.to_str().unwrap(),
+        "--from",
+        "zram-generator",
+    ]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let toml = dir.join("kernel.toml");
     std::fs::write(&toml, &output.stdout).unwrap();
-    let output = zpage(&["kernel", "export", toml.to_str().unwrap(), "--format", "zram-generator"]);
+    let output = zpage(&[
+        "kernel",
+        "export",
+        toml.to_str().unwrap(),
+        "--format",
+        "zram-generator",
+    ]);
     assert!(output.status.success(), "{}", text(&output.stderr));
-    assert!(text(&output.stdout).contains(original), "{}", text(&output.stdout));
-    std::fs::write(&conf, "[zram0]\nzram-size = min(ram / 2, 4096)\ncompression-algorithm = zstd\n").unwrap();
-    let output = zpage(&["kernel", "import", conf.to_str().unwrap(), "--from", "zram-generator"]);
+    assert!(
+        text(&output.stdout).contains(original),
+        "{}",
+        text(&output.stdout)
+    );
+    std::fs::write(
+        &conf,
+        "[zram0]\nzram-size = min(ram / 2, 4096)\ncompression-algorithm = zstd\n",
+    )
+    .unwrap();
+    let output = zpage(&[
+        "kernel",
+        "import",
+        conf.to_str().unwrap(),
+        "--from",
+        "zram-generator",
+    ]);
     assert!(!output.status.success());
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("[zram0] zram-size") && stderr.contains("pick one side"), "{stderr}");
+    assert!(
+        stderr.contains("[zram0] zram-size") && stderr.contains("pick one side"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

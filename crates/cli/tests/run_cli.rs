@@ -266,7 +266,10 @@ fn a_signal_death_ends_zpage_by_the_same_signal() {
     let out = zpage_run(&["--budget", "8M"], &["sh", "-c", "kill -KILL $$"]);
     assert_eq!(out.status.signal(), Some(9), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("Exit status: 137 (killed by SIGKILL)"), "{stderr}");
+    assert!(
+        stderr.contains("Exit status: 137 (killed by SIGKILL)"),
+        "{stderr}"
+    );
     // A shell sees what it would see of the program itself: 128 + 9.
     let shell = Command::new("sh")
         .arg("-c")
@@ -296,7 +299,10 @@ fn a_missing_program_is_127_and_one_that_cannot_run_126() {
         assert!(err.contains("chmod +x"), "{mode}: {err}");
     }
     // As env(1) and timeout(1) say it.
-    let env = Command::new("env").arg("no-such-program-zpage").output().unwrap();
+    let env = Command::new("env")
+        .arg("no-such-program-zpage")
+        .output()
+        .unwrap();
     assert_eq!(env.status.code(), Some(127));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -329,7 +335,10 @@ fn child_running(parent: u32, program: &str) -> u32 {
         {
             return pid.parse().unwrap();
         }
-        assert!(std::time::Instant::now() < deadline, "{program} never started under zpage run");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{program} never started under zpage run"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
@@ -340,8 +349,14 @@ fn signal(pid: u32, signal: i32) {
 }
 
 fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|stat| !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
 
 /// Waits at most `limit` for `child`, and returns its output.
@@ -366,14 +381,18 @@ fn sigterm_to_zpage_run_ends_the_program_and_prints_the_summary() {
     let out = output_within(zpage, std::time::Duration::from_secs(10));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.signal(), Some(libc::SIGTERM), "{stderr}");
-    assert!(stderr.contains("Exit status: 143 (killed by SIGTERM)"), "{stderr}");
+    assert!(
+        stderr.contains("Exit status: 143 (killed by SIGTERM)"),
+        "{stderr}"
+    );
     assert!(!alive(sleep), "the program outlived zpage run");
 }
 
 #[test]
 fn every_signal_a_supervisor_sends_reaches_the_program() {
     // The program says which signal it got, last of all SIGTERM, and exits 7.
-    let script = "for s in HUP INT QUIT USR1 USR2 WINCH CONT ALRM; do trap \"echo got-$s\" $s; done; \
+    let script =
+        "for s in HUP INT QUIT USR1 USR2 WINCH CONT ALRM; do trap \"echo got-$s\" $s; done; \
                   trap 'echo got-TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done";
     let mut zpage = zpage_run_spawned(&["--budget", "16M"], &["bash", "-c", script]);
     let mut stdout = std::io::BufReader::new(zpage.stdout.take().unwrap());
@@ -434,7 +453,10 @@ fn redis_ends_cleanly_within_its_shutdown_time_on_sigterm_to_zpage_run() {
     let redis = child_running(zpage.id(), "redis-server");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::net::TcpStream::connect(format!("127.0.0.1:{port}")).is_err() {
-        assert!(std::time::Instant::now() < deadline, "redis-server never listened");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "redis-server never listened"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let sent = std::time::Instant::now();
@@ -443,8 +465,15 @@ fn redis_ends_cleanly_within_its_shutdown_time_on_sigterm_to_zpage_run() {
     let out = output_within(zpage, std::time::Duration::from_secs(10));
     let took = sent.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "redis exits 0 on SIGTERM: {stderr}");
-    assert!(stderr.contains("Processes: 1 (0 without zpage)"), "{stderr}");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "redis exits 0 on SIGTERM: {stderr}"
+    );
+    assert!(
+        stderr.contains("Processes: 1 (0 without zpage)"),
+        "{stderr}"
+    );
     assert!(stderr.contains("Exit status: 0"), "{stderr}");
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("ready to exit, bye bye"),
@@ -459,7 +488,11 @@ fn redis_ends_cleanly_within_its_shutdown_time_on_sigterm_to_zpage_run() {
 fn the_summary_says_why_no_process_reported() {
     let dir = tempdir("no-report");
     let source = dir.join("hello.c");
-    std::fs::write(&source, "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n").unwrap();
+    std::fs::write(
+        &source,
+        "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n",
+    )
+    .unwrap();
     let static_exe = dir.join("hello-static");
     let built = Command::new("cc")
         .args(["-static", "-O2", "-o"])
@@ -467,7 +500,10 @@ fn the_summary_says_why_no_process_reported() {
         .arg(&source)
         .status()
         .unwrap();
-    assert!(built.success(), "cc -static (libc6-dev has the static C library)");
+    assert!(
+        built.success(),
+        "cc -static (libc6-dev has the static C library)"
+    );
     let why = |program: &[&str]| {
         let out = zpage_run(&["--budget", "16M"], program);
         assert_eq!(out.status.code(), Some(0), "{out:?}");
@@ -496,7 +532,10 @@ fn the_summary_says_why_no_process_reported() {
         .success());
     let said = why(&[lowering_exe.to_str().unwrap()]);
     assert!(said.contains("Processes: 0 (no report: "), "{said}");
-    assert!(said.contains("RLIMIT_NOFILE lowered inside the program"), "{said}");
+    assert!(
+        said.contains("RLIMIT_NOFILE lowered inside the program"),
+        "{said}"
+    );
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         // A set-user-ID program owned by someone else: secure execution.
@@ -562,7 +601,10 @@ int main(void) {
     assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{stderr}");
     assert!(stderr.contains("Note: killed by SIGBUS"), "{stderr}");
     assert!(stderr.contains("rt_sigprocmask"), "{stderr}");
-    assert!(stderr.contains("Exit status: 135 (killed by SIGBUS)"), "{stderr}");
+    assert!(
+        stderr.contains("Exit status: 135 (killed by SIGBUS)"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -55,7 +55,11 @@ pub fn to_toml(config: &KernelConfig) -> Result<String> {
     })
 }
 
-fn refuse(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> KernelError {
+fn refuse(
+    key: impl Into<String>,
+    problem: impl Into<String>,
+    fix: impl Into<String>,
+) -> KernelError {
     KernelError::config(key, problem, fix)
 }
 
@@ -106,7 +110,9 @@ fn from_generator_sections(sections: &[(String, Vec<(String, String)>)]) -> Resu
                     "rename the section [zram0], [zram1], ...",
                 )
             })?;
-        config.zram.push(zram_from_generator_keys(name, index, position, keys)?);
+        config
+            .zram
+            .push(zram_from_generator_keys(name, index, position, keys)?);
     }
     config.check_static()?;
     Ok(config)
@@ -219,7 +225,9 @@ fn set_algorithms(zram: &mut ZramConfig, key: &str, value: &str) -> Result<()> {
             let Some(kind) = group.trim().strip_prefix("type=") else {
                 return Err(refuse(
                     key,
-                    format!("recompression parameters {word:?} other than type=... have no zpage key"),
+                    format!(
+                        "recompression parameters {word:?} other than type=... have no zpage key"
+                    ),
                     "keep only (type=idle), (type=huge) or (type=huge_idle)",
                 ));
             };
@@ -311,7 +319,14 @@ pub fn evaluate_nixos(path: &Path) -> Result<serde_json::Value> {
     );
     let state = std::env::temp_dir().join(format!("zpage-import-nix-{}", std::process::id()));
     let output = std::process::Command::new("nix-instantiate")
-        .args(["--readonly-mode", "--eval", "--strict", "--json", "-E", &expression])
+        .args([
+            "--readonly-mode",
+            "--eval",
+            "--strict",
+            "--json",
+            "-E",
+            &expression,
+        ])
         .env("NIX_STATE_DIR", &state)
         .output();
     let _ = std::fs::remove_dir_all(&state);
@@ -396,28 +411,46 @@ fn from_zram_swap(z: &serde_json::Value) -> Result<KernelConfig> {
     let devices = match key("swapDevices") {
         None => 1,
         Some(v) => v.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
-            refuse("zramSwap.swapDevices", format!("{v} is not a positive number"), "give 1 or more")
+            refuse(
+                "zramSwap.swapDevices",
+                format!("{v} is not a positive number"),
+                "give 1 or more",
+            )
         })?,
     };
     let percent = match key("memoryPercent") {
         None => NIXOS_DEFAULT_PERCENT,
         Some(v) => v.as_u64().filter(|n| *n >= 1).ok_or_else(|| {
-            refuse("zramSwap.memoryPercent", format!("{v} is not a whole percentage"), "give 1 to 100 or more")
+            refuse(
+                "zramSwap.memoryPercent",
+                format!("{v} is not a whole percentage"),
+                "give 1 to 100 or more",
+            )
         })?,
     };
     let algorithm = match key("algorithm") {
         None => NIXOS_DEFAULT_ALGORITHM.to_string(),
         Some(v) => v.as_str().map(str::to_string).ok_or_else(|| {
-            refuse("zramSwap.algorithm", format!("{v} is not a string"), "give an algorithm name such as \"zstd\"")
+            refuse(
+                "zramSwap.algorithm",
+                format!("{v} is not a string"),
+                "give an algorithm name such as \"zstd\"",
+            )
         })?,
     };
     let priority = match key("priority") {
         None => NIXOS_DEFAULT_PRIORITY,
         Some(v) => v.as_i64().ok_or_else(|| {
-            refuse("zramSwap.priority", format!("{v} is not a number"), "give 0..=32767")
+            refuse(
+                "zramSwap.priority",
+                format!("{v} is not a number"),
+                "give 0..=32767",
+            )
         })?,
     };
-    let writeback_device = key("writebackDevice").and_then(|v| v.as_str()).map(str::to_string);
+    let writeback_device = key("writebackDevice")
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
     let mut config = KernelConfig::default();
     for _ in 0..devices {
         config.zram.push(ZramConfig {
@@ -472,23 +505,36 @@ mod tests {
         for (text, key) in [
             ("[zram0]\ncompression-algorithm = lz4\n", "zram-size"),
             ("[zram0]\nzram-size = 512\n", "compression-algorithm"),
-            ("[zram0]\nzram-size = 512\ncompression-algorithm = lz4\nmount-point = /var/tmp\n", "mount-point"),
-            ("[zram0]\nzram-size = 512\ncompression-algorithm = lz4\nhost-memory-limit = 9048\n", "host-memory-limit"),
+            (
+                "[zram0]\nzram-size = 512\ncompression-algorithm = lz4\nmount-point = /var/tmp\n",
+                "mount-point",
+            ),
+            (
+                "[zram0]\nzram-size = 512\ncompression-algorithm = lz4\nhost-memory-limit = 9048\n",
+                "host-memory-limit",
+            ),
             ("[swap]\nzram-size = 512\n", "[swap]"),
-            ("[zram0]\nzram-size = 512\ncompression-algorithm = lz4\nzram-sise = 1\n", "zram-sise"),
+            (
+                "[zram0]\nzram-size = 512\ncompression-algorithm = lz4\nzram-sise = 1\n",
+                "zram-sise",
+            ),
         ] {
             let e = import_zram_generator(text).unwrap_err().to_string();
             assert!(e.contains(key), "{key}: {e}");
         }
-        let e = import_nixos(&serde_json::json!({"zramSwap": {"enable": true, "memoryMax": 1073741824}}))
-            .unwrap_err()
-            .to_string();
+        let e = import_nixos(
+            &serde_json::json!({"zramSwap": {"enable": true, "memoryMax": 1073741824}}),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("memoryMax"), "{e}");
     }
 
     #[test]
     fn nixos_defaults_fill_what_the_module_leaves_out() {
-        let config = import_nixos(&serde_json::json!({"zramSwap": {"enable": true}, "generator": null})).unwrap();
+        let config =
+            import_nixos(&serde_json::json!({"zramSwap": {"enable": true}, "generator": null}))
+                .unwrap();
         assert_eq!(config.zram.len(), 1);
         assert_eq!(config.zram[0].algorithm, "zstd");
         assert_eq!(config.zram[0].size, Size::Text("50%".into()));

@@ -275,8 +275,16 @@ mod tests {
         let poor = recommend_from(observation(1.10), &algorithms, None).unwrap();
         assert_eq!(poor.warnings.len(), 1, "{:?}", poor.warnings);
         assert!(poor.warnings[0].contains("1.10:1"), "{}", poor.warnings[0]);
-        assert!(poor.render_text().contains("WARNING: "), "{}", poor.render_text());
-        assert!(poor.config_toml.starts_with("# WARNING: "), "{}", poor.config_toml);
+        assert!(
+            poor.render_text().contains("WARNING: "),
+            "{}",
+            poor.render_text()
+        );
+        assert!(
+            poor.config_toml.starts_with("# WARNING: "),
+            "{}",
+            poor.config_toml
+        );
         // The config still parses with the warning in it.
         crate::config::KernelConfig::parse(&poor.config_toml).unwrap();
         let good = recommend_from(observation(3.2), &algorithms, None).unwrap();

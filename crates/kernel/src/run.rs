@@ -30,8 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::{MachineGuard, OtherSwap, SwapBackend, CGROUP_PREFIX, CGROUP_SWAPPINESS};
 use crate::memcg::{self, CgroupCounters, CgroupVersion, MemoryCgroup};
-use crate::sys::ChildEnd;
 use crate::supervise::SignalForwarding;
+use crate::sys::ChildEnd;
 use crate::zram::{MmStat, ZramDevice};
 use crate::{procfs, zswap, KernelError, Result};
 

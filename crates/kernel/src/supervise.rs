@@ -9,9 +9,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-pub use crate::sys::{
-    exit_by_signal, hold_signals, is_forwarded, HeldSignals, SignalForwarding,
-};
+pub use crate::sys::{exit_by_signal, hold_signals, is_forwarded, HeldSignals, SignalForwarding};
 
 /// Exit status of a supervisor whose program was not found (`env`, `timeout`, shells).
 pub const NOT_FOUND_STATUS: u8 = 127;

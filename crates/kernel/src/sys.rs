@@ -426,7 +426,8 @@ pub fn hold_signals(command: &mut std::process::Command) -> io::Result<HeldSigna
         // SAFETY: sets the child's mask to a copy owned by the closure;
         // pthread_sigmask is async-signal-safe, as code between fork and
         // exec must be, and allocates nothing.
-        let rc = unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &child_mask, std::ptr::null_mut()) };
+        let rc =
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &child_mask, std::ptr::null_mut()) };
         if rc == 0 {
             Ok(())
         } else {

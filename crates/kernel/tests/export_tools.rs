@@ -487,7 +487,9 @@ fn systemd_analyze_verifies_the_units() {
 }
 
 /// `key = value` of an INI file by section, comments and blank lines left out.
-fn ini_keys(text: &str) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> {
+fn ini_keys(
+    text: &str,
+) -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> {
     let mut sections = std::collections::BTreeMap::new();
     let mut current = String::new();
     for line in text.lines().map(str::trim) {
@@ -536,7 +538,11 @@ fn a_zram_generator_conf_exports_back_to_itself() {
     let reparsed = KernelConfig::parse(&to_toml(&config).unwrap()).unwrap();
     assert_eq!(reparsed, config);
     let exported = export(&reparsed, ExportFormat::ZramGenerator, None).unwrap();
-    assert_eq!(ini_keys(&exported), ini_keys(ZRAM_GENERATOR_CONF), "{exported}");
+    assert_eq!(
+        ini_keys(&exported),
+        ini_keys(ZRAM_GENERATOR_CONF),
+        "{exported}"
+    );
     // Other spellings of the same sizes import to the same values.
     std::fs::write(
         &file,
@@ -546,7 +552,12 @@ fn a_zram_generator_conf_exports_back_to_itself() {
     let config = import_file(&file, ImportFormat::ZramGenerator).unwrap();
     let ram = 8 << 30;
     for z in &config.zram {
-        assert_eq!(z.size.resolve("size", ram).unwrap(), ram / 2, "{:?}", z.size);
+        assert_eq!(
+            z.size.resolve("size", ram).unwrap(),
+            ram / 2,
+            "{:?}",
+            z.size
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -603,9 +614,14 @@ fn a_nixos_zramswap_exports_back_to_itself() {
 #[test]
 fn a_swap_file_is_created_by_the_systemd_export_or_refused() {
     let config = KernelConfig::parse("[[swap]]\npath = \"/var/swapfile\"\n").unwrap();
-    let error = export(&config, ExportFormat::Systemd, None).unwrap_err().to_string();
+    let error = export(&config, ExportFormat::Systemd, None)
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("swap[0].size"), "{error}");
-    let dir = PathBuf::from(format!("/var/tmp/zpage-swapfile-test-{}", std::process::id()));
+    let dir = PathBuf::from(format!(
+        "/var/tmp/zpage-swapfile-test-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("swapfile");
@@ -620,11 +636,21 @@ fn a_swap_file_is_created_by_the_systemd_export_or_refused() {
         .find(|(p, _)| p.contains("zpage-swapfile-"))
         .expect("a unit that creates the swap file");
     let swap = &files.iter().find(|(p, _)| p.ends_with(".swap")).unwrap().1;
-    let creator_name = Path::new(creator_path).file_name().unwrap().to_str().unwrap();
+    let creator_name = Path::new(creator_path)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
     assert!(swap.contains(&format!("Requires={creator_name}")), "{swap}");
-    assert!(creator.contains(&format!("ConditionPathExists=!{}", path.display())), "{creator}");
+    assert!(
+        creator.contains(&format!("ConditionPathExists=!{}", path.display())),
+        "{creator}"
+    );
     // The unit's command, as systemd hands it to sh, makes a real swap file.
-    let line = creator.lines().find(|l| l.starts_with("ExecStart=")).unwrap();
+    let line = creator
+        .lines()
+        .find(|l| l.starts_with("ExecStart="))
+        .unwrap();
     let script = line
         .trim_start_matches("ExecStart=/bin/sh -c '")
         .trim_end_matches('\'')
@@ -633,7 +659,10 @@ fn a_swap_file_is_created_by_the_systemd_export_or_refused() {
     assert!(status.success());
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.len(), 16 << 20);
-    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o600);
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o600
+    );
     let header = std::fs::read(&path).unwrap();
     assert_eq!(&header[4086..4096], b"SWAPSPACE2", "no swap signature");
     assert!(!dir.join("swapfile.new").exists());

@@ -315,14 +315,20 @@ fn a_run_swaps_to_a_zram_device_of_its_own_and_removes_it() {
     // The devices that were there (an unused zram0 a zram-generator set-up
     // expects, say) are left alone: the run's swap is on a device it added.
     let during = names();
-    let added: Vec<&String> = during.iter().filter(|n| !before_names.contains(n)).collect();
+    let added: Vec<&String> = during
+        .iter()
+        .filter(|n| !before_names.contains(n))
+        .collect();
     assert_eq!(added.len(), 1, "before {before_names:?}, during {during:?}");
     let swaps = std::fs::read_to_string("/proc/swaps").unwrap();
     assert!(swaps.contains(&format!("/dev/{}", added[0])), "{swaps}");
     for name in &before_names {
         let path = format!("/dev/{name}");
         let was_swap = before.kernel.swaps.iter().any(|s| s.path == path);
-        assert!(was_swap || !swaps.contains(&format!("{path} ")), "{name} taken: {swaps}");
+        assert!(
+            was_swap || !swaps.contains(&format!("{path} ")),
+            "{name} taken: {swaps}"
+        );
     }
     // The program holds its memory until told to stop.
     // SAFETY: kill takes plain integers; the pid is our own child, not yet reaped.
