@@ -772,7 +772,7 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_preload_library_names_how_to_build_it() {
+    fn a_missing_preload_library_names_how_to_install_it() {
         let e = find_preload(None, Path::new("/nonexistent/bin/zpage"))
             .unwrap_err()
             .to_string();
