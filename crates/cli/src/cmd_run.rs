@@ -39,7 +39,9 @@ use zpage_kernel::supervise;
 use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
 
 /// The environment variables the preload library reads, from its own
-/// source (see that file for why it is included, not linked).
+/// source (see that file for why it is included, not linked). Not every
+/// one is set here: `ZPAGE_RUN_SYSCALLS` is the user's, inherited.
+#[allow(dead_code)]
 mod preload_env {
     include!("../../preload/src/env_names.rs");
 }

@@ -2,15 +2,7 @@
 
 use zpage_codec::CodecSpec;
 
-pub use crate::env_names::{BUDGET_ENV, CODEC_ENV, COLD_CODEC_ENV, MIN_MAPPING_ENV};
-
-/// How system calls on region memory are served: `trap` (the default: a
-/// seccomp filter traps every call that names region memory, whoever makes
-/// it) or `wrappers` (only the C library functions the library wraps; the
-/// C library's own calls and raw system calls on evicted memory fail with
-/// `EFAULT`). `wrappers` is for programs that must `exec` set-user-ID
-/// programs as a user other than root (the filter needs `no_new_privs`).
-pub const SYSCALLS_ENV: &str = "ZPAGE_RUN_SYSCALLS";
+pub use crate::env_names::{BUDGET_ENV, CODEC_ENV, COLD_CODEC_ENV, MIN_MAPPING_ENV, SYSCALLS_ENV};
 
 /// How system calls on region memory are served (see [`SYSCALLS_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,3 +13,10 @@ pub const CODEC_ENV: &str = "ZPAGE_RUN_CODEC";
 pub const COLD_CODEC_ENV: &str = "ZPAGE_RUN_COLD_CODEC";
 /// Smallest mapping or allocation placed in a region (default 2 MiB).
 pub const MIN_MAPPING_ENV: &str = "ZPAGE_RUN_MIN_MAPPING_BYTES";
+/// How system calls on region memory are served: `trap` (the default: a
+/// seccomp filter traps every call that names region memory, whoever makes
+/// it) or `wrappers` (only the C library functions the library wraps; the
+/// C library's own calls and raw system calls on evicted memory fail with
+/// `EFAULT`). `wrappers` is for programs that must `exec` set-user-ID
+/// programs as a user other than root (the filter needs `no_new_privs`).
+pub const SYSCALLS_ENV: &str = "ZPAGE_RUN_SYSCALLS";
