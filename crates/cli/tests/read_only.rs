@@ -115,6 +115,13 @@ fn read_only_commands_leave_the_kernel_state_as_it_was() {
     let mut bytes = vec![0u8; 16 * 4096];
     bytes.extend((0..48 * 4096).map(|i| b"read only "[i % 10]));
     std::fs::write(&image, bytes).unwrap();
+    let generator_conf = scratch.0.join("zram-generator.conf");
+    std::fs::write(
+        &generator_conf,
+        "[zram0]\nzram-size = ram / 2\ncompression-algorithm = lz4\n",
+    )
+    .unwrap();
+    let generator_conf = generator_conf.to_str().unwrap();
     let state_file = scratch.0.join("no-saved-state.json");
     let config = config.to_str().unwrap();
     let image = image.to_str().unwrap();
@@ -137,6 +144,13 @@ fn read_only_commands_leave_the_kernel_state_as_it_was() {
         vec!["analyze", image, "--codec", "lz4", "--json"],
         vec!["analyze", "--max-pages", "16", "--json"],
         vec!["exporter", "--once"],
+        vec![
+            "kernel",
+            "import",
+            generator_conf,
+            "--from",
+            "zram-generator",
+        ],
     ];
     for format in ["zram-generator", "sysctl", "nixos", "systemd", "zram-tools"] {
         commands.push(vec!["kernel", "export", config, "--format", format]);

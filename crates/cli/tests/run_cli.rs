@@ -66,10 +66,9 @@ fn tempdir(tag: &str) -> PathBuf {
 fn filler() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
-        let dir = tempdir("filler");
-        let src = dir.join("filler.c");
-        std::fs::write(
-            &src,
+        compile_c(
+            &tempdir("filler"),
+            "filler",
             r#"
 #include <stdint.h>
 #include <stdio.h>
@@ -84,22 +83,30 @@ int main(int argc, char **argv) {
     return atoi(argv[2]);
 }
 "#,
+            &[],
         )
-        .unwrap();
-        let exe = dir.join("filler");
-        let out = Command::new("cc")
-            .args(["-O2", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .output()
-            .expect("cc must be installed");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        exe
     })
+}
+
+/// `dir/NAME`, compiled by `cc -O2 FLAGS` from the C `source`.
+fn compile_c(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(name);
+    let out = Command::new("cc")
+        .arg("-O2")
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("cc must be installed");
+    assert!(
+        out.status.success(),
+        "cc {flags:?} {name}.c: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
 }
 
 #[test]
@@ -487,22 +494,12 @@ fn redis_ends_cleanly_within_its_shutdown_time_on_sigterm_to_zpage_run() {
 #[test]
 fn the_summary_says_why_no_process_reported() {
     let dir = tempdir("no-report");
-    let source = dir.join("hello.c");
-    std::fs::write(
-        &source,
+    // -static needs the C library's archive (libc6-dev).
+    let static_exe = compile_c(
+        &dir,
+        "hello-static",
         "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n",
-    )
-    .unwrap();
-    let static_exe = dir.join("hello-static");
-    let built = Command::new("cc")
-        .args(["-static", "-O2", "-o"])
-        .arg(&static_exe)
-        .arg(&source)
-        .status()
-        .unwrap();
-    assert!(
-        built.success(),
-        "cc -static (libc6-dev has the static C library)"
+        &["-static"],
     );
     let why = |program: &[&str]| {
         let out = zpage_run(&["--budget", "16M"], program);
@@ -514,22 +511,14 @@ fn the_summary_says_why_no_process_reported() {
     assert!(said.contains("statically linked"), "{said}");
     // A program that lowers its descriptor limit to 3 (its standard
     // streams) leaves the library none for its report.
-    let lowering = dir.join("nofile3.c");
-    std::fs::write(
-        &lowering,
+    let lowering_exe = compile_c(
+        &dir,
+        "nofile3",
         "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <sys/resource.h>\n\
          int main(void) { struct rlimit r = {3, 3}; setrlimit(RLIMIT_NOFILE, &r);\n\
          char *p = malloc(8 << 20); memset(p, 1, 8 << 20); printf(\"%d\\n\", p[4096]); return 0; }\n",
-    )
-    .unwrap();
-    let lowering_exe = dir.join("nofile3");
-    assert!(Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&lowering_exe)
-        .arg(&lowering)
-        .status()
-        .unwrap()
-        .success());
+        &[],
+    );
     let said = why(&[lowering_exe.to_str().unwrap()]);
     assert!(said.contains("Processes: 0 (no report: "), "{said}");
     assert!(
@@ -564,9 +553,9 @@ fn a_death_by_sigbus_on_compressed_memory_is_explained() {
     // system call (as the C library's wrapper would not let it), and reads
     // the memory back: the first compressed page kills it.
     let dir = tempdir("sigbus");
-    let source = dir.join("blocked.c");
-    std::fs::write(
-        &source,
+    let exe = compile_c(
+        &dir,
+        "blocked",
         r#"
 #include <signal.h>
 #include <stdint.h>
@@ -586,16 +575,8 @@ int main(void) {
     return 0;
 }
 "#,
-    )
-    .unwrap();
-    let exe = dir.join("blocked");
-    let built = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&exe)
-        .arg(&source)
-        .status()
-        .unwrap();
-    assert!(built.success());
+        &[],
+    );
     let out = zpage_run(&["--budget", "16M"], &[exe.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.signal(), Some(libc::SIGBUS), "{stderr}");
