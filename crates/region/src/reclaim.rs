@@ -126,6 +126,8 @@ pub struct Reclaimer {
     last_resident: usize,
     /// When either last changed.
     last_activity: Instant,
+    /// Attempts in a row that moved no page with the budget full.
+    empty_attempts: u32,
 }
 
 /// Bursts stop while this many bursts' worth of moved pages wait to be
@@ -143,6 +145,13 @@ const PROGRAM_IDLE_AFTER: std::time::Duration = std::time::Duration::from_millis
 /// While pages cannot leave, the reclaimer looks again this often (or at a
 /// kick): the pool drains as pages are restored, pins are released.
 const STUCK_RETRY_NS: u64 = 20_000_000;
+
+/// Consecutive attempts that moved nothing, with the budget full, before
+/// the budget counts as stuck. One empty attempt proves little: the victim
+/// list may be empty until the next refill, or its pages busy for a moment
+/// (a fault restoring them); marking the budget stuck then would let faults
+/// go over it and put the reclaimer to sleep while it could still work.
+const EMPTY_ATTEMPTS_BEFORE_STUCK: u32 = 8;
 
 /// Compaction runs when the pool holds more than this fraction above its
 /// blobs' bytes. Pages restored give their blobs up (exclusive loads) and
@@ -190,6 +199,7 @@ impl Reclaimer {
             compaction_check: Instant::now(),
             last_kick: 0,
             last_resident: 0,
+            empty_attempts: 0,
             last_activity: Instant::now(),
         })
     }
@@ -406,14 +416,19 @@ impl Reclaimer {
         true
     }
 
-    /// After moving pages out: none moved while the budget is full means
-    /// every resident page is pinned or held (stuck until one moves again).
-    fn note_progress(&self, moved: usize) {
+    /// After moving pages out: none moved, several attempts in a row, while
+    /// the budget is full means every resident page is pinned or held
+    /// (stuck until one moves again).
+    fn note_progress(&mut self, moved: usize) {
         let budget = &self.budget;
         if moved > 0 {
+            self.empty_attempts = 0;
             budget.reclaim_signal().set_stuck(false);
         } else if budget.resident().pages() >= budget.limits().budget_pages {
-            budget.reclaim_signal().set_stuck(true);
+            self.empty_attempts = self.empty_attempts.saturating_add(1);
+            if self.empty_attempts >= EMPTY_ATTEMPTS_BEFORE_STUCK {
+                budget.reclaim_signal().set_stuck(true);
+            }
         }
     }
 
