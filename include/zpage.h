@@ -86,6 +86,7 @@ typedef struct zpage_stats {
     uint64_t budget_bytes; /* The resident budget the region draws on (shared by every region of its budget). */
     uint64_t resident_bytes; /* Uncompressed bytes this region holds: resident pages plus its staged pages. Pages mapped to the shared zero page count too (an upper bound). */
     uint64_t budget_resident_bytes; /* Uncompressed bytes every region of the budget holds (what the budget limits). */
+    uint64_t overshoot_peak_bytes; /* The most bytes the budget held over its limit while pages could not leave (see `overshoot_count`); 0 if it never had to. */
     uint64_t staged_bytes; /* Of this region's bytes, those held uncompressed in the staging area (trial eviction). */
     uint64_t pinned_bytes; /* Pinned bytes of this region (never evicted). */
     uint64_t compressed_bytes; /* Bytes of compressed blobs (and raw pages) the budget's store holds. */
@@ -108,6 +109,7 @@ typedef struct zpage_stats {
     uint64_t eager_compression_count; /* Of which by `advise_cold` (Zircon's eager compressions). */
     uint64_t pressure_compression_count; /* Of which by the reclaimer (Zircon's memory-pressure compressions). */
     uint64_t compress_failure_count; /* Pages the codec or the store refused (kept resident). */
+    uint64_t overshoot_count; /* Faults that went over the budget without waiting because pages could not leave (the pool at its cap with no tier to write back to, a full or failing tier, every resident page pinned or held by `mlockall`/`restore_all`). */
     uint64_t throttle_count; /* Faults that waited: the budget was full, or the reclaimer was moving a burst of pages out (it does so while faults wait, see the crate documentation). */
     uint64_t throttle_ns; /* Total time those faults waited. */
     uint64_t ebusy_fix_count; /* Pages made exclusive again after fork (`EBUSY` from MOVE). */
