@@ -12,8 +12,9 @@ use zpage_tier::{PackedConfig, PackedTier, Tier};
 /// Where and how much to write back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackingConfig {
-    /// The file (created, or truncated when it exists) or block device. A
-    /// file that cannot be opened when the store is made does not stop it:
+    /// A new file (created mode 0600 and removed with the store; an
+    /// existing file is refused, never overwritten) or a block device. A
+    /// file that cannot be created when the store is made does not stop it:
     /// pages stay in memory and the file is tried again on later writebacks.
     pub path: PathBuf,
     /// The bound on the space it takes; writebacks past it (after garbage

@@ -38,6 +38,7 @@ pub use store::{EntryInfo, EntryKind, RecompressStats, Store, StoreOutcome};
 pub use zpage_codec::{CodecSpec, Page, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;
 pub use zpage_tier::{
-    KeySource, MemoryTier, MemoryTierConfig, PackedConfig, PackedTier, ReadFailure, RedisConfig,
-    RedisTier, Tier, TierError, TierRef, TierStats, SEALING,
+    redact_url, Backing, BackingOptions, KeySource, MemoryTier, MemoryTierConfig, PackedConfig,
+    PackedTier, ReadFailure, RedisConfig, RedisPassword, RedisTier, RedisTls, Tier, TierError,
+    TierRef, TierStats, PASSWORD_ENV, SEALING,
 };

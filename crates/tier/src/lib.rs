@@ -52,17 +52,21 @@
 //! region hands its reads to a zpage thread.
 #![forbid(unsafe_code)]
 
+mod backing;
 mod health;
 mod memory;
 mod packed;
 mod redis;
+mod redis_auth;
 mod seal;
 mod slot;
 mod stats;
 
+pub use backing::{Backing, BackingOptions};
 pub use memory::{MemoryTier, MemoryTierConfig};
-pub use packed::{PackedConfig, PackedTier};
-pub use redis::{RedisConfig, RedisTier, CLUSTER_SCHEME};
+pub use packed::{check_path, check_room, PackedConfig, PackedTarget, PackedTier};
+pub use redis::{RedisConfig, RedisTier};
+pub use redis_auth::{redact_url, RedisPassword, RedisTls, CLUSTER_SCHEME, PASSWORD_ENV};
 pub use seal::{KeySource, Sealer, KEY_BYTES, SEALING, TAG_BYTES};
 pub use stats::TierStats;
 

@@ -41,16 +41,21 @@ use crate::stats::{Counters, TierStats};
 use crate::{spin_read, ReadFailure, Tier, TierError, TierRef, TAG_BYTES};
 use parking_lot::{Mutex, RwLock};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
-use std::path::PathBuf;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
 /// Where and how a [`PackedTier`] writes.
 #[derive(Clone, Debug)]
 pub struct PackedConfig {
-    /// A regular file (created, or truncated when it exists) or a block or
-    /// character device (used as it is, from offset 0).
+    /// A new regular file, or a block device (used as it is, from offset 0,
+    /// opened exclusively: refused while mounted or a swap area). The file
+    /// is created by the tier (mode 0600, never through a symbolic link)
+    /// and removed when the tier is dropped: its blobs cannot be opened
+    /// without the tier's index, which lives in this process. A path that
+    /// exists as a file, a link, a directory, a character device (such as
+    /// `/dev/null`), a FIFO or a socket is refused ([`check_path`]).
     pub path: PathBuf,
     /// The bound on the space used, in bytes (rounded down to whole segments).
     pub max_bytes: u64,
@@ -87,6 +92,117 @@ impl PackedConfig {
             garbage_percent: DEFAULT_GARBAGE_PERCENT,
         }
     }
+}
+
+/// What a packed tier's path names, once checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PackedTarget {
+    /// Nothing yet: the tier creates a file there (or, while its directory
+    /// is missing, starts down and creates it once the directory appears).
+    NewFile,
+    /// A block device of this many bytes.
+    BlockDevice {
+        /// Its size.
+        bytes: u64,
+    },
+}
+
+fn refuse(path: &Path, why: impl std::fmt::Display) -> TierError {
+    TierError::InvalidConfig(format!("{}: {why}", path.display()))
+}
+
+/// Checks that `path` can hold a packed tier of `max_bytes`: nothing there
+/// yet (a new file), or a block device at least that large. Everything
+/// else is refused with the reason and the fix: an existing file (never
+/// overwritten), a symbolic link (never written through), a directory, a
+/// character device (`/dev/null` takes every write and gives nothing
+/// back), a FIFO or a socket.
+pub fn check_path(path: &Path, max_bytes: u64) -> Result<PackedTarget, TierError> {
+    let new_file_instead = "name a path where the tier may create its file (e.g. /var/tmp/zpage.tier) or a block device";
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        // Missing (or not examinable: opening it says why, and the tier
+        // retries it).
+        Err(_) => return Ok(PackedTarget::NewFile),
+    };
+    let meta = if meta.file_type().is_symlink() {
+        match std::fs::metadata(path) {
+            Ok(target) if target.file_type().is_block_device() => target,
+            Ok(_) => return Err(refuse(path, format!("is a symbolic link, and the tier never writes a file through one: {new_file_instead}"))),
+            Err(e) => return Err(refuse(path, format!("is a symbolic link to nothing ({e}), and the tier never writes a file through one: remove it, or {new_file_instead}"))),
+        }
+    } else {
+        meta
+    };
+    let kind = meta.file_type();
+    if kind.is_block_device() {
+        let bytes = std::fs::File::open(path)
+            .and_then(|mut device| std::io::Seek::seek(&mut device, std::io::SeekFrom::End(0)))
+            .map_err(|e| refuse(path, format!("the block device's size cannot be read: {e}")))?;
+        if bytes < max_bytes {
+            return Err(refuse(
+                path,
+                format!("the block device holds {bytes} bytes, less than the {max_bytes} the tier may take: give a larger device or a file"),
+            ));
+        }
+        return Ok(PackedTarget::BlockDevice { bytes });
+    }
+    let why = if kind.is_file() {
+        format!("exists, and the tier never overwrites a file (it creates its own, mode 0600, and removes it at exit): remove it, or {new_file_instead}")
+    } else if kind.is_dir() {
+        format!(
+            "is a directory: name a new file in it, e.g. {}",
+            path.join("zpage.tier").display()
+        )
+    } else if kind.is_char_device() {
+        format!("is a character device, which cannot give back what is written to it (/dev/null, /dev/zero): {new_file_instead}")
+    } else if kind.is_fifo() {
+        format!("is a FIFO, which cannot hold pages: {new_file_instead}")
+    } else if kind.is_socket() {
+        format!("is a socket, which cannot hold pages: {new_file_instead}")
+    } else {
+        format!("is not a file or block device: {new_file_instead}")
+    };
+    Err(refuse(path, why))
+}
+
+/// Checks that the file system where `path` would be created has room for
+/// `max_bytes` (`statvfs`'s space available to unprivileged users). Done by
+/// front ends before they start anything: the tier itself takes a full file
+/// system as it comes (writes fail, pages stay in memory). A block device's
+/// size is checked by [`check_path`]; a missing directory is not an error
+/// here (the tier starts down and retries).
+pub fn check_room(path: &Path, max_bytes: u64) -> Result<(), TierError> {
+    if check_path(path, max_bytes)? != PackedTarget::NewFile {
+        return Ok(());
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let Ok(fs) = rustix::fs::statvfs(dir) else {
+        return Ok(());
+    };
+    let available = fs.f_bavail.saturating_mul(fs.f_frsize);
+    if available < max_bytes {
+        return Err(refuse(
+            path,
+            format!(
+                "the file system of {} has {available} bytes free, less than the {max_bytes} the tier may take: free space there or name a file on a larger file system",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The file a tier created: removed when the tier is dropped, by the
+/// process that created it, if the path still names it.
+#[derive(Clone, Copy, Debug)]
+struct CreatedFile {
+    dev: u64,
+    ino: u64,
+    pid: u32,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -157,8 +273,10 @@ pub struct PackedTier {
     index: RwLock<Index>,
     layout: Mutex<Layout>,
     device: RwLock<Option<File>>,
-    /// A regular file we created and may truncate when reopening.
+    /// A file the tier creates (else a block device).
     regular: bool,
+    /// The file, once created.
+    created: Mutex<Option<CreatedFile>>,
     health: Health,
     deleted_reported: AtomicBool,
     counters: Counters,
@@ -192,9 +310,11 @@ fn read_exact_at(file: &File, buf: &mut [u8], mut offset: u64) -> Result<(), Rea
 }
 
 impl PackedTier {
-    /// A packed tier. A bad configuration is an error; a device that cannot
-    /// be opened is not: the tier starts down, says why on standard error,
-    /// and is retried on later writes (pages stay in memory meanwhile).
+    /// A packed tier. A bad configuration is an error, and so is a path
+    /// that cannot hold pages ([`check_path`]) or a block device in use; a
+    /// file that cannot be created (its directory missing, say) is not: the
+    /// tier starts down, says why on standard error, and is retried on later
+    /// writes (pages stay in memory meanwhile).
     pub fn new(config: PackedConfig) -> Result<PackedTier, TierError> {
         if config.segment_bytes < 64 * 1024 || config.segment_bytes > u64::from(u32::MAX) {
             return Err(TierError::InvalidConfig(format!(
@@ -215,13 +335,10 @@ impl PackedTier {
                 config.max_bytes, config.segment_bytes
             )));
         }
-        let describe = format!("packed file {}", config.path.display());
-        let regular = match std::fs::metadata(&config.path) {
-            Ok(meta) => {
-                let kind = meta.file_type();
-                !(kind.is_block_device() || kind.is_char_device())
-            }
-            Err(_) => true,
+        let regular = check_path(&config.path, config.max_bytes)? == PackedTarget::NewFile;
+        let describe = match regular {
+            true => format!("packed file {}", config.path.display()),
+            false => format!("packed device {}", config.path.display()),
         };
         let tier = PackedTier {
             sealer: Sealer::new(&config.key)?,
@@ -242,25 +359,67 @@ impl PackedTier {
             }),
             device: RwLock::new(None),
             regular,
+            created: Mutex::new(None),
             deleted_reported: AtomicBool::new(false),
             relocations: AtomicU64::new(0),
             counters: Counters::default(),
             config,
         };
         if let Err(error) = tier.open_device() {
+            if let Some(refusal) = tier.refusal(&error) {
+                return Err(refusal);
+            }
             tier.health.failed(&error);
         }
         Ok(tier)
     }
 
+    /// A failure to open that retrying will not mend, as the error to
+    /// return: the path became a file or link since it was checked, or the
+    /// block device is in use.
+    fn refusal(&self, error: &TierError) -> Option<TierError> {
+        let TierError::Io { source, .. } = error else {
+            return None;
+        };
+        let why = match rustix::io::Errno::from_io_error(source)? {
+            rustix::io::Errno::EXIST | rustix::io::Errno::LOOP => {
+                "appeared while the tier was being made; the tier never overwrites a file or writes through a link: name a new path"
+            }
+            rustix::io::Errno::BUSY => {
+                "is in use (mounted, a swap area, or held open exclusively by another program): name a free device or a new file"
+            }
+            _ => return None,
+        };
+        Some(refuse(&self.config.path, why))
+    }
+
+    /// Opens the device, or creates the file: a new file only (`O_EXCL`),
+    /// never through a symbolic link, private to this user; a block device
+    /// exclusively (`O_EXCL` without `O_CREAT`: `EBUSY` while it is mounted
+    /// or a swap area).
     fn open_device(&self) -> Result<(), TierError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(self.regular)
-            .truncate(self.regular)
+        let mut options = OpenOptions::new();
+        options.read(true).write(true);
+        if self.regular {
+            options
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        } else {
+            options.custom_flags(rustix::fs::OFlags::EXCL.bits() as i32);
+        }
+        let file = options
             .open(&self.config.path)
             .map_err(|source| self.io_error("open", source))?;
+        if self.regular {
+            if let Ok(meta) = file.metadata() {
+                *self.created.lock() = Some(CreatedFile {
+                    dev: meta.dev(),
+                    ino: meta.ino(),
+                    pid: std::process::id(),
+                });
+            }
+        }
         *crate::spin_write(&self.device) = Some(file);
         Ok(())
     }
@@ -765,6 +924,25 @@ impl Tier for PackedTier {
             );
             if !layout.over_garbage(self.config.garbage_percent) || !self.compact_one(&mut layout) {
                 return;
+            }
+        }
+    }
+}
+
+impl Drop for PackedTier {
+    /// Removes the file the tier created, when this is the process that
+    /// created it (a forked child dropping its copy leaves the parent's
+    /// file alone) and the path still names that file.
+    fn drop(&mut self) {
+        let Some(created) = *self.created.lock() else {
+            return;
+        };
+        if created.pid != std::process::id() {
+            return;
+        }
+        if let Ok(meta) = std::fs::symlink_metadata(&self.config.path) {
+            if meta.dev() == created.dev && meta.ino() == created.ino {
+                let _ = std::fs::remove_file(&self.config.path);
             }
         }
     }

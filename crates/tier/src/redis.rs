@@ -3,11 +3,23 @@
 //! store that already exists, is already monitored and may be replicated.
 //!
 //! **Where it connects.** [`RedisConfig::url`] is either a Redis URL as the
-//! `redis` crate and `redis-cli -u` take it (`redis://[user:password@]host:port[/db]`,
-//! `redis+unix:///path/to/socket`) for one server, or
-//! `redis+cluster://[user:password@]host1:port1,host2:port2,...` for a
+//! `redis` crate and `redis-cli -u` take it (`redis://[user@]host:port[/db]`,
+//! `rediss://...` for TLS, `redis+unix:///path/to/socket`) for one server, or
+//! `redis+cluster://[user@]host1:port1,host2:port2,...` for a
 //! cluster: any reachable subset of its nodes (the rest are learned from
 //! `CLUSTER SLOTS`).
+//!
+//! **Passwords** ([`RedisConfig::password`]) come from a private file or
+//! the environment (module `redis_auth`); one written in the URL
+//! (`redis://:PASSWORD@host`) is taken out of it before the URL is used, and
+//! every message shows `***` in its place.
+//!
+//! **TLS.** `rediss://` connects with rustls, checking the server's
+//! certificate against the system's certificate store (`/etc/ssl/certs`,
+//! or `SSL_CERT_FILE`), or against [`RedisTls::ca_file`] when given (a
+//! private CA, as most Redis TLS set-ups use); a client certificate and key
+//! can be given for servers that ask for one. There is no way to skip the
+//! check (`rediss://...#insecure` is refused).
 //!
 //! **Keys.** `zpage:<namespace>:<reference>`, both in hex; the namespace is
 //! 64 random bits drawn when the tier is made, so two processes (or two
@@ -89,25 +101,30 @@
 //! a server (or database) with `noeviction`.
 
 use crate::health::Health;
+use crate::redis_auth::{self, RedisPassword, RedisTls, CLUSTER_SCHEME};
 use crate::seal::{KeySource, Sealer};
 use crate::stats::{Counters, TierStats};
 use crate::{ReadFailure, Tier, TierError, TierRef, READ_BUFFER_BYTES, TAG_BYTES};
-use ::redis::ConnectionLike;
+use ::redis::{ConnectionLike, IntoConnectionInfo};
 use parking_lot::Mutex;
 use rand::RngCore;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-/// The URL scheme that names a cluster's seed nodes.
-pub const CLUSTER_SCHEME: &str = "redis+cluster://";
-
-/// Where and how a [`RedisTier`] connects.
-#[derive(Clone, Debug)]
+/// Where and how a [`RedisTier`] connects. Its `Debug` shows the URL with
+/// any password in it replaced.
+#[derive(Clone)]
 pub struct RedisConfig {
-    /// `redis://host:port[/db]`, `redis+unix:///socket`, or
-    /// `redis+cluster://host1:port1,host2:port2,...` (see the module docs).
+    /// `redis://host:port[/db]`, `rediss://host:port[/db]`,
+    /// `redis+unix:///socket`, or `redis+cluster://host1:port1,host2:port2,...`
+    /// (see the module docs). A password in it is taken out and used as
+    /// [`RedisConfig::password`] (give it in one place only).
     pub url: String,
+    /// The password (`AUTH`), from a file or the environment.
+    pub password: Option<RedisPassword>,
+    /// Certificate files for `rediss://`.
+    pub tls: RedisTls,
     /// The key the blobs are sealed with.
     pub key: KeySource,
     /// Bound on connecting and on each command's response: past it the
@@ -119,17 +136,39 @@ pub struct RedisConfig {
     pub connections: usize,
 }
 
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redis_auth::redact_url(&self.url))
+            .field("password", &self.password)
+            .field("tls", &self.tls)
+            .field("key", &self.key)
+            .field("timeout", &self.timeout)
+            .field("retry_interval", &self.retry_interval)
+            .field("connections", &self.connections)
+            .finish()
+    }
+}
+
 impl RedisConfig {
     /// A tier at `url` with a per-process key, a 500 ms timeout, a one-second
     /// retry and four connections.
     pub fn new(url: impl Into<String>) -> RedisConfig {
         RedisConfig {
             url: url.into(),
+            password: None,
+            tls: RedisTls::default(),
             key: KeySource::Ephemeral,
             timeout: Duration::from_millis(500),
             retry_interval: Duration::from_secs(1),
             connections: 4,
         }
+    }
+
+    /// Checks the URL, the password's placement and the TLS files without
+    /// connecting: the errors [`RedisTier::new`] would return.
+    pub fn validate(&self) -> Result<(), TierError> {
+        build_client(self).map(|_| ())
     }
 
     /// Whether `text` names a Redis tier (rather than a file or device).
@@ -206,46 +245,86 @@ fn invalid(why: String) -> TierError {
     TierError::InvalidConfig(why)
 }
 
-fn build_client(config: &RedisConfig) -> Result<Client, TierError> {
-    if let Some(rest) = config.url.strip_prefix(CLUSTER_SCHEME) {
-        let (userinfo, hosts) = match rest.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+/// The client `config` names, and its URL as printed (the password, from
+/// wherever it came, shown as `***`).
+fn build_client(config: &RedisConfig) -> Result<(Client, String), TierError> {
+    let split = redis_auth::split_password(&config.url)?;
+    let password = match (split.password, &config.password) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "the Redis password is given twice, in the URL and apart: give it once, and not in the URL (`ps` shows it)".into(),
+            ))
+        }
+        (Some(in_url), None) => Some(in_url),
+        (None, apart) => apart.clone(),
+    };
+    let shown = redis_auth::show(&split.url, password.is_some());
+    let tls = split.url.starts_with("rediss://");
+    if tls && split.url.contains('#') {
+        return Err(invalid(format!(
+            "{shown}: the server's certificate is always checked (no #insecure): give the CA that signed it as the TLS CA file"
+        )));
+    }
+    if config.tls.any() && !tls {
+        return Err(invalid(format!(
+            "{shown}: TLS certificate files are given but the URL is not rediss:// (TLS)"
+        )));
+    }
+    if let Some(rest) = split.url.strip_prefix(CLUSTER_SCHEME) {
+        let (user, hosts) = match rest.rsplit_once('@') {
+            Some((user, hosts)) => (Some(user), hosts),
             None => (None, rest),
         };
         let hosts = hosts.trim_end_matches('/');
         let seeds: Vec<String> = hosts
             .split(',')
             .filter(|h| !h.is_empty())
-            .map(|host| match userinfo {
-                Some(u) => format!("redis://{u}@{host}"),
-                None => format!("redis://{host}"),
-            })
+            .map(|host| format!("redis://{host}"))
             .collect();
         if seeds.is_empty() {
             return Err(invalid(format!(
-                "{}: name at least one node, as in {CLUSTER_SCHEME}10.0.0.1:7000,10.0.0.2:7000",
-                config.url
+                "{shown}: name at least one node, as in {CLUSTER_SCHEME}10.0.0.1:7000,10.0.0.2:7000"
             )));
         }
-        let client = redis::cluster::ClusterClientBuilder::new(seeds)
+        let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
             .connection_timeout(config.timeout)
             .response_timeout(config.timeout)
             // A node that does not answer is a lost page now, not after
             // rounds of back-off: the caller keeps or reports the page.
             .retries(1)
             .min_retry_wait(10)
-            .max_retry_wait(50)
+            .max_retry_wait(50);
+        if let Some(user) = user {
+            let user = percent_encoding::percent_decode_str(user).decode_utf8_lossy();
+            builder = builder.username(user);
+        }
+        if let Some(password) = &password {
+            builder = builder.password(password.expose());
+        }
+        let client = builder
             .build()
-            .map_err(|e| invalid(format!("{}: {e}", config.url)))?;
-        Ok(Client::Cluster(client))
+            .map_err(|e| invalid(format!("{shown}: {e}")))?;
+        Ok((Client::Cluster(client), shown))
     } else {
-        let client = redis::Client::open(config.url.as_str()).map_err(|e| {
+        let bad_url = |e: redis::RedisError| {
             invalid(format!(
-                "{}: {e} (give redis://HOST:PORT[/DB], redis+unix:///PATH or {CLUSTER_SCHEME}HOST:PORT,HOST:PORT,...)",
-                config.url
+                "{shown}: {e} (give redis://HOST:PORT[/DB], rediss://HOST:PORT[/DB], redis+unix:///PATH or {CLUSTER_SCHEME}HOST:PORT,HOST:PORT,...)"
             ))
-        })?;
-        Ok(Client::Single(client))
+        };
+        let mut info = split.url.as_str().into_connection_info().map_err(bad_url)?;
+        if let Some(password) = &password {
+            let settings = info
+                .redis_settings()
+                .clone()
+                .set_password(password.expose());
+            info = info.set_redis_settings(settings);
+        }
+        let client = if config.tls.any() {
+            redis::Client::build_with_tls(info, config.tls.certificates()?).map_err(bad_url)?
+        } else {
+            redis::Client::open(info).map_err(bad_url)?
+        };
+        Ok((Client::Single(client), shown))
     }
 }
 
@@ -269,13 +348,13 @@ impl RedisTier {
                 "timeout is 0: give the longest a command may take (e.g. 500 ms)".into(),
             ));
         }
-        let client = build_client(&config)?;
+        let (client, shown_url) = build_client(&config)?;
         let namespace = rand::rngs::OsRng.next_u64();
         let kind = match client {
             Client::Single(_) => "redis",
             Client::Cluster(_) => "redis cluster",
         };
-        let describe = format!("{kind} {} (keys zpage:{namespace:016x}:*)", config.url);
+        let describe = format!("{kind} {shown_url} (keys zpage:{namespace:016x}:*)");
         let tier = RedisTier {
             sealer: Sealer::new(&config.key)?,
             health: Health::new(&describe, config.retry_interval),

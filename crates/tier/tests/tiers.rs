@@ -277,11 +277,21 @@ fn a_tier_missing_at_start_is_used_once_it_appears() {
 
 #[test]
 fn a_full_device_refuses_writes_and_keeps_what_it_holds() {
+    let device_dir = TempDir::new("tier-full-device");
     let tier = PackedTier::new(PackedConfig {
         retry_interval: Duration::from_millis(50),
-        ..PackedConfig::new("/dev/full", 4 << 20)
+        ..PackedConfig::new(device_dir.0.join("tier"), 4 << 20)
     })
     .unwrap();
+    // /dev/full fails every write with ENOSPC (as a tier it is refused:
+    // a character device cannot give back what is written).
+    tier.replace_device_for_test(
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/full")
+            .unwrap(),
+    );
     let err = tier.put(1, &blob(1, 100)).unwrap_err();
     assert!(err.to_string().contains("write failed"), "{err}");
     assert!(!tier.stats().available);
@@ -478,4 +488,39 @@ fn churn_keeps_disk_bytes_within_a_tenth_of_the_live_payload() {
         assert_eq!(&buf[..n], &b[..], "page {page}");
     }
     assert_eq!(stats.pages, shadow.len() as u64);
+}
+
+#[test]
+fn the_tier_file_is_new_private_and_removed_with_the_tier() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("tier-file");
+    let path = dir.0.join("tier");
+    let tier = packed(&dir, 4 << 20, 1 << 20);
+    let r = tier.put(1, &blob(1, 900)).unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o600, "the tier file holds memory contents");
+    // Another tier on the same path is refused: the file is never shared
+    // or overwritten.
+    let err = PackedTier::new(PackedConfig::new(&path, 4 << 20)).unwrap_err();
+    assert!(err.to_string().contains("never overwrites"), "{err}");
+    assert_eq!(read(&tier, r, 1).unwrap(), blob(1, 900));
+    drop(tier);
+    assert!(!path.exists(), "the tier removes its file");
+
+    // A file in its place, or a link, is left alone and refused.
+    std::fs::write(&path, b"someone's data").unwrap();
+    let err = PackedTier::new(PackedConfig::new(&path, 4 << 20)).unwrap_err();
+    assert!(err.to_string().contains("never overwrites"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"someone's data");
+    let link = dir.0.join("link");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let err = PackedTier::new(PackedConfig::new(&link, 4 << 20)).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    for device in ["/dev/null", "/dev/zero", "/dev/full"] {
+        let err = PackedTier::new(PackedConfig::new(device, 4 << 20)).unwrap_err();
+        assert!(
+            err.to_string().contains("character device"),
+            "{device}: {err}"
+        );
+    }
 }

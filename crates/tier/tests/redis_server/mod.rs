@@ -19,7 +19,7 @@ pub fn available(test: &str) -> bool {
 }
 
 /// A port whose cluster bus port (port + 10000) is free too.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     loop {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -79,7 +79,11 @@ impl RedisServer {
             let pong = client
                 .get_connection_with_timeout(Duration::from_millis(200))
                 .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
-            if pong.is_ok() {
+            // A server started with `requirepass` answers too, refusing.
+            let refused = pong
+                .as_ref()
+                .is_err_and(|e| e.code() == Some("NOAUTH") || e.code() == Some("WRONGPASS"));
+            if pong.is_ok() || refused {
                 return;
             }
             assert!(
