@@ -32,11 +32,12 @@ pub struct ZpageOptions {
     /// Cap on the compressed pool; with `backing`, the oldest compressed
     /// pages are written back to it as the pool nears the cap.
     pub pool_max_bytes: Option<u64>,
-    /// Where pages are written back: a file or block device (a packed,
-    /// sealed tier bounded to the region's size), or a Redis URL
-    /// (`redis://HOST:PORT`, `redis+cluster://HOST:PORT,HOST:PORT,...`: a
-    /// sealed Redis tier, see `zpage_store::RedisTier`).
-    pub backing: Option<String>,
+    /// Where pages are written back, checked (`zpage_store::Backing`): a
+    /// new file or a block device (a packed, sealed tier bounded by
+    /// [`backing_bound`] of the data size), or a Redis server or cluster (a
+    /// sealed Redis tier, see `zpage_store::RedisTier`). A tier is made
+    /// anew for each run (a file tier removes its file when the run ends).
+    pub backing: Option<zpage_store::Backing>,
 }
 
 impl Default for ZpageOptions {
@@ -64,6 +65,12 @@ impl ZpageOptions {
             AgingPolicy::Fifo => "zpage-fifo".into(),
         }
     }
+}
+
+/// The bound on a file or device tier for `size_bytes` of data: room for
+/// every page at its raw size, and the segment garbage collection keeps free.
+pub fn backing_bound(size_bytes: u64) -> u64 {
+    size_bytes + size_bytes / 8 + (8 << 20)
 }
 
 /// Probes a region: resident memory is the larger of the region's own count
@@ -149,23 +156,9 @@ pub fn create_region(
     config.dedup = options.dedup;
     config.max_pool_bytes = options.pool_max_bytes;
     if let Some(backing) = &options.backing {
-        let invalid =
-            |e: zpage_store::TierError| BenchError::Invalid(format!("--backing {backing}: {e}"));
-        let tier: std::sync::Arc<dyn zpage_store::Tier> =
-            if zpage_store::RedisConfig::is_redis_url(backing) {
-                std::sync::Arc::new(
-                    zpage_store::RedisTier::new(zpage_store::RedisConfig::new(backing.as_str()))
-                        .map_err(invalid)?,
-                )
-            } else {
-                // Room for every page of the region at its raw size, and the
-                // segment garbage collection keeps free.
-                let bound = spec.size_bytes + spec.size_bytes / 8 + (8 << 20);
-                std::sync::Arc::new(
-                    zpage_store::PackedTier::new(zpage_store::PackedConfig::new(backing, bound))
-                        .map_err(invalid)?,
-                )
-            };
+        let tier = backing
+            .open()
+            .map_err(|e| BenchError::Invalid(format!("--backing {}: {e}", backing.describe())))?;
         config.tier = Some(tier);
     }
     Region::new(config).map_err(|e| BenchError::Region(e.to_string()))

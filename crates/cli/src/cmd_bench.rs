@@ -104,13 +104,8 @@ pub struct Args {
     /// writes back to its swap file too.
     #[arg(long, value_parser = parse_size, value_name = "SIZE")]
     pub pool_max: Option<u64>,
-    /// Where the region writes its oldest compressed pages back: a file or
-    /// block device (PATH), a Redis server (redis://HOST:PORT[/DB]) or a
-    /// Redis Cluster (redis+cluster://HOST:PORT,HOST:PORT,...). Encrypted and
-    /// authenticated with a per-process key: unreadable after the run.
-    /// Needs --pool-max.
-    #[arg(long, value_name = "PATH|URL", requires = "pool_max")]
-    pub backing: Option<String>,
+    #[command(flatten)]
+    pub backing: crate::backing_args::BackingArgs,
     /// swapdemo's library file size. Default: half the budget.
     #[arg(long, value_parser = parse_size)]
     pub library_size: Option<u64>,
@@ -255,6 +250,11 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         bail!("need 0 < --budget < --size (got size {size}, budget {budget})");
     }
     let touches = args.touches.unwrap_or(size / page);
+    // Checked before anything runs: a backing that cannot hold pages
+    // would otherwise end the run at its first read-back.
+    let backing = args
+        .backing
+        .check(zpage_bench::zpage_tier::backing_bound(size))?;
 
     let mut workloads: Vec<WorkloadArg> = args.workloads.clone();
     if workloads.contains(&WorkloadArg::All) {
@@ -329,7 +329,7 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         keep_clean_copies: args.keep_clean_copies,
         dedup: args.dedup,
         pool_max_bytes: args.pool_max,
-        backing: args.backing.clone(),
+        backing,
     };
     let fifo = ZpageOptions {
         aging: AgingPolicy::Fifo,

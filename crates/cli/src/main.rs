@@ -3,6 +3,7 @@
 
 use clap::{CommandFactory, Parser, Subcommand};
 
+mod backing_args;
 mod bench_plots;
 mod bench_report;
 mod cmd_analyze;

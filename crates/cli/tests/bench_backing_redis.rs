@@ -96,3 +96,140 @@ fn bench_writes_back_to_redis_and_to_a_redis_cluster() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("redis+cluster://"), "{stderr}");
 }
+
+const PASSWORD: &str = "correct-horse-battery-staple";
+
+/// `zpage bench` on a small replay with `--backing`, as a command to run.
+fn bench_command(backing: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zpage"));
+    command
+        .args([
+            "bench",
+            "--size",
+            "16M",
+            "--budget",
+            "4M",
+            "--pool-max",
+            "1M",
+        ])
+        .args(["--backing", backing, "--phases", "random-read"])
+        .args([
+            "--touches",
+            "2000",
+            "--workload",
+            "replay",
+            "--no-fifo",
+            "--json",
+        ])
+        .env_remove("ZPAGE_REDIS_PASSWORD");
+    command
+}
+
+#[test]
+fn a_redis_password_works_from_the_environment_or_a_file_and_never_shows() {
+    if !available("bench --backing redis with a password") {
+        return;
+    }
+    let dir = TempDir::new("bench-auth");
+    let server = RedisServer::start(&dir, &["--requirepass", PASSWORD]);
+    let url = server.url();
+
+    // From the environment: the run writes back, nothing says the password.
+    let output = bench_command(&url)
+        .env("ZPAGE_REDIS_PASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+    check_rows(&rows, "redis with a password from the environment");
+
+    // From a file others may read: refused before anything runs.
+    let file = dir.0.join("password");
+    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    let output = bench_command(&url)
+        .arg("--backing-password-file")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+
+    // In the URL: accepted, warned about, and shown as *** everywhere.
+    let in_url = format!("redis://:{PASSWORD}@127.0.0.1:{}", server.port);
+    let output = bench_command(&in_url).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("`ps` shows it"), "{stderr}");
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+
+    // In the URL and the environment: refused, naming neither.
+    let output = bench_command(&in_url)
+        .env("ZPAGE_REDIS_PASSWORD", PASSWORD)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("give it once"), "{stderr}");
+    assert!(!stderr.contains(PASSWORD), "{stderr}");
+
+    // A wrong password in the URL: the "tier is down" line shows the URL
+    // with *** for the password.
+    let wrong = format!("{PASSWORD}-wrong");
+    let mut child = bench_command(&format!("redis://:{wrong}@127.0.0.1:{}", server.port))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("is down") {
+                break;
+            }
+        }
+        seen
+    });
+    let started = std::time::Instant::now();
+    while !lines.is_finished() && started.elapsed() < std::time::Duration::from_secs(60) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let seen = lines.join().unwrap();
+    assert!(
+        seen.contains("is down") && seen.contains(":***@127.0.0.1"),
+        "{seen}"
+    );
+    assert!(!seen.contains(&wrong), "{seen}");
+}
+
+#[test]
+fn backings_that_cannot_hold_pages_are_refused_before_the_run() {
+    let dir = TempDir::new("bench-backing-kinds");
+    for (backing, says) in [
+        ("/dev/null", "character device"),
+        ("/dev/zero", "character device"),
+        (dir.0.to_str().unwrap(), "is a directory"),
+    ] {
+        let started = std::time::Instant::now();
+        let output = bench_command(backing).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{backing}: {stderr}");
+        assert!(stderr.contains(says), "{backing}: {stderr}");
+        // Refused at once, not at the first read-back.
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{backing}"
+        );
+        assert!(!stderr.contains("zpage bench: data"), "{backing}: {stderr}");
+    }
+}
