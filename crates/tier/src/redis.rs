@@ -179,6 +179,7 @@ impl RedisConfig {
             "redis+unix://",
             "unix://",
             CLUSTER_SCHEME,
+            redis_auth::TLS_CLUSTER_SCHEME,
         ]
         .iter()
         .any(|scheme| text.starts_with(scheme))

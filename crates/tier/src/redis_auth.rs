@@ -37,6 +37,9 @@ const MAX_PASSWORD_FILE_BYTES: u64 = 4096;
 /// The URL scheme that names a cluster's seed nodes.
 pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 
+/// A cluster over TLS: recognised, and refused as not supported yet.
+pub(crate) const TLS_CLUSTER_SCHEME: &str = "rediss+cluster://";
+
 /// A Redis password. Its `Debug` prints `REDACTED`; it has no `Display`;
 /// its memory is zeroed when dropped (copies the `redis` crate keeps for
 /// reconnecting are its own).
@@ -209,6 +212,11 @@ pub(crate) struct SplitUrl {
 /// socket URL (`redis+unix:///path?pass=PASSWORD`), as the `redis` crate
 /// reads them, percent-decoded. Errors never quote the URL.
 pub(crate) fn split_password(text: &str) -> Result<SplitUrl, TierError> {
+    if text.starts_with(TLS_CLUSTER_SCHEME) {
+        return Err(TierError::InvalidConfig(format!(
+            "{TLS_CLUSTER_SCHEME}: TLS to a Redis Cluster is not supported yet: use rediss:// to one server, or {CLUSTER_SCHEME} on a network you trust"
+        )));
+    }
     if let Some(rest) = text.strip_prefix(CLUSTER_SCHEME) {
         // A list of hosts is not a URL the url crate parses ("h1:1,h2:2"
         // is no host), so the userinfo is cut off by hand.
