@@ -30,7 +30,7 @@ pub use error::BenchError;
 pub use histogram::LatencyHistogram;
 pub use pattern::{Op, Pattern, TouchPlan};
 pub use report::BenchResult;
-pub use units::parse_size;
+pub use units::{parse_size, parse_size_or_percent};
 pub use workload::{Memory, MemoryProbe, Observer, Phase, WorkloadKind, WorkloadSpec};
 pub use zpage_region::{AgingPolicy, CodecSpec, FaultMode};
 pub use zpage_tier::{run_zpage_tier, ZpageOptions};

@@ -131,14 +131,8 @@ fn parse_size(text: &str) -> Result<u64, String> {
 
 /// The budget in bytes from `SIZE` or `PCT%` (of `mem_total`).
 pub fn budget_bytes(text: &str, mem_total: u64) -> Result<u64> {
-    let bytes = if let Some(pct) = text.trim().strip_suffix('%') {
-        let pct: f64 = pct.trim().parse().ok().filter(|p: &f64| *p > 0.0 && *p <= 100.0).with_context(|| {
-            format!("--budget {text:?}: a percentage is a number in (0, 100] followed by %, e.g. 25%")
-        })?;
-        (mem_total as f64 * pct / 100.0) as u64
-    } else {
-        parse_size(text).map_err(|e| anyhow::anyhow!("--budget {text:?}: {e}"))?
-    };
+    let bytes = zpage_bench::parse_size_or_percent(text, mem_total)
+        .map_err(|e| anyhow::anyhow!("--budget: {e}"))?;
     if bytes < 256 * 1024 {
         bail!("--budget {text:?} is {bytes} bytes, below the smallest budget (256K): raise it");
     }
