@@ -87,6 +87,26 @@ pub(crate) fn maybe_in_arena(address: usize) -> bool {
     address >= ARENAS_LOW.load(Ordering::Relaxed) && address < ARENAS_HIGH.load(Ordering::Relaxed)
 }
 
+thread_local! {
+    /// Set while `zpage.compress` copies an array in this thread: its copy
+    /// is carved whatever its size (the caller asked for compressed memory
+    /// by name, so `min_bytes`, which keeps a block's small temporaries out
+    /// of regions, does not apply). Thread-local because NumPy allocates on
+    /// the calling thread and other threads' allocations must not change.
+    static CARVE_EVERY_SIZE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Sets whether this thread's allocations in a budget block are carved
+/// whatever their size (see `zpage.compress`); returns the previous setting.
+#[pyfunction]
+pub(crate) fn carve_every_size(on: bool) -> bool {
+    CARVE_EVERY_SIZE.replace(on)
+}
+
+/// A budget's compression ratio at or below which it cannot help: pages
+/// take (almost) as much memory compressed as resident.
+const NO_HELP_RATIO: f64 = 1.1;
+
 /// Every carver alive, so an address is traced to the one that carved it
 /// (`zpage.resident`, `zpage._zpage.owns`).
 static CARVERS: Mutex<Vec<Weak<ArenaCarver>>> = Mutex::new(Vec::new());
@@ -140,7 +160,7 @@ impl ArenaCarver {
 
     /// Whether an allocation of `size` bytes is carved here.
     pub fn carves(&self, size: usize) -> bool {
-        size >= self.min_bytes && std::process::id() == self.owner_pid
+        (size >= self.min_bytes || CARVE_EVERY_SIZE.get()) && std::process::id() == self.owner_pid
     }
 
     /// Carves `requested` bytes (zero-filled) from an arena, making one if
@@ -333,6 +353,9 @@ impl ArrayAllocator {
         dict.set_item("last_error", state.last_error.clone())?;
         dict.set_item("budget_bytes", self.carver.budget.budget_bytes())?;
         dict.set_item("resident_bytes", self.carver.budget.resident_bytes())?;
+        drop(state);
+        let contents = self.carver.budget.store_stats().contents;
+        compression_figures(&dict, &contents)?;
         Ok(dict)
     }
 
@@ -358,6 +381,51 @@ impl ArrayAllocator {
             }
         })
     }
+}
+
+/// The budget's compression, as blosc2 reports a ratio per array:
+/// `compressed_pages` (in memory), `uncompressed_bytes` (their size),
+/// `compressed_bytes` (their blobs), `pool_bytes` (the memory the pool
+/// takes for them), `ratio` (`uncompressed_bytes / pool_bytes`, `None`
+/// before anything is compressed), `raw_pages` and `raw_bytes` (pages that
+/// did not compress and are held at full size), `same_filled_pages`,
+/// `written_back_pages`, `helps` (false when the ratio is at most 1.1) and
+/// `summary`, one plain sentence saying so.
+fn compression_figures(dict: &Bound<'_, PyDict>, c: &zpage_store::Contents) -> PyResult<()> {
+    let in_memory = c.same_filled_pages + c.compressed_pages + c.raw_pages;
+    let raw_bytes = c.raw_pages * PAGE_SIZE as u64;
+    let ratio = (c.pool_memory_used_bytes > 0)
+        .then(|| c.uncompressed_bytes as f64 / c.pool_memory_used_bytes as f64);
+    dict.set_item("compressed_pages", in_memory)?;
+    dict.set_item("uncompressed_bytes", c.uncompressed_bytes)?;
+    dict.set_item("compressed_bytes", c.compressed_bytes)?;
+    dict.set_item("pool_bytes", c.pool_memory_used_bytes)?;
+    dict.set_item("ratio", ratio)?;
+    dict.set_item("raw_pages", c.raw_pages)?;
+    dict.set_item("raw_bytes", raw_bytes)?;
+    dict.set_item("same_filled_pages", c.same_filled_pages)?;
+    dict.set_item("written_back_pages", c.written_back_pages)?;
+    let helps = ratio.is_none_or(|r| r > NO_HELP_RATIO);
+    dict.set_item("helps", helps)?;
+    let raw_share = |pages: u64| 100.0 * pages as f64 / in_memory.max(1) as f64;
+    let summary = match ratio {
+        None if in_memory == 0 => "nothing compressed yet".to_string(),
+        None => format!("{in_memory} pages held, all same-filled (no pool memory)"),
+        Some(r) if !helps => format!(
+            "this budget cannot help: its {in_memory} compressed pages take {:.2} bytes of memory for each byte they hold ({r:.2}:1); {} pages ({:.0}%) did not compress and are held raw at full size. Such data (random-looking float64, already-compressed bytes) saves nothing compressed: keep it out of the budget, or make it compressible (a smaller dtype, rounding)",
+            1.0 / r,
+            c.raw_pages,
+            raw_share(c.raw_pages)
+        ),
+        Some(r) => format!(
+            "{in_memory} pages compressed {r:.2}:1 ({} bytes of memory for {} bytes); {} pages ({:.0}%) held raw",
+            c.pool_memory_used_bytes,
+            c.uncompressed_bytes,
+            c.raw_pages,
+            raw_share(c.raw_pages)
+        ),
+    };
+    dict.set_item("summary", summary)
 }
 
 /// Runs `call` on the arena region holding `[address, address + length)`,

@@ -35,10 +35,14 @@ fn zpage_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(arena::pin_memory, module)?)?;
     module.add_function(wrap_pyfunction!(arena::unpin_memory, module)?)?;
     module.add_function(wrap_pyfunction!(arena::owns, module)?)?;
+    module.add_function(wrap_pyfunction!(arena::carve_every_size, module)?)?;
     module.add_function(wrap_pyfunction!(analyze::analyze, module)?)?;
     module.add_function(wrap_pyfunction!(analyze::kernel_status, module)?)?;
     module.add_function(wrap_pyfunction!(syscalls::syscall_wrappers, module)?)?;
     syscalls::install_at_import();
     module.add("PAGE_SIZE", zpage_region::PAGE_SIZE)?;
+    // The package's version is the workspace's (pyproject.toml takes it
+    // from Cargo.toml).
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

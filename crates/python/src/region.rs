@@ -14,7 +14,7 @@
 //! leaving a `with` block while views exist closes the region when the last
 //! one is released.
 
-use crate::config::{fault_mode_name, size_arg, BudgetOptions};
+use crate::config::{budget_arg, fault_mode_name, size_arg, BudgetOptions};
 use crate::errors::{error, region_error, ErrorKind};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -31,7 +31,9 @@ use zpage_region::RegionStats;
 /// Every region made on one budget (``Region(size, budget=b)``) shares its
 /// resident limit, its compressed pool and its reclaimer: pages beyond
 /// ``size`` bytes, across all of them, are compressed. ``size`` is a number of
-/// bytes or a string such as ``"512M"`` or ``"1G"``. ``cold_codec``
+/// bytes, a string such as ``"512M"`` or ``"1G"``, or a share of the
+/// machine's memory such as ``"25%"`` (of ``MemTotal``, as ``zpage run
+/// --budget`` takes it). ``cold_codec``
 /// (``"zstd-dict"``, ``"zstd"``, ``"zstd:LEVEL"``) compresses cold pages
 /// harder: evicted pages with no quick reuse go straight to it, and pages
 /// that stay compressed a second are recompressed with it
@@ -59,7 +61,7 @@ impl Budget {
         cold_by_age_only: Option<bool>,
     ) -> PyResult<Budget> {
         crate::syscalls::wrap_new_objects();
-        let budget_bytes = size_arg("budget size", size)?;
+        let budget_bytes = budget_arg("budget size", size)?;
         let options = BudgetOptions {
             codec,
             pool,
@@ -226,7 +228,7 @@ impl RegionBase {
             }
             _ => {
                 let budget_bytes = match budget {
-                    Some(bytes) => size_arg("budget", bytes)?,
+                    Some(bytes) => budget_arg("budget", bytes)?,
                     None => {
                         return Err(error(
                             ErrorKind::Config,

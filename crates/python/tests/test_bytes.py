@@ -141,15 +141,27 @@ def test_file_and_socketpair_in_the_default_fault_mode(np, tmp_path):
     assert digest(received) == digest(src)
 
 
-def test_other_threads_are_not_in_the_block(np):
+def test_threads_started_in_the_block_are_in_it_and_others_are_not(np):
     src = source(np, 4 * MiB, 7)
     made = []
+    go = threading.Event()
+
+    def earlier():
+        go.wait(60)
+        made.append(("earlier", bytearray(src)))
+
+    outside = threading.Thread(target=earlier)
+    outside.start()  # before the block: not in it
     with zpage.budget("64M", python_objects=True):
-        worker = threading.Thread(target=lambda: made.append(bytearray(src)))
+        worker = threading.Thread(target=lambda: made.append(("inside", bytearray(src))))
         worker.start()
         worker.join()
+        go.set()
+        outside.join(60)
         mine = bytearray(src)
-    assert zpage.owns(mine) and not zpage.owns(made[0])
+    found = dict(made)
+    assert zpage.owns(mine) and zpage.owns(found["inside"]) and not zpage.owns(found["earlier"])
+    assert found["inside"] == src and found["earlier"] == src
 
 
 _INHERITED = None

@@ -9,10 +9,18 @@ transparently on the next access.
   dtype)`` are zero-copy, writable views.
 - :class:`Budget` -- one resident limit shared by several regions.
 - :func:`budget` -- ``with zpage.budget("1G"): a = numpy.zeros(...)``:
-  NumPy arrays created in the block live in compressed memory under one
-  budget, and remain ordinary ndarrays; with ``python_objects=True`` so
-  do large ``bytes`` and ``bytearray`` objects (:func:`owns` tells which
-  objects are).
+  NumPy arrays created in the block (and in threads started in it) live in
+  compressed memory under one budget, and remain ordinary ndarrays; with
+  ``python_objects=True`` so do large ``bytes`` and ``bytearray`` objects
+  (:func:`owns` tells which objects are). Sizes may be shares of the
+  machine's memory (``"25%"``), as ``zpage run --budget`` takes them.
+- :func:`compress` -- ``a = zpage.compress(a, "1G")``: an existing array
+  (or pandas object) moved under a budget: an equal copy in compressed
+  memory.
+- :class:`ArrayBudget` -- the budget of such arrays; ``stats()`` says how
+  well they compress (``ratio``, ``pool_bytes``, ``raw_pages``) and, in
+  ``summary``, when the budget cannot help (data that does not compress,
+  such as random-looking float64, is held raw at full size).
 - :func:`analyze` and :func:`kernel_status` -- the documents ``zpage analyze
   --json`` and ``zpage kernel status --json`` print, as Python objects.
 
@@ -49,18 +57,20 @@ from ._errors import (
     UnavailableError,
     ZpageError,
 )
-from ._arrays import ArrayBudget, budget, owns, resident
+from ._arrays import ArrayBudget, budget, compress, owns, resident
 from ._syscalls import chunks, load, save, sendall
-from ._zpage import PAGE_SIZE, Budget, Region
+from ._zpage import PAGE_SIZE, Budget, Region, __version__
 from ._zpage import analyze as _analyze
 from ._zpage import kernel_status as _kernel_status
 
 __all__ = [
+    "__version__",
     "PAGE_SIZE",
     "Budget",
     "Region",
     "ArrayBudget",
     "budget",
+    "compress",
     "owns",
     "resident",
     "save",

@@ -4,12 +4,16 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
+import threading
 from typing import Any, Dict, Iterator, Optional, Union
 
-from ._errors import ConfigError, NumpyHookError
+from ._errors import ConfigError, NumpyHookError, UnavailableError
 from ._zpage import (
     ArrayAllocator,
     Budget,
+    carve_every_size,
     enter_python_objects,
     exit_python_objects,
     make_numpy_handler,
@@ -19,7 +23,7 @@ from ._zpage import (
 )
 from ._zpage import owns as _owns
 
-__all__ = ["ArrayBudget", "budget", "owns", "resident"]
+__all__ = ["ArrayBudget", "budget", "compress", "owns", "resident"]
 
 #: Arrays and buffers smaller than this go to NumPy's or Python's allocator.
 DEFAULT_MIN_BYTES = 256 * 1024
@@ -42,23 +46,93 @@ def _numpy_api() -> Any:
     return multiarray._ARRAY_API
 
 
-class ArrayBudget:
-    """The budget of a ``with zpage.budget(...)`` block: its
-    :class:`Budget`, and the allocator that carves arrays and buffers from
-    its regions. It stays alive while arrays and buffers made in the block do."""
+#: The block the current context is in (``None`` outside any): what
+#: threads started here inherit.
+_ACTIVE_BLOCK: "contextvars.ContextVar[Optional[ArrayBudget]]" = contextvars.ContextVar(
+    "zpage_active_budget", default=None
+)
 
-    def __init__(self, shared: Budget, allocator: Any, handler: Any) -> None:
-        self.budget = shared
-        self._allocator = allocator
-        self._handler = handler
+
+class ArrayBudget:
+    """A budget for NumPy arrays (and, with ``python_objects=True``, large
+    Python buffers): a :class:`Budget` and the allocator that carves arrays
+    from its regions.
+
+    ``zpage.budget(size, ...)`` makes one for a ``with`` block; made
+    directly (``b = zpage.ArrayBudget("1G")``) it is entered with ``with
+    b:`` as often as wanted, and given to :func:`compress`. It stays alive
+    while arrays and buffers made in it do. ``size`` is bytes, a size such as
+    ``"1G"``, or a share of the machine's memory such as ``"25%"``; the
+    other arguments are those of :func:`budget`."""
+
+    def __init__(
+        self,
+        size: Union[int, str],
+        codec: Optional[str] = None,
+        *,
+        min_bytes: int = DEFAULT_MIN_BYTES,
+        arena_bytes: int = DEFAULT_ARENA_BYTES,
+        python_objects: bool = False,
+        **options: Any,
+    ) -> None:
+        api = _numpy_api()
+        self.budget = Budget(size, codec, **options)
+        self._allocator = ArrayAllocator(self.budget, min_bytes, arena_bytes)
+        self._handler = make_numpy_handler(api, self._allocator)
+        self._python_objects = python_objects
+        # Per thread: each thread leaves the blocks it entered.
+        self._entered = threading.local()
+
+    @contextlib.contextmanager
+    def _active(self) -> Iterator["ArrayBudget"]:
+        """This context (and threads started in it) allocates from the budget."""
+        api = _numpy_api()
+        previous = set_numpy_handler(api, self._handler)
+        outer = _ACTIVE_BLOCK.get()
+        _ACTIVE_BLOCK.set(self)
+        previous_block = enter_python_objects(self._allocator) if self._python_objects else None
+        try:
+            yield self
+        finally:
+            if previous_block is not None:
+                exit_python_objects(self._allocator, previous_block)
+            _ACTIVE_BLOCK.set(outer)
+            set_numpy_handler(api, previous)
+
+    def __enter__(self) -> "ArrayBudget":
+        _install_thread_hook()
+        block = self._active()
+        block.__enter__()
+        stack = self._entered.__dict__.setdefault("stack", [])
+        stack.append(block)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._entered.stack.pop().__exit__(*exc)
 
     def stats(self) -> Dict[str, Any]:
-        """Figures: ``arena_count``, ``arena_bytes`` (address space),
+        """Figures of the allocator and of the budget's compression.
+
+        The allocator: ``arena_count``, ``arena_bytes`` (address space),
         ``carved_bytes`` (live arrays and buffers, whole pages),
-        ``live_arrays``, ``live_buffers`` (``bytes``, ``bytearray`` and other
-        Python objects' memory), ``carved_count``, ``fallback_count`` (small allocations passed to
-        NumPy's allocator), ``failed_count`` and ``last_error``,
-        ``budget_bytes``, ``resident_bytes``."""
+        ``live_arrays``, ``live_buffers`` (``bytes``, ``bytearray`` and
+        other Python objects' memory), ``carved_count``, ``fallback_count``
+        (small allocations passed to NumPy's allocator), ``failed_count``
+        and ``last_error``, ``budget_bytes``, ``resident_bytes``.
+
+        The compression, for every page of the budget held compressed in
+        memory (as blosc2 reports a ratio per array): ``compressed_pages``,
+        ``uncompressed_bytes`` (their size), ``compressed_bytes`` (their
+        compressed blobs), ``pool_bytes`` (the memory the compressed pool
+        takes for them, what the budget really costs beside
+        ``resident_bytes``), ``ratio`` (``uncompressed_bytes / pool_bytes``;
+        ``None`` before anything is compressed), ``raw_pages`` and
+        ``raw_bytes`` (pages that did not compress and are held at their full
+        4 KiB: random-looking float64 data does this), ``same_filled_pages``,
+        ``written_back_pages`` (in a tier below RAM), ``helps`` (``False``
+        when the ratio is 1.1 or less: the budget saves almost nothing) and
+        ``summary``, one plain sentence that says how well the budget
+        compresses, or that it cannot help."""
         stats: Dict[str, Any] = self._allocator.stats()
         return stats
 
@@ -75,10 +149,45 @@ class ArrayBudget:
 
     def __repr__(self) -> str:
         s = self.stats()
+        ratio = "-" if s["ratio"] is None else f"{s['ratio']:.2f}:1"
         return (
             f"zpage.ArrayBudget({s['budget_bytes']} bytes, {s['live_arrays']} arrays, "
-            f"{s['resident_bytes']} resident)"
+            f"{s['resident_bytes']} resident, ratio {ratio})"
         )
+
+
+_thread_hook_lock = threading.Lock()
+_thread_hook_installed = False
+
+
+def _install_thread_hook() -> None:
+    """Makes threads started inside a block allocate from it, for their
+    whole run: ``threading.Thread.start`` (which ``concurrent.futures``
+    and most libraries use) is wrapped, once per process, to run the new
+    thread's ``run`` inside the block the starting context is in. NumPy's
+    allocator hook is per context, and a new thread starts in an empty one."""
+    global _thread_hook_installed
+    with _thread_hook_lock:
+        if _thread_hook_installed:
+            return
+        original_start = threading.Thread.start
+
+        @functools.wraps(original_start)
+        def start(self: threading.Thread, *args: Any, **kwargs: Any) -> Any:
+            block = _ACTIVE_BLOCK.get()
+            if block is not None and "_zpage_block" not in self.__dict__:
+                run = self.run
+
+                def run_in_block() -> None:
+                    with block._active():
+                        run()
+
+                self._zpage_block = block  # type: ignore[attr-defined]
+                self.run = run_in_block  # type: ignore[method-assign]
+            return original_start(self, *args, **kwargs)
+
+        threading.Thread.start = start  # type: ignore[method-assign]
+        _thread_hook_installed = True
 
 
 def _extent(array: Any) -> "tuple[int, int]":
@@ -134,9 +243,14 @@ def budget(
     ``aging``, ``cold_codec``, ``cold_by_age_only``).
 
     Uses NumPy's allocator hook (NEP 49, NumPy >= 1.22), which is per
-    context: threads started in the block use NumPy's allocator unless they
-    enter a block of their own. Covered: NumPy arrays (and pandas columns
-    backed by them).
+    context. Threads started in the block (``threading.Thread``,
+    ``concurrent.futures.ThreadPoolExecutor`` workers started by a
+    ``submit`` in the block) allocate from it too, for their whole run, even
+    after the block ends: zpage wraps ``threading.Thread.start`` at the
+    first block. Threads that were running before the block (a pool made
+    earlier) and threads made without ``threading`` use NumPy's allocator.
+    Covered: NumPy arrays (and pandas columns backed by them). Existing
+    arrays move in with :func:`compress`.
 
     With ``python_objects=True``, the memory of Python objects of at least
     ``min_bytes`` made in the block by this thread is carved too:
@@ -158,19 +272,79 @@ def budget(
     calls) raise ``OSError`` (EFAULT) rather than write wrong bytes; wrap
     them in ``with zpage.resident(array):``.
     """
-    api = _numpy_api()
-    shared = Budget(size, codec, **options)
-    allocator = ArrayAllocator(shared, min_bytes, arena_bytes)
-    handler = make_numpy_handler(api, allocator)
-    state = ArrayBudget(shared, allocator, handler)
-    previous = set_numpy_handler(api, handler)
-    previous_block = enter_python_objects(allocator) if python_objects else None
-    try:
+    state = ArrayBudget(
+        size,
+        codec,
+        min_bytes=min_bytes,
+        arena_bytes=arena_bytes,
+        python_objects=python_objects,
+        **options,
+    )
+    with state:
         yield state
-    finally:
-        if previous_block is not None:
-            exit_python_objects(allocator, previous_block)
-        set_numpy_handler(api, previous)
+
+
+def compress(
+    data: Any,
+    budget: Union[ArrayBudget, int, str],
+    codec: Optional[str] = None,
+    **options: Any,
+) -> Any:
+    """Moves existing data under a budget: returns an equal copy whose memory
+    is compressed region memory, and leaves ``data`` as it was (drop it to
+    free its memory).
+
+    ``data`` is a NumPy array (the copy is a plain C- or Fortran-ordered
+    ``numpy.ndarray`` of the same shape, dtype and values, whatever its
+    size) or a pandas ``DataFrame``, ``Series`` or ``Index`` (a deep copy:
+    its columns backed by NumPy arrays of at least the budget's
+    ``min_bytes`` move; Arrow-backed columns and Python objects do not).
+    ``budget`` is an :class:`ArrayBudget` (``b = zpage.ArrayBudget("1G")``,
+    or the one a ``with zpage.budget(...) as b`` block gave) to share, or a
+    size (``"1G"``, ``"25%"``) for a budget of its own, made with ``codec``
+    and ``options`` as :class:`ArrayBudget` takes them and alive as long as
+    the copy.
+
+    Raises :class:`UnavailableError` when the budget cannot give memory (in
+    a process forked from the one that made it, or past the process's
+    region limit), naming why.
+    """
+    if isinstance(budget, ArrayBudget):
+        if codec is not None or options:
+            raise ConfigError(
+                "codec and budget options belong to the ArrayBudget: give them to "
+                "zpage.ArrayBudget(...), or pass a size to compress() for a budget of its own"
+            )
+        target = budget
+    else:
+        target = ArrayBudget(budget, codec, **options)
+    import numpy
+
+    before = target.stats()["failed_count"]
+    with target._active():
+        if isinstance(data, numpy.ndarray):
+            previous = carve_every_size(True)
+            try:
+                copy = numpy.empty_like(data, order="K", subok=False)
+            finally:
+                carve_every_size(previous)
+            numpy.copyto(copy, data, casting="no")
+            moved = [copy]
+        elif hasattr(data, "copy") and type(data).__module__.startswith("pandas"):
+            copy = data.copy(deep=True)
+            moved = []
+        else:
+            raise ConfigError(
+                f"zpage.compress() takes a numpy.ndarray or a pandas object, not {type(data).__name__}"
+            )
+    if any(not target.owns(array) for array in moved):
+        stats = target.stats()
+        why = stats["last_error"] if stats["failed_count"] > before else None
+        raise UnavailableError(
+            "zpage.compress(): the budget could not give memory for the copy"
+            + (f": {why}" if why else " (a process forked from the one that made the budget cannot carve from it)")
+        )
+    return copy
 
 
 @contextlib.contextmanager
