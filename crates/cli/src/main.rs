@@ -26,7 +26,7 @@ enum Command {
     /// How well does this memory compress? Images, a PID, or every readable process.
     Analyze(cmd_analyze::Args),
     /// Benchmarks on a compressed region, side by side with the kernel's zram and zswap.
-    Bench(cmd_bench::Args),
+    Bench(Box<cmd_bench::Args>),
     /// A realistic data set several times the budget, on a compressed region, with live stats.
     Demo(cmd_demo::Args),
     /// Status, configuration and monitoring of the kernel's zram and zswap.
@@ -51,7 +51,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Analyze(args) => cmd_analyze::run(args),
-        Command::Bench(args) => cmd_bench::run(args),
+        Command::Bench(args) => cmd_bench::run(*args),
         Command::Demo(args) => cmd_demo::run(args),
         Command::Kernel(args) => cmd_kernel::run(args),
         Command::Exporter(args) => cmd_kernel::run_exporter(args),

@@ -7,7 +7,7 @@ use zpage_region::{AgingPolicy, BudgetConfig, CodecSpec, FaultMode, PoolKind};
 
 /// A size in bytes from an int or a string such as "512M", "1G", "64MiB".
 pub(crate) fn size_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
-    sized(what, value, |text| zpage_bench::parse_size(text))
+    sized(what, value, zpage_bench::parse_size)
 }
 
 /// A budget in bytes: a size as [`size_arg`] takes it, or a percentage of
