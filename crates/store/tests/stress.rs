@@ -153,5 +153,5 @@ fn concurrent_with_writeback_and_recompression() {
         }),
         ..StoreConfig::default()
     });
-    std::fs::remove_file(path).unwrap();
+    assert!(!path.exists(), "the store's tier removes the file it created");
 }

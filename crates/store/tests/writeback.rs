@@ -165,12 +165,35 @@ fn a_full_or_failing_backing_file_keeps_pages_in_memory() {
     assert_eq!(store.stats().events.writeback_fail_count, 1);
     assert_eq!(store.stats().tier.unwrap().put_fail_full, 1);
 
-    // /dev/full accepts the open and fails every write with ENOSPC.
-    let failing = Store::new(StoreConfig {
+    // /dev/full fails every write with ENOSPC. As a backing path it is
+    // refused (a character device gives nothing back); a tier whose file
+    // turns into it is what a full device looks like.
+    let failing_file = TempFile::new("wb-failing");
+    assert!(Store::new(StoreConfig {
         backing: Some(BackingConfig {
             path: "/dev/full".into(),
             max_bytes: 1 << 20,
         }),
+        ..StoreConfig::default()
+    })
+    .is_err_and(|e| e.to_string().contains("character device")));
+    let tier = zpage_store::PackedTier::new(zpage_store::PackedConfig::new(
+        &failing_file.0,
+        4 << 20,
+    ))
+    .unwrap();
+    tier.replace_device_for_test(
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/full")
+            .unwrap(),
+    );
+    let failing = Store::new(StoreConfig {
+        pages: PageStoreConfig {
+            tier: Some(std::sync::Arc::new(tier)),
+            ..PageStoreConfig::default()
+        },
         ..StoreConfig::default()
     })
     .unwrap();
@@ -181,7 +204,7 @@ fn a_full_or_failing_backing_file_keeps_pages_in_memory() {
             .unwrap();
     }
     let error = failing.write_back(5).unwrap_err();
-    assert!(error.to_string().contains("/dev/full"), "{error}");
+    assert!(error.to_string().contains("No space left"), "{error}");
     let mut out = Box::new([0u8; PAGE_SIZE]);
     for (stores, worker) in [(&store, &mut worker), (&failing, &mut failing_worker)] {
         for &key in &keys {
