@@ -527,14 +527,9 @@ fn run_parameters(args: &Args, results: &[BenchResult]) -> Vec<(&'static str, St
     if let Some(cap) = args.pool_max {
         rows.push(("pool cap", bytes_text(cap)));
     }
-    if let Some(backing) = &args.backing {
-        // A Redis URL may hold a password: only its kind is shown.
-        let shown = if backing.contains("://") {
-            backing.split("://").next().unwrap_or("").to_string() + " server"
-        } else {
-            backing.clone()
-        };
-        rows.push(("tier below RAM", shown));
+    if let Some(backing) = &args.backing.backing {
+        // The URL with its user and without its password (shown as ***).
+        rows.push(("tier below RAM", zpage_store::redact_url(backing)));
     }
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     rows.extend([

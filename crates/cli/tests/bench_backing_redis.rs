@@ -160,11 +160,20 @@ fn a_redis_password_works_from_the_environment_or_a_file_and_never_shows() {
 
     // In the URL: accepted, warned about, and shown as *** everywhere.
     let in_url = format!("redis://:{PASSWORD}@127.0.0.1:{}", server.port);
-    let output = bench_command(&in_url).output().unwrap();
+    let report = dir.0.join("report.html");
+    let output = bench_command(&in_url)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("`ps` shows it"), "{stderr}");
     assert!(!stderr.contains(PASSWORD), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains(PASSWORD));
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains(":***@127.0.0.1"), "the report names the tier");
+    assert!(!html.contains(PASSWORD), "the report holds the password");
 
     // In the URL and the environment: refused, naming neither.
     let output = bench_command(&in_url)

@@ -153,5 +153,8 @@ fn concurrent_with_writeback_and_recompression() {
         }),
         ..StoreConfig::default()
     });
-    assert!(!path.exists(), "the store's tier removes the file it created");
+    assert!(
+        !path.exists(),
+        "the store's tier removes the file it created"
+    );
 }

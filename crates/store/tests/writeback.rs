@@ -177,11 +177,9 @@ fn a_full_or_failing_backing_file_keeps_pages_in_memory() {
         ..StoreConfig::default()
     })
     .is_err_and(|e| e.to_string().contains("character device")));
-    let tier = zpage_store::PackedTier::new(zpage_store::PackedConfig::new(
-        &failing_file.0,
-        4 << 20,
-    ))
-    .unwrap();
+    let tier =
+        zpage_store::PackedTier::new(zpage_store::PackedConfig::new(&failing_file.0, 4 << 20))
+            .unwrap();
     tier.replace_device_for_test(
         std::fs::OpenOptions::new()
             .read(true)
