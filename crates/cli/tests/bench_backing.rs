@@ -1,18 +1,26 @@
-//! `zpage bench --backing redis://...` and `--backing redis+cluster://...`:
-//! the region writes its oldest compressed pages back to a real
-//! `redis-server` (one, then a three-node cluster) started on loopback, every
-//! checked touch reads the right bytes, and the JSON rows report the bytes
-//! held in Redis and the tier's read latency. Skipped, with a message,
-//! where redis-server is not installed.
+//! `zpage bench --backing ...`: the region writes its oldest compressed
+//! pages back to a real `redis-server` (one, then a three-node cluster,
+//! then one with `requirepass`) started on loopback, or to a block device;
+//! every checked touch reads the right bytes, and the JSON rows report the
+//! bytes held below RAM and the tier's read latency. The Redis password
+//! works from the environment, is refused from a file others may read, is
+//! warned about in the URL, and never shows on stderr or in the report.
+//! What cannot hold pages (/dev/null, a directory, a block device too small
+//! or in use) is refused before the run. Skipped, with a message, where
+//! redis-server is not installed; the block device test needs root and
+//! ZPAGE_TEST_KERNEL_STATE=1.
 
 #[path = "../../tier/tests/redis_server/mod.rs"]
 mod redis_server;
 
 use redis_server::{available, RedisCluster, RedisServer, TempDir};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::Command;
 
-fn bench_json(backing: &str, scratch: &TempDir) -> Vec<serde_json::Value> {
-    let output = Command::new(env!("CARGO_BIN_EXE_zpage"))
+/// `zpage bench` on a small replay with `--backing`, as a command to run.
+fn bench_command(backing: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zpage"));
+    command
         .args([
             "bench",
             "--size",
@@ -31,16 +39,28 @@ fn bench_json(backing: &str, scratch: &TempDir) -> Vec<serde_json::Value> {
             "--no-fifo",
             "--json",
         ])
-        .arg("--scratch-dir")
-        .arg(&scratch.0)
-        .output()
-        .unwrap();
+        .env_remove("ZPAGE_REDIS_PASSWORD");
+    command
+}
+
+/// The rows of a run that must succeed.
+fn rows_of(output: std::process::Output) -> Vec<serde_json::Value> {
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
     serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn bench_json(backing: &str, scratch: &TempDir) -> Vec<serde_json::Value> {
+    rows_of(
+        bench_command(backing)
+            .arg("--scratch-dir")
+            .arg(&scratch.0)
+            .output()
+            .unwrap(),
+    )
 }
 
 fn check_rows(rows: &[serde_json::Value], what: &str) {
@@ -79,51 +99,13 @@ fn bench_writes_back_to_redis_and_to_a_redis_cluster() {
     }
     drop(cluster);
     // A URL without a node is refused with the syntax to use.
-    let output = Command::new(env!("CARGO_BIN_EXE_zpage"))
-        .args([
-            "bench",
-            "--size",
-            "8M",
-            "--budget",
-            "2M",
-            "--pool-max",
-            "1M",
-        ])
-        .args(["--backing", "redis+cluster://", "--workload", "replay"])
-        .output()
-        .unwrap();
+    let output = bench_command("redis+cluster://").output().unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("redis+cluster://"), "{stderr}");
 }
 
 const PASSWORD: &str = "correct-horse-battery-staple";
-
-/// `zpage bench` on a small replay with `--backing`, as a command to run.
-fn bench_command(backing: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_zpage"));
-    command
-        .args([
-            "bench",
-            "--size",
-            "16M",
-            "--budget",
-            "4M",
-            "--pool-max",
-            "1M",
-        ])
-        .args(["--backing", backing, "--phases", "random-read"])
-        .args([
-            "--touches",
-            "2000",
-            "--workload",
-            "replay",
-            "--no-fifo",
-            "--json",
-        ])
-        .env_remove("ZPAGE_REDIS_PASSWORD");
-    command
-}
 
 #[test]
 fn a_redis_password_works_from_the_environment_or_a_file_and_never_shows() {
@@ -139,11 +121,12 @@ fn a_redis_password_works_from_the_environment_or_a_file_and_never_shows() {
         .env("ZPAGE_REDIS_PASSWORD", PASSWORD)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(!stderr.contains(PASSWORD), "{stderr}");
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
-    check_rows(&rows, "redis with a password from the environment");
+    check_rows(
+        &rows_of(output),
+        "redis with a password from the environment",
+    );
 
     // From a file others may read: refused before anything runs.
     let file = dir.0.join("password");
@@ -241,4 +224,74 @@ fn backings_that_cannot_hold_pages_are_refused_before_the_run() {
         );
         assert!(!stderr.contains("zpage bench: data"), "{backing}: {stderr}");
     }
+}
+
+/// A loop device over a sparse file, detached when dropped.
+struct Loop(String);
+
+impl Loop {
+    fn attach(dir: &TempDir, name: &str, bytes: u64) -> Loop {
+        let file = dir.0.join(name);
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(bytes)
+            .unwrap();
+        let output = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Loop(String::from_utf8(output.stdout).unwrap().trim().to_string())
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.0]).status();
+    }
+}
+
+#[test]
+fn block_devices_too_small_or_in_use_are_refused_and_a_free_one_holds_pages() {
+    if !zpage_kernel::kernel_state_tests_enabled(
+        "block_devices_too_small_or_in_use_are_refused_and_a_free_one_holds_pages",
+    ) {
+        return;
+    }
+    if !zpage_testsupport::installed("loop devices", "losetup", "mount") {
+        return;
+    }
+    let _lock = zpage_kernel::KernelStateLock::acquire();
+    let dir = TempDir::new("bench-loop");
+    // The bound for 16 MiB of data is 16 + 2 + 8 MiB.
+    let small = Loop::attach(&dir, "small", 16 << 20);
+    let output = bench_command(&small.0).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("holds 16777216 bytes, less than"),
+        "{stderr}"
+    );
+
+    let device = Loop::attach(&dir, "device", 64 << 20);
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_EXCL)
+        .open(&device.0)
+        .unwrap();
+    let output = bench_command(&device.0).output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("is in use"), "{stderr}");
+    drop(held);
+
+    check_rows(
+        &rows_of(bench_command(&device.0).output().unwrap()),
+        "a free block device",
+    );
 }
