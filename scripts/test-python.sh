@@ -2,6 +2,7 @@
 # Builds the Python package the way the README installs it
 # (`pip install ./crates/python`), into a fresh virtual environment, and runs
 # its pytest suite. ZPAGE_PY_TEST_SCALE grows the suite's data (1 in CI).
+# CARGO_TARGET_DIR is honoured, as cargo honours it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +18,7 @@ trap 'rm -rf "$venv"' EXIT
 # The CLI, for the tests that compare zpage.analyze/kernel_status with its
 # --json documents (already built by `cargo test --workspace` in CI).
 cargo build -q -p zpage-cli
-export ZPAGE_CLI="$PWD/target/debug/zpage"
+export ZPAGE_CLI="${CARGO_TARGET_DIR:-$PWD/target}/debug/zpage"
 # Run from the tests' directory so `import zpage` is the installed package.
 cd crates/python/tests
 "$venv/bin/python" -m pytest -q -p no:cacheprovider .
