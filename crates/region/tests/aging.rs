@@ -90,6 +90,13 @@ fn faulting_share(
     share
 }
 
+/// The comparison, up to three times: the policy passes if one attempt
+/// halves FIFO's faulting share. The share depends on the reclaimer keeping
+/// up with the touching thread; on a machine busy with other work (CI's
+/// other test binaries, a build) it can fall behind for a whole attempt
+/// (0.268 against FIFO's 0.440 was seen once on a loaded 2-CPU machine,
+/// 0.19 against 0.42 when idle). FIFO, the policy it is compared with,
+/// never halves itself, so a policy no better than FIFO fails every attempt.
 fn compare(keep_clean_copies: bool) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let (size, budget) = (64 * MIB, 16 * MIB);
@@ -97,29 +104,36 @@ fn compare(keep_clean_copies: bool) {
     // 80% of touches on 20% of the pages: the hot set is 80% of the budget.
     let hot = budget_pages * 4 / 5;
     let touches = 1_000_000;
-    let fifo = faulting_share(
-        AgingPolicy::Fifo,
-        keep_clean_copies,
-        size,
-        budget,
-        hot,
-        80,
-        touches,
-    );
-    let zpage = faulting_share(
-        AgingPolicy::Refault,
-        keep_clean_copies,
-        size,
-        budget,
-        hot,
-        80,
-        touches,
-    );
-    eprintln!(
-        "hot/cold (write tracking {keep_clean_copies}): zpage {zpage:.4} vs FIFO {fifo:.4}: ratio {:.3}",
-        zpage / fifo
-    );
-    assert!(zpage <= fifo / 2.0, "zpage {zpage} vs fifo {fifo}");
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let fifo = faulting_share(
+            AgingPolicy::Fifo,
+            keep_clean_copies,
+            size,
+            budget,
+            hot,
+            80,
+            touches,
+        );
+        let zpage = faulting_share(
+            AgingPolicy::Refault,
+            keep_clean_copies,
+            size,
+            budget,
+            hot,
+            80,
+            touches,
+        );
+        eprintln!(
+            "hot/cold (write tracking {keep_clean_copies}): zpage {zpage:.4} vs FIFO {fifo:.4}: ratio {:.3}",
+            zpage / fifo
+        );
+        if zpage <= fifo / 2.0 {
+            return;
+        }
+        attempts.push((zpage, fifo));
+    }
+    panic!("the refault policy did not halve FIFO's faulting share in any attempt (zpage, fifo): {attempts:?}");
 }
 
 /// Every fault counts, the first-write faults of write tracking included.
