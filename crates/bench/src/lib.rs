@@ -18,7 +18,6 @@ pub mod pattern;
 pub mod redis_load;
 pub mod report;
 pub mod rng;
-pub mod units;
 pub mod workload;
 pub mod zpage_tier;
 
@@ -30,7 +29,6 @@ pub use error::BenchError;
 pub use histogram::LatencyHistogram;
 pub use pattern::{Op, Pattern, TouchPlan};
 pub use report::BenchResult;
-pub use units::{parse_size, parse_size_or_percent};
 pub use workload::{Memory, MemoryProbe, Observer, Phase, WorkloadKind, WorkloadSpec};
 pub use zpage_region::{AgingPolicy, CodecSpec, FaultMode};
 pub use zpage_tier::{run_zpage_tier, ZpageOptions};

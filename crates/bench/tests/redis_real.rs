@@ -17,7 +17,7 @@ fn redis_server_present(test: &str) -> bool {
 fn test_size() -> u64 {
     std::env::var("ZPAGE_REDIS_TEST_SIZE")
         .ok()
-        .map(|s| zpage_bench::parse_size(&s).expect("ZPAGE_REDIS_TEST_SIZE"))
+        .map(|s| zpage_units::parse_size(&s).expect("ZPAGE_REDIS_TEST_SIZE"))
         .unwrap_or(32 << 20)
 }
 

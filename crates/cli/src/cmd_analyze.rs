@@ -10,8 +10,8 @@ use zpage_analyze::{
     FileSource, MachineScan, PageSource, ProcessSource, Progress, Report,
 };
 use zpage_codec::{CodecSpec, RejectThreshold};
-use zpage_kernel::status::human_bytes;
 use zpage_pool::{format_classes, PoolKind};
+use zpage_units::format_bytes;
 
 /// Arguments of `zpage analyze`.
 #[derive(Debug, clap::Args)]
@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long)]
     pub max_pages: Option<u64>,
     /// Read at most SIZE bytes of each image (e.g. 4G); needed for a device or pipe, which has no end.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = zpage_units::parse_size)]
     pub size: Option<u64>,
     /// Save the captured pages of --pid to this new file (raw image, for later analysis or `zpage bench --image`); created readable by you alone (0600), never over an existing file or through a link.
     #[arg(long)]
@@ -75,10 +75,6 @@ pub enum CsvTable {
     Pools,
     /// One row per zram algorithm (with --kernel).
     Kernel,
-}
-
-fn parse_size(text: &str) -> Result<u64, String> {
-    zpage_bench::parse_size(text).map_err(|e| e.to_string())
 }
 
 fn parse_codec(text: &str) -> Result<CodecSpec, String> {
@@ -232,7 +228,7 @@ fn ratio_cell(ratio: Option<f64>) -> String {
 /// A value for CSV or a human table: raw, or a human size.
 fn bytes_cell(bytes: u64, human: bool) -> String {
     if human {
-        human_bytes(bytes)
+        format_bytes(bytes)
     } else {
         bytes.to_string()
     }
@@ -341,7 +337,7 @@ fn tables(report: &Report, human: bool) -> Vec<(&'static str, Table)> {
 
 fn print_human(label: &str, report: &Report, classes: bool) {
     let a = &report.analysis;
-    println!("{label}: {} pages ({})", a.pages, human_bytes(a.bytes));
+    println!("{label}: {} pages ({})", a.pages, format_bytes(a.bytes));
     println!(
         "same-filled pages: {} ({}), of which zero pages: {}; reject threshold: {} bytes\n",
         a.same_filled_pages,
@@ -392,8 +388,8 @@ fn print_human(label: &str, report: &Report, classes: bool) {
         ) {
             println!(
                 "memory used with lz4: zpage zsmalloc {} vs zram {} ({:+.1}%)",
-                human_bytes(ours),
-                human_bytes(theirs),
+                format_bytes(ours),
+                format_bytes(theirs),
                 (rel - 1.0) * 100.0
             );
         }
@@ -425,8 +421,8 @@ fn run_machine(args: &Args) -> Result<()> {
     print!("{}", table.render());
     println!(
         "\ntotal: {} anonymous -> {} saved ({} of it) across {} processes",
-        human_bytes(scan.total_anonymous_bytes),
-        human_bytes(scan.total_saved_bytes),
+        format_bytes(scan.total_anonymous_bytes),
+        format_bytes(scan.total_saved_bytes),
         pct(scan.total_saved_bytes, scan.total_anonymous_bytes),
         scan.processes.len()
     );

@@ -12,8 +12,8 @@ use bench_progress::BarObserver;
 use std::path::{Path, PathBuf};
 use zpage_bench::kernel::{self, SwapBackend};
 use zpage_bench::report::{self, BenchResult};
-use zpage_bench::units::mib;
 use zpage_bench::{AgingPolicy, DataSource, FaultMode, WorkloadKind, WorkloadSpec, ZpageOptions};
+use zpage_units::format_bytes as mib;
 
 /// Arguments of `zpage bench`.
 #[derive(Debug, clap::Args)]
@@ -36,10 +36,10 @@ pub struct Args {
     #[arg(long, value_name = "PID", requires = "image")]
     pub capture_pid: Option<u32>,
     /// Data size (e.g. 2G, 512M). Default: the image's size, or 256M.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = zpage_units::parse_size)]
     pub size: Option<u64>,
     /// Resident budget: the region's budget and the kernel tiers' cgroup limit. Default: a quarter of the size.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = zpage_units::parse_size)]
     pub budget: Option<u64>,
     /// Touches of each random phase. Default: one per page (hot/cold gets at least 32 per hot page, after a warm-up of as many).
     #[arg(long)]
@@ -102,12 +102,12 @@ pub struct Args {
     /// without, evictions at the cap are refused. With --vs-kernel, zswap's
     /// pool is capped to match (rounded up to a whole percent of RAM), so it
     /// writes back to its swap file too.
-    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    #[arg(long, value_parser = zpage_units::parse_size, value_name = "SIZE")]
     pub pool_max: Option<u64>,
     #[command(flatten)]
     pub backing: crate::backing_args::BackingArgs,
     /// swapdemo's library file size. Default: half the budget.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = zpage_units::parse_size)]
     pub library_size: Option<u64>,
     /// Directory for zswap's swapfile and swapdemo's library (a filesystem that supports swapfiles).
     #[arg(long, default_value = "/var/tmp")]
@@ -151,10 +151,6 @@ pub enum FaultModeArg {
     Sigbus,
     /// A handler thread resolves faults.
     HandlerThread,
-}
-
-fn parse_size(text: &str) -> Result<u64, String> {
-    zpage_bench::parse_size(text).map_err(|e| e.to_string())
 }
 
 /// Deletes swapdemo's library file when the run ends.

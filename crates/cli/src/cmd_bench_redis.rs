@@ -17,7 +17,7 @@ use crate::table::Table;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Bytes of text values to load (e.g. 1G, 64M).
-    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    #[arg(long, default_value = "64M", value_parser = zpage_units::parse_size)]
     pub size: u64,
     /// Mean value size in bytes (each value is half to one and a half times it).
     #[arg(long, default_value_t = 1024)]
@@ -26,7 +26,7 @@ pub struct Args {
     #[arg(long = "text-from", default_values = ["/usr/share", "/usr/include"])]
     pub text_from: Vec<PathBuf>,
     /// Read at most this much text (values are windows of it).
-    #[arg(long, default_value = "64M", value_parser = parse_size)]
+    #[arg(long, default_value = "64M", value_parser = zpage_units::parse_size)]
     pub corpus_size: u64,
     /// Timed GETs at uniform random keys. Default: one per key, at most 200000.
     #[arg(long)]
@@ -44,7 +44,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = ModeArg::Plain)]
     pub mode: ModeArg,
     /// Memory budget of kernel mode (e.g. 256M).
-    #[arg(long, value_parser = parse_size, required_if_eq("mode", "kernel"))]
+    #[arg(long, value_parser = zpage_units::parse_size, required_if_eq("mode", "kernel"))]
     pub budget: Option<u64>,
     /// Swap of kernel mode: zram-ALGORITHM or zswap-COMPRESSOR.
     #[arg(long, default_value = "zram-lz4")]
@@ -81,10 +81,6 @@ pub enum ModeArg {
     Kernel,
 }
 
-fn parse_size(text: &str) -> Result<u64, String> {
-    zpage_bench::parse_size(text).map_err(|e| e.to_string())
-}
-
 pub fn run(args: Args) -> Result<()> {
     zpage_bench::install_interrupt_handler()?;
     let command = if args.server_command.is_empty() {
@@ -108,7 +104,7 @@ pub fn run(args: Args) -> Result<()> {
             let label = format!(
                 "kernel {} budget {}",
                 options.backend.name(),
-                zpage_bench::units::mib(budget)
+                zpage_units::format_bytes(budget)
             );
             (ServerSource::StartInKernelMode(command, options), label)
         }
@@ -151,7 +147,7 @@ pub fn run(args: Args) -> Result<()> {
 }
 
 fn print_report(report: &RedisReport) {
-    let mib = |b: u64| zpage_bench::units::mib(b);
+    let mib = |b: u64| zpage_units::format_bytes(b);
     println!("redis: {}", report.server);
     println!(
         "  loaded {} keys, {} of text values ({} text files, {} of text) in {:.1} s",

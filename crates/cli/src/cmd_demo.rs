@@ -7,21 +7,21 @@ use anyhow::{bail, Context, Result};
 use std::time::{Duration, Instant};
 use zpage_bench::dataset::generate_realistic_page;
 use zpage_bench::pattern::{Pattern, TouchPlan};
-use zpage_bench::units::mib;
 use zpage_bench::workload::{self, AnonMapping, Memory, QuietObserver};
 use zpage_bench::zpage_tier::{create_region, RegionProbe};
 use zpage_bench::{
     DataSource, LatencyHistogram, Observer, WorkloadKind, WorkloadSpec, ZpageOptions, PAGE_SIZE,
 };
+use zpage_units::format_bytes as mib;
 
 /// Arguments of `zpage demo`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Size of the data set (e.g. 1G, 512M).
-    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    #[arg(long, default_value = "1G", value_parser = zpage_units::parse_size)]
     pub size: u64,
     /// Resident budget. Default: a quarter of the size.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = zpage_units::parse_size)]
     pub budget: Option<u64>,
     /// How long the workload runs.
     #[arg(long, default_value_t = 15)]
@@ -35,10 +35,6 @@ pub struct Args {
     /// Print the summary as JSON on stdout (live lines go to stderr).
     #[arg(long)]
     pub json: bool,
-}
-
-fn parse_size(text: &str) -> Result<u64, String> {
-    zpage_bench::parse_size(text).map_err(|e| e.to_string())
 }
 
 /// What one run of the workload measured.

@@ -107,7 +107,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = KernelSwap::Zram)]
     pub kernel_swap: KernelSwap,
     /// Smallest mapping or allocation placed in a region (user mode).
-    #[arg(long, default_value = "2M", value_parser = parse_size)]
+    #[arg(long, default_value = "2M", value_parser = zpage_units::parse_size)]
     pub min_mapping: u64,
     /// Do not publish the program's region figures for `zpage exporter`
     /// (user mode publishes them by default, one file per process in
@@ -125,13 +125,10 @@ pub struct Args {
     pub program: Vec<OsString>,
 }
 
-fn parse_size(text: &str) -> Result<u64, String> {
-    zpage_bench::parse_size(text).map_err(|e| e.to_string())
-}
 
 /// The budget in bytes from `SIZE` or `PCT%` (of `mem_total`).
 pub fn budget_bytes(text: &str, mem_total: u64) -> Result<u64> {
-    let bytes = zpage_bench::parse_size_or_percent(text, mem_total)
+    let bytes = zpage_units::parse_size_or_percent(text, || Ok(mem_total))
         .map_err(|e| anyhow::anyhow!("--budget: {e}"))?;
     if bytes < 256 * 1024 {
         bail!("--budget {text:?} is {bytes} bytes, below the smallest budget (256K): raise it");
@@ -312,9 +309,7 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
     s
 }
 
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
-}
+use zpage_units::format_bytes as mib;
 
 fn us(ns: u64) -> String {
     format!("{:.1} us", ns as f64 / 1000.0)
@@ -760,8 +755,9 @@ mod tests {
     fn budgets_are_sizes_or_percentages_of_memory() {
         assert_eq!(budget_bytes("256M", 1 << 30).unwrap(), 256 << 20);
         assert_eq!(budget_bytes("25%", 1 << 30).unwrap(), 256 << 20);
-        let e = budget_bytes("150%", 1 << 30).unwrap_err().to_string();
-        assert!(e.contains("(0, 100]"), "{e}");
+        assert_eq!(budget_bytes("150%", 1 << 30).unwrap(), 3 << 29);
+        let e = budget_bytes("500%", 1 << 30).unwrap_err().to_string();
+        assert!(e.contains("(0, 400]"), "{e}");
         let e = budget_bytes("4K", 1 << 30).unwrap_err().to_string();
         assert!(e.contains("raise it"), "{e}");
         assert!(budget_bytes("lots", 1 << 30).is_err());

@@ -100,8 +100,9 @@ impl DaemonSchedule {
     }
 }
 
-/// A size: bytes, a string with a unit ("512M", "4GiB", "25%"), or a
-/// fraction of RAM (0 < f <= 1.5 as a float).
+/// A size: bytes, a string with a unit ("512M", "4GiB", "25%"; the rules
+/// of `zpage_units`, as every front end reads sizes), or a fraction of RAM
+/// (0 < f <= 4 as a float, the bound of a percentage).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Size {
@@ -120,7 +121,7 @@ impl Size {
         let bytes = match self {
             Size::Bytes(b) => *b,
             Size::Fraction(f) => {
-                if !(f.is_finite() && *f > 0.0 && *f <= 4.0) {
+                if !(f.is_finite() && *f > 0.0 && *f <= zpage_units::MAX_PERCENT / 100.0) {
                     return Err(KernelError::config(
                         key,
                         format!("fraction of RAM {f} is impossible (must be > 0 and at most 4)"),
@@ -129,9 +130,8 @@ impl Size {
                 }
                 (mem_total as f64 * f) as u64
             }
-            Size::Text(text) => parse_size_text(text, mem_total).ok_or_else(|| {
-                KernelError::config(key, format!("cannot read size {text:?}"), fix)
-            })?,
+            Size::Text(text) => zpage_units::parse_size_or_percent(text, || Ok(mem_total))
+                .map_err(|e| KernelError::config(key, e.to_string(), fix))?,
         };
         let pages = bytes / 4096 * 4096;
         if pages == 0 {
@@ -143,29 +143,6 @@ impl Size {
         }
         Ok(pages)
     }
-}
-
-fn parse_size_text(text: &str, mem_total: u64) -> Option<u64> {
-    let text = text.trim();
-    if let Some(percent) = text.strip_suffix('%') {
-        let p: f64 = percent.trim().parse().ok()?;
-        return (p.is_finite() && p > 0.0 && p <= 400.0)
-            .then(|| (mem_total as f64 * p / 100.0) as u64);
-    }
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return None,
-    };
-    (number.is_finite() && number >= 0.0).then_some((number * multiplier as f64) as u64)
 }
 
 /// Turns a TOML error into a syntax error (line, column) or a key error

@@ -244,9 +244,9 @@ impl std::fmt::Display for DaemonEvent {
             DaemonEvent::Pressure { some_stall_us, full_stall_us, some_avg10 } => write!(f, "memory pressure: tasks stalled {:.3} s (all tasks {:.3} s) in this tick; some avg10 {some_avg10:.2}%", *some_stall_us as f64 / 1e6, *full_stall_us as f64 / 1e6),
             DaemonEvent::TierFill { tier, priority, used_bytes, size_bytes, zram_mem_used_bytes } => {
                 let percent = if *size_bytes > 0 { *used_bytes as f64 * 100.0 / *size_bytes as f64 } else { 0.0 };
-                write!(f, "tier {tier} (priority {priority}): {percent:.1}% full ({} of {})", crate::status::human_bytes(*used_bytes), crate::status::human_bytes(*size_bytes))?;
+                write!(f, "tier {tier} (priority {priority}): {percent:.1}% full ({} of {})", zpage_units::format_bytes(*used_bytes), zpage_units::format_bytes(*size_bytes))?;
                 if let Some(m) = zram_mem_used_bytes {
-                    write!(f, ", RAM used {}", crate::status::human_bytes(*m))?;
+                    write!(f, ", RAM used {}", zpage_units::format_bytes(*m))?;
                 }
                 Ok(())
             }

@@ -192,11 +192,11 @@ fn config_toml(algorithm: &str, fraction: f64, zram_size_bytes: u64, swappiness:
 impl Recommendation {
     /// Human-readable report.
     pub fn render_text(&self) -> String {
-        use crate::status::human_bytes;
+        use zpage_units::format_bytes;
         let o = &self.observation;
         let mut out = format!(
             "observed {} of anonymous memory in {} processes ({} skipped), from {}\n",
-            human_bytes(o.observed_bytes),
+            format_bytes(o.observed_bytes),
             o.processes,
             o.skipped_processes,
             o.source
@@ -210,7 +210,7 @@ impl Recommendation {
                 c.incompressible_pages
                     .map(|n| format!(", incompressible {n} pages"))
                     .unwrap_or_default(),
-                human_bytes(c.estimated_memory_bytes),
+                format_bytes(c.estimated_memory_bytes),
                 c.ratio,
                 c.compress_mib_per_s
                     .map(|s| format!(", compresses {s:.0} MiB/s"))
@@ -223,7 +223,7 @@ impl Recommendation {
         );
         out += &format!(
             "zram size:    {} of uncompressed data (disksize)\n",
-            human_bytes(self.zram_size_bytes)
+            format_bytes(self.zram_size_bytes)
         );
         out += &format!(
             "swappiness:   {} ({})\n",
@@ -235,8 +235,8 @@ impl Recommendation {
         );
         out += &format!(
             "expected saving: {} of RAM when the zram device is full; {} if today's anonymous memory were all in zram\n",
-            human_bytes(self.saving_when_full_bytes),
-            human_bytes(self.saving_on_current_anon_bytes)
+            format_bytes(self.saving_when_full_bytes),
+            format_bytes(self.saving_on_current_anon_bytes)
         );
         for warning in &self.warnings {
             out += &format!("WARNING: {warning}\n");

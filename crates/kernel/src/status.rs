@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::procfs::{self, MemoryPressure, SwapArea};
 use crate::zram::{BdStat, IoStat, MmStat, ZramDevice};
 use crate::zswap::{self, CgroupZswap, DebugfsCounters};
+use zpage_units::format_bytes;
 
 /// What a zram device can do on this kernel (by the attributes it has).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -335,7 +336,7 @@ impl Rates {
         let mut out = format!("rates over the last {:.1} s\n", self.seconds);
         let signed = |bytes_per_s: f64| {
             let sign = if bytes_per_s < 0.0 { "-" } else { "+" };
-            format!("{sign}{}/s", human_bytes(bytes_per_s.abs() as u64))
+            format!("{sign}{}/s", format_bytes(bytes_per_s.abs() as u64))
         };
         for z in &self.zram {
             let _ = writeln!(
@@ -366,22 +367,6 @@ impl Rates {
     }
 }
 
-/// Bytes in binary units with the exact byte count for small values.
-pub fn human_bytes(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 impl KernelStatus {
     /// Human-readable report, every figure with its unit and plain name.
     pub fn render_text(&self) -> String {
@@ -406,28 +391,28 @@ impl KernelStatus {
             let _ = writeln!(
                 out,
                 "    capacity for uncompressed data (disksize): {}",
-                human_bytes(z.disksize_bytes)
+                format_bytes(z.disksize_bytes)
             );
             if let Some(m) = &z.mm_stat {
                 let limit = if m.mem_limit == 0 {
                     "none".to_string()
                 } else {
-                    human_bytes(m.mem_limit)
+                    format_bytes(m.mem_limit)
                 };
                 let _ = writeln!(
                     out,
                     "    data stored, uncompressed (orig_data_size):   {}",
-                    human_bytes(m.orig_data_size)
+                    format_bytes(m.orig_data_size)
                 );
                 let _ = writeln!(
                     out,
                     "    data stored, compressed (compr_data_size):    {}",
-                    human_bytes(m.compr_data_size)
+                    format_bytes(m.compr_data_size)
                 );
                 let _ = writeln!(
                     out,
                     "    RAM used, overhead included (mem_used_total): {}",
-                    human_bytes(m.mem_used_total)
+                    format_bytes(m.mem_used_total)
                 );
                 let _ = writeln!(
                     out,
@@ -436,7 +421,7 @@ impl KernelStatus {
                 let _ = writeln!(
                     out,
                     "    peak RAM used (mem_used_max):                 {}",
-                    human_bytes(m.mem_used_max)
+                    format_bytes(m.mem_used_max)
                 );
                 let _ = writeln!(
                     out,
@@ -483,9 +468,9 @@ impl KernelStatus {
                     (None, _) => "no backing device set".to_string(),
                     (Some(device), Some(bd)) => format!(
                         "to {device}: {} there now (bd_count), since init {} written, {} read back",
-                        human_bytes(bd.bd_count * crate::zram::ZRAM_BD_UNIT_BYTES),
-                        human_bytes(bd.bd_writes * crate::zram::ZRAM_BD_UNIT_BYTES),
-                        human_bytes(bd.bd_reads * crate::zram::ZRAM_BD_UNIT_BYTES)
+                        format_bytes(bd.bd_count * crate::zram::ZRAM_BD_UNIT_BYTES),
+                        format_bytes(bd.bd_writes * crate::zram::ZRAM_BD_UNIT_BYTES),
+                        format_bytes(bd.bd_reads * crate::zram::ZRAM_BD_UNIT_BYTES)
                     ),
                     (Some(device), None) => format!("to {device}"),
                 }
@@ -515,7 +500,7 @@ impl KernelStatus {
             .collect();
         let _ = writeln!(out, "  parameters: {}", params.join(" "));
         let opt_bytes =
-            |b: Option<u64>| b.map(human_bytes).unwrap_or_else(|| "not reported".into());
+            |b: Option<u64>| b.map(format_bytes).unwrap_or_else(|| "not reported".into());
         let _ = writeln!(
             out,
             "  pool size, compressed (meminfo Zswap):       {}",
@@ -569,8 +554,8 @@ impl KernelStatus {
                 s.path,
                 s.kind,
                 s.priority,
-                human_bytes(s.used_bytes),
-                human_bytes(s.size_bytes)
+                format_bytes(s.used_bytes),
+                format_bytes(s.size_bytes)
             );
         }
         let _ = writeln!(out, "sysctls");

@@ -7,30 +7,22 @@ use zpage_region::{AgingPolicy, BudgetConfig, CodecSpec, FaultMode, PoolKind};
 
 /// A size in bytes from an int or a string such as "512M", "1G", "64MiB".
 pub(crate) fn size_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
-    sized(what, value, zpage_bench::parse_size)
+    sized(what, value, zpage_units::parse_size)
 }
 
 /// A budget in bytes: a size as [`size_arg`] takes it, or a percentage of
-/// the machine's memory ("25%", `MemTotal`), as `zpage run --budget` takes it.
+/// the machine's memory ("25%", `MemTotal`), as `zpage run --budget` takes
+/// it: the same parser, so the same bounds and messages.
 pub(crate) fn budget_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
     sized(what, value, |text| {
-        let whole = if text.trim().ends_with('%') {
-            zpage_kernel::procfs::mem_total_bytes().map_err(|e| {
-                zpage_bench::BenchError::Invalid(format!(
-                    "{text:?} is a share of the machine's memory, which could not be read: {e}"
-                ))
-            })?
-        } else {
-            0
-        };
-        zpage_bench::parse_size_or_percent(text, whole)
+        zpage_units::parse_size_or_percent(text, zpage_units::machine_memory_bytes)
     })
 }
 
 fn sized(
     what: &str,
     value: &Bound<'_, PyAny>,
-    parse: impl Fn(&str) -> Result<u64, zpage_bench::BenchError>,
+    parse: impl Fn(&str) -> Result<u64, zpage_units::SizeError>,
 ) -> PyResult<usize> {
     let bytes: u64 = if let Ok(text) = value.extract::<String>() {
         parse(&text).map_err(|e| error(ErrorKind::Config, format!("{what}: {e}")))?

@@ -11,10 +11,10 @@ use super::state::{state_file_path, SavedState, ZramSnapshot};
 use super::step::{same_path, Step};
 use crate::config::{DiskSwapConfig, KernelConfig, SysctlTarget, ZramConfig};
 use crate::procfs::{self, SwapArea};
-use crate::status::human_bytes;
 use crate::swapdev;
 use crate::zram::ZramDevice;
 use crate::{zswap, KernelError, Result};
+use zpage_units::format_bytes;
 
 /// The plan `apply` would run, with notes (skipped optional devices, computed values).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -136,7 +136,7 @@ fn swapoff_step(area: &SwapArea, options: &PlanOptions, plan: &mut Plan) -> Resu
         let what = format!(
             "{} holds {} of swapped-out memory: reconfiguring it runs swapoff, which moves all of it back into RAM (it needs that much free memory, and fails or invokes the OOM killer without it)",
             area.path,
-            human_bytes(area.used_bytes)
+            format_bytes(area.used_bytes)
         );
         if !options.force {
             return Err(KernelError::DeviceBusy {
@@ -334,7 +334,7 @@ fn plan_zram(
                         device: device.name(),
                         reason: format!(
                             "{reason}; it is not a swap area, so resetting it would discard the {} stored on it",
-                            human_bytes(stored)
+                            format_bytes(stored)
                         ),
                         fix: if mounted {
                             format!("unmount or release it first, or choose another index in {key}.index")
@@ -346,7 +346,7 @@ fn plan_zram(
                 plan.warnings.push(format!(
                     "{} is initialised but not a swap area: resetting it discards the {} stored on it",
                     device.name(),
-                    human_bytes(stored)
+                    format_bytes(stored)
                 ));
             }
         }

@@ -144,7 +144,7 @@ impl fmt::Display for Step {
                 if *discard { " with discard" } else { "" }
             ),
             Step::SwapOff { path, used_bytes: 0, .. } => write!(f, "swapoff {} (empty)", path.display()),
-            Step::SwapOff { path, used_bytes, .. } => write!(f, "swapoff {}: moves {} of swapped-out memory back into RAM", path.display(), crate::status::human_bytes(*used_bytes)),
+            Step::SwapOff { path, used_bytes, .. } => write!(f, "swapoff {}: moves {} of swapped-out memory back into RAM", path.display(), zpage_units::format_bytes(*used_bytes)),
         }
     }
 }
