@@ -5,8 +5,8 @@ use crate::{AnalyzeError, Result};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 use zpage_codec::{
-    same_filled_word, CodecError, CodecFamily, CodecSpec, Decoder, Dictionary, Encoded, Encoder,
-    Page, RejectThreshold, PAGE_SIZE,
+    same_filled_word, CodecError, CodecSpec, Decoder, Dictionary, Encoded, Encoder, Page,
+    RejectThreshold, PAGE_SIZE,
 };
 use zpage_pool::{ClassStats, Packing, PoolKind};
 
@@ -314,7 +314,7 @@ pub fn analyze_source(
         + options
             .codecs
             .iter()
-            .filter(|spec| spec.family() == CodecFamily::ZstdDict && spec.dictionary().is_none())
+            .filter(|spec| spec.awaits_dictionary())
             .count();
     if let (Some(label), true) = (source.read_once(), passes > 1) {
         return Err(AnalyzeError::ReadOnce { label });
@@ -522,7 +522,7 @@ fn with_trained_dictionary(
     source: &mut dyn PageSource,
     dictionary_bytes: usize,
 ) -> Result<Trained> {
-    if spec.family() != CodecFamily::ZstdDict || spec.dictionary().is_some() {
+    if !spec.awaits_dictionary() {
         return Ok(Trained::Ready(spec.clone()));
     }
     const MAX_SAMPLES: u64 = 4096;

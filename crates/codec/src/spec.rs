@@ -184,6 +184,14 @@ impl CodecSpec {
         self.dictionary.as_ref()
     }
 
+    /// Whether this codec compresses only with a dictionary it does not
+    /// have yet (`zstd-dict` as parsed from its name): one must be trained
+    /// ([`Dictionary::train`]) and attached before it can compress. Decoders
+    /// for it can be made meanwhile (`Decoder::without_dictionary`).
+    pub fn awaits_dictionary(&self) -> bool {
+        self.family == CodecFamily::ZstdDict && self.dictionary.is_none()
+    }
+
     pub(crate) fn required_dictionary(&self) -> Result<&Dictionary, CodecError> {
         self.dictionary.as_ref().ok_or_else(|| {
             CodecError::Dictionary(

@@ -28,8 +28,7 @@ use std::sync::atomic::{
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use zpage_codec::{
-    CodecFamily, CodecSpec, Decoder, Encoded, Encoder, Page, RejectThreshold, SharedDictionary,
-    PAGE_SIZE,
+    CodecSpec, Decoder, Encoded, Encoder, Page, RejectThreshold, SharedDictionary, PAGE_SIZE,
 };
 use zpage_pool::{Handle, Pool, PoolKind};
 use zpage_tier::{ReadFailure, Tier, READ_BUFFER_BYTES};
@@ -247,7 +246,7 @@ impl PageStore {
         let recompress_dictionary_later = config
             .recompress_codec
             .as_ref()
-            .is_some_and(|c| c.family() == CodecFamily::ZstdDict && c.dictionary().is_none());
+            .is_some_and(CodecSpec::awaits_dictionary);
         match &config.recompress_codec {
             Some(codec) if recompress_dictionary_later => {
                 Decoder::without_dictionary(codec)?;
