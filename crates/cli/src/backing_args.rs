@@ -53,6 +53,7 @@ impl BackingArgs {
                 cert_file: self.backing_cert_file.clone(),
                 key_file: self.backing_key_file.clone(),
             },
+            file: zpage_store::TierFile::RemovedWhenDropped,
         };
         zpage_store::Backing::parse(text, &options, max_bytes)
             .map(Some)

@@ -12,7 +12,7 @@
 
 use crate::packed::{check_path, check_room};
 use crate::redis_auth::{self, RedisPassword, RedisTls, PASSWORD_ENV};
-use crate::{PackedConfig, PackedTier, RedisConfig, RedisTier, Tier, TierError};
+use crate::{PackedConfig, PackedTier, RedisConfig, RedisTier, Tier, TierError, TierFile};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -23,6 +23,8 @@ pub struct BackingOptions {
     pub password_file: Option<PathBuf>,
     /// Certificate files for `rediss://`.
     pub tls: RedisTls,
+    /// What becomes of a tier file (a path's backing).
+    pub file: TierFile,
 }
 
 /// A checked `--backing`.
@@ -34,6 +36,8 @@ pub enum Backing {
         path: PathBuf,
         /// The tier's bound.
         max_bytes: u64,
+        /// What becomes of the file, when the path is a new file.
+        file: TierFile,
     },
     /// A Redis server or cluster (the password is apart from the URL).
     Redis(RedisConfig),
@@ -60,7 +64,11 @@ impl Backing {
         let path = PathBuf::from(text);
         check_path(&path, max_bytes)?;
         check_room(&path, max_bytes)?;
-        Ok(Backing::Packed { path, max_bytes })
+        Ok(Backing::Packed {
+            path,
+            max_bytes,
+            file: options.file,
+        })
     }
 
     fn parse_redis(text: &str, options: &BackingOptions) -> Result<RedisConfig, TierError> {
@@ -106,9 +114,14 @@ impl Backing {
     /// The tier.
     pub fn open(&self) -> Result<Arc<dyn Tier>, TierError> {
         Ok(match self {
-            Backing::Packed { path, max_bytes } => {
-                Arc::new(PackedTier::new(PackedConfig::new(path, *max_bytes))?)
-            }
+            Backing::Packed {
+                path,
+                max_bytes,
+                file,
+            } => Arc::new(PackedTier::new(PackedConfig {
+                file: *file,
+                ..PackedConfig::new(path, *max_bytes)
+            })?),
             Backing::Redis(config) => Arc::new(RedisTier::new(config.clone())?),
         })
     }

@@ -64,7 +64,7 @@ mod stats;
 
 pub use backing::{Backing, BackingOptions};
 pub use memory::{MemoryTier, MemoryTierConfig};
-pub use packed::{check_path, check_room, PackedConfig, PackedTarget, PackedTier};
+pub use packed::{check_path, check_room, PackedConfig, PackedTarget, PackedTier, TierFile};
 pub use redis::{RedisConfig, RedisTier};
 pub use redis_auth::{redact_url, RedisPassword, RedisTls, CLUSTER_SCHEME, PASSWORD_ENV};
 pub use seal::{KeySource, Sealer, KEY_BYTES, SEALING, TAG_BYTES};

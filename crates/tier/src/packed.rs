@@ -72,6 +72,26 @@ pub struct PackedConfig {
     /// copying (each collection copies a segment's live blobs to reclaim
     /// its dead ones).
     pub garbage_percent: u8,
+    /// What becomes of the file the tier creates (nothing for a device).
+    pub file: TierFile,
+}
+
+/// What becomes of the file a packed tier creates. Its blobs are sealed
+/// with a key that ends with the process, so a file left behind holds
+/// nothing anyone can read: only its space, which is why it goes unless
+/// kept on purpose.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TierFile {
+    /// Removed when the tier is dropped (by the process that created it,
+    /// if the path still names that file).
+    #[default]
+    RemovedWhenDropped,
+    /// Unlinked as soon as it is created and opened: its space is given
+    /// back when the process ends, however it ends (a program run under
+    /// `zpage run` never drops its tier, and may be killed).
+    UnlinkedWhenOpened,
+    /// Left in place.
+    Kept,
 }
 
 /// The default [`PackedConfig::garbage_percent`]: at most 1/0.95 = 1.053
@@ -90,6 +110,7 @@ impl PackedConfig {
             key: KeySource::Ephemeral,
             retry_interval: Duration::from_secs(1),
             garbage_percent: DEFAULT_GARBAGE_PERCENT,
+            file: TierFile::RemovedWhenDropped,
         }
     }
 }
@@ -412,12 +433,25 @@ impl PackedTier {
             .open(&self.config.path)
             .map_err(|source| self.io_error("open", source))?;
         if self.regular {
-            if let Ok(meta) = file.metadata() {
-                *self.created.lock() = Some(CreatedFile {
-                    dev: meta.dev(),
-                    ino: meta.ino(),
-                    pid: std::process::id(),
-                });
+            match self.config.file {
+                TierFile::RemovedWhenDropped => {
+                    if let Ok(meta) = file.metadata() {
+                        *self.created.lock() = Some(CreatedFile {
+                            dev: meta.dev(),
+                            ino: meta.ino(),
+                            pid: std::process::id(),
+                        });
+                    }
+                }
+                TierFile::UnlinkedWhenOpened => {
+                    // Just created with O_EXCL and without following links,
+                    // so the path names this file. Unlinked on purpose: not
+                    // the deletion `check_deleted` reports.
+                    self.deleted_reported.store(true, Relaxed);
+                    std::fs::remove_file(&self.config.path)
+                        .map_err(|source| self.io_error("unlink", source))?;
+                }
+                TierFile::Kept => {}
             }
         }
         *crate::spin_write(&self.device) = Some(file);
