@@ -15,7 +15,7 @@ from conftest import MiB
 def test_every_error_is_a_zpage_error_with_the_librarys_message():
     cases = [
         (lambda: zpage.Region(0, MiB), zpage.ConfigError, "size_bytes is 0"),
-        (lambda: zpage.Region(MiB, 4096), zpage.ConfigError, "below 64 pages"),
+        (lambda: zpage.Region(MiB, 4096), zpage.ConfigError, r"below the smallest, 262144 bytes \(64 pages"),
         (lambda: zpage.Budget("1G", "lz5"), zpage.ConfigError, "lz5"),
         (lambda: zpage.Budget("1G", pool="heap"), zpage.ConfigError, "heap"),
         (lambda: zpage.Budget(-5), zpage.ConfigError, "-5"),

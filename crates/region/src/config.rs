@@ -1,4 +1,7 @@
-//! What a budget and a region are asked to be.
+//! What a budget and a region are asked to be. Front ends set a budget's
+//! fields through the option list (`options.rs`), which reads every value
+//! the same way; this file holds the fields, their defaults and the checks
+//! of the whole.
 use crate::error::RegionError;
 use crate::queues::MAX_REGION_PAGES;
 use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
@@ -24,6 +27,36 @@ pub enum FaultMode {
     HandlerThread,
 }
 
+impl FaultMode {
+    /// Its name in options (`handler-thread` is read too, as flags write it).
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultMode::Sigbus => "sigbus",
+            FaultMode::HandlerThread => "handler_thread",
+        }
+    }
+}
+
+impl std::fmt::Display for FaultMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for FaultMode {
+    type Err = RegionError;
+
+    fn from_str(text: &str) -> Result<FaultMode, RegionError> {
+        match text.trim().replace('-', "_").as_str() {
+            "sigbus" => Ok(FaultMode::Sigbus),
+            "handler_thread" => Ok(FaultMode::HandlerThread),
+            _ => Err(RegionError::InvalidConfig(format!(
+                "fault mode {text:?}: give sigbus (the default, no privilege) or handler_thread (system calls on evicted pages work; needs root, vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd)"
+            ))),
+        }
+    }
+}
+
 /// How the reclaimer picks which resident pages to take out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AgingPolicy {
@@ -35,6 +68,36 @@ pub enum AgingPolicy {
     /// protected from eviction.
     #[default]
     Refault,
+}
+
+impl AgingPolicy {
+    /// Its name in options.
+    pub fn name(self) -> &'static str {
+        match self {
+            AgingPolicy::Fifo => "fifo",
+            AgingPolicy::Refault => "refault",
+        }
+    }
+}
+
+impl std::fmt::Display for AgingPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for AgingPolicy {
+    type Err = RegionError;
+
+    fn from_str(text: &str) -> Result<AgingPolicy, RegionError> {
+        match text.trim() {
+            "fifo" => Ok(AgingPolicy::Fifo),
+            "refault" => Ok(AgingPolicy::Refault),
+            _ => Err(RegionError::InvalidConfig(format!(
+                "aging {text:?}: give refault (the default) or fifo"
+            ))),
+        }
+    }
 }
 
 /// Configuration of a [`crate::Budget`]: one resident budget, one compressed
@@ -89,6 +152,18 @@ pub struct BudgetConfig {
     /// reads are async-signal-safe (file, memory), and handed to a zpage
     /// thread that reads it when they are not (Redis).
     pub tier: Option<std::sync::Arc<dyn Tier>>,
+    /// A tier named as front ends name it, opened when the budget starts
+    /// (when `tier` is not set): a new file or a block device (a packed,
+    /// sealed tier bounded by [`BudgetConfig::backing_max_bytes`]), or a
+    /// Redis URL (`redis://`, `rediss://`, `redis+cluster://`), checked and
+    /// opened by `zpage_store::Backing` as every front end's `--backing` is.
+    pub backing: Option<String>,
+    /// What goes with `backing`: the Redis password file and TLS files
+    /// (paths only: a password is never an option's value, which `ps` or
+    /// `/proc/PID/environ` may show), and what becomes of a tier file.
+    pub backing_options: zpage_store::BackingOptions,
+    /// The most a backing file or device may hold (`None`: the machine's memory).
+    pub backing_max_bytes: Option<u64>,
     /// At most this many pages written back per second (a burst of one
     /// second's worth), so writeback does not flood the device.
     pub writeback_pages_per_sec: u32,
@@ -139,6 +214,9 @@ impl BudgetConfig {
             pool: PoolKind::SizeClass,
             max_pool_bytes: None,
             tier: None,
+            backing: None,
+            backing_options: zpage_store::BackingOptions::default(),
+            backing_max_bytes: None,
             writeback_pages_per_sec: 16384,
             mode: FaultMode::Sigbus,
             keep_clean_copies: false,
@@ -150,13 +228,30 @@ impl BudgetConfig {
         }
     }
 
-    pub(crate) fn validate(&self) -> Result<(), RegionError> {
+    /// Checks the configuration as a whole, as starting a budget does;
+    /// front ends call it to refuse a setting before they start anything.
+    /// The one place the smallest budget ([`MIN_BUDGET_BYTES`]) is checked.
+    pub fn check(&self) -> Result<(), RegionError> {
         let bad = |s: String| Err(RegionError::InvalidConfig(s));
-        if self.budget_bytes < 64 * PAGE_SIZE {
+        if self.budget_bytes < MIN_BUDGET_BYTES {
             return bad(format!(
-                "budget_bytes ({}) is below 64 pages (256 KiB): the reclaimer needs room to batch",
+                "the budget ({} bytes) is below the smallest, {MIN_BUDGET_BYTES} bytes (64 pages, 256 KiB): the reclaimer needs room to batch; raise it",
                 self.budget_bytes
             ));
+        }
+        if self.codec.awaits_dictionary() {
+            return bad(format!(
+                "codec {} needs a dictionary before the first page is compressed, and none is given: use it as cold_codec (its dictionary is trained from the budget's own pages), or use zstd",
+                self.codec
+            ));
+        }
+        if !self.cold_at_eviction && self.cold_codec.is_none() {
+            return bad(
+                "cold_by_age_only needs a cold_codec: give one (zstd-dict, zstd), or leave cold_by_age_only out".into(),
+            );
+        }
+        if self.backing.is_some() && self.tier.is_some() {
+            return bad("both backing and tier are set: give one tier below RAM".into());
         }
         if !(self.low_watermark_pct < self.high_watermark_pct && self.high_watermark_pct <= 100) {
             return bad(format!(
@@ -164,10 +259,10 @@ impl BudgetConfig {
                 self.low_watermark_pct, self.high_watermark_pct
             ));
         }
-        if self.tier.is_some() {
+        if self.tier.is_some() || self.backing.is_some() {
             if self.max_pool_bytes.is_none() {
                 return bad(
-                    "a tier is set without max_pool_bytes: writeback starts as the pool nears its cap, so give one".into(),
+                    "a tier (backing) is set without max_pool_bytes (--pool-max): writeback starts as the pool nears its cap, so give one".into(),
                 );
             }
             if self.writeback_pages_per_sec == 0 {
@@ -278,7 +373,7 @@ impl RegionConfig {
                 self.budget.budget_bytes, self.size_bytes
             )));
         }
-        self.budget.validate()
+        self.budget.check()
     }
 }
 
@@ -295,4 +390,38 @@ pub(crate) fn validate_size(size_bytes: usize) -> Result<(), RegionError> {
         )));
     }
     Ok(())
+}
+
+/// Smallest budget: 64 pages, room for the reclaimer to batch.
+pub const MIN_BUDGET_BYTES: usize = 64 * PAGE_SIZE;
+
+impl BudgetConfig {
+    /// The tier below RAM the budget writes back to: [`BudgetConfig::tier`],
+    /// else [`BudgetConfig::backing`] opened now (when the budget starts).
+    pub(crate) fn open_tier(&self) -> Result<Option<std::sync::Arc<dyn Tier>>, RegionError> {
+        if let Some(tier) = &self.tier {
+            return Ok(Some(std::sync::Arc::clone(tier)));
+        }
+        let Some(backing) = &self.backing else {
+            return Ok(None);
+        };
+        let max_bytes = match self.backing_max_bytes {
+            Some(bytes) => bytes,
+            None => zpage_units::machine_memory_bytes().map_err(|why| {
+                RegionError::InvalidConfig(format!(
+                    "backing {}: its bound defaults to the machine's memory, which could not be read ({why}): give backing_max_bytes",
+                    zpage_store::redact_url(backing)
+                ))
+            })?,
+        };
+        zpage_store::Backing::parse(backing, &self.backing_options, max_bytes)
+            .and_then(|checked| checked.open())
+            .map(Some)
+            .map_err(|e| {
+                RegionError::InvalidConfig(format!(
+                    "backing {}: {e}",
+                    zpage_store::redact_url(backing)
+                ))
+            })
+    }
 }

@@ -315,6 +315,7 @@ mod fork;
 mod limits;
 mod mapping;
 mod metrics;
+mod options;
 mod page;
 mod profile;
 mod queues;
@@ -340,6 +341,7 @@ pub use budget::Budget;
 pub use cold::COLD_DICTIONARY_SAMPLE_PAGES;
 pub use config::{
     cold_codec_problem, AgingPolicy, BudgetConfig, FaultMode, RegionConfig, MAX_REGION_BYTES,
+    MIN_BUDGET_BYTES,
 };
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;
@@ -347,6 +349,9 @@ pub use fatal::Fatal;
 pub use metrics::{
     default_metrics_dir, publish_metrics, publish_metrics_to, render as render_metrics,
     sample_regions, RegionSample, METRICS_DIR_ENV,
+};
+pub use options::{
+    BudgetOption, BudgetOptions, OptionEnum, OptionError, OptionValue, Spelling, BUDGET_OPTIONS,
 };
 #[cfg(feature = "fault-profile")]
 pub use profile::{fault_profile, reset_fault_profile};
@@ -365,3 +370,4 @@ pub use table::MAX_REGIONS;
 pub use threads::{on_zpage_thread, spawn_blocking_signals, SignalGuard, ZpageThread};
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;
+pub use zpage_store::{BackingOptions, RedisConfig, TierFile};

@@ -72,6 +72,43 @@ pub struct ProcessReport {
     pub syscalls_trapped: u64,
     /// `fork()`s made by this process.
     pub forks: u64,
+    /// The tier below RAM (`--backing`), when the process's budget had one.
+    #[serde(default)]
+    pub tier: Option<TierReport>,
+}
+
+/// What a process's tier below RAM did, and whether it was up at the end.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierReport {
+    /// Pages written to it.
+    pub written_pages: u64,
+    /// Pages read back from it (faults it served).
+    pub read_pages: u64,
+    /// Writes it refused or failed (those pages stayed in memory).
+    pub write_failures: u64,
+    /// Reads that failed (each a page reported lost).
+    pub read_failures: u64,
+    /// Pages it held at the end.
+    pub held_pages: u64,
+    /// Why it was down at the end (`None`: up).
+    pub down_cause: Option<String>,
+}
+
+impl TierReport {
+    /// The report of a tier's figures.
+    pub fn of(stats: &zpage_store::TierStats) -> TierReport {
+        TierReport {
+            written_pages: stats.puts,
+            read_pages: stats.gets,
+            write_failures: stats.put_fail_full + stats.put_fail_io + stats.put_fail_unavailable,
+            read_failures: stats.get_failures(),
+            held_pages: stats.pages,
+            down_cause: match stats.available {
+                true => None,
+                false => Some(stats.down_cause.clone().unwrap_or_else(|| "down".into())),
+            },
+        }
+    }
 }
 
 /// Large private anonymous mappings (at or above the size threshold) that

@@ -90,7 +90,8 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(config: &BudgetConfig) -> Result<Shared, RegionError> {
-        config.validate()?;
+        config.check()?;
+        let tier = config.open_tier()?;
         let limits = Limits::new(config);
         let features = EVENT_FEATURES | sys::FEATURE_MOVE | sys::FEATURE_POISON;
         let uffd = match config.mode {
@@ -106,7 +107,7 @@ impl Shared {
             pool: config.pool,
             max_pool_bytes: config.max_pool_bytes,
             pool_shards: POOL_SHARDS,
-            tier: config.tier.clone(),
+            tier: tier.clone(),
             ..PageStoreConfig::default()
         })?;
         let nworkers = std::thread::available_parallelism()
@@ -117,8 +118,7 @@ impl Shared {
         let workers = (0..nworkers)
             .map(|_| store.worker())
             .collect::<Result<Vec<_>, _>>()?;
-        let tier_reader = config
-            .tier
+        let tier_reader = tier
             .as_ref()
             .filter(|tier| !tier.reads_are_async_signal_safe())
             .map(|tier| Arc::new(TierReader::new(Arc::clone(tier), nworkers)));
