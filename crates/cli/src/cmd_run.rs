@@ -30,13 +30,14 @@
 //! that runs arbitrary programs (with side effects) must not do on its own.
 //! Measure that peak with `/usr/bin/time -v` and pass a size instead.
 
+use crate::budget_flags::BudgetFlags;
 use crate::run_diagnosis::{self, ProgramFacts};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use zpage_kernel::supervise;
-use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
+use zpage_region::run_report::{ProcessReport, TierReport, REPORT_DIR_ENV};
 
 /// The environment variables the preload library reads, from its own
 /// source (see that file for why it is included, not linked). Not every
@@ -90,15 +91,12 @@ pub struct Args {
     /// of the machine's memory (25%).
     #[arg(long, default_value = "25%")]
     pub budget: String,
-    /// Codec for evicted pages (lz4, lz4:ACCEL, zstd, zstd:LEVEL).
-    #[arg(long, default_value = "lz4")]
-    pub codec: String,
-    /// A stronger codec for cold pages, user mode (zstd, zstd:LEVEL,
-    /// zstd-dict[:LEVEL] with a dictionary trained from each process's own
-    /// pages): evicted pages with no quick reuse go straight to it, and
-    /// pages that stay compressed a second are recompressed with it.
-    #[arg(long, value_name = "CODEC")]
-    pub cold_codec: Option<String>,
+    /// The budget's options (`--codec`, `--cold-codec`, `--pool-max`,
+    /// `--backing`...), from the one option list; each process's preload
+    /// library gets them in its environment. Kernel mode takes `--codec`'s
+    /// algorithm only.
+    #[command(flatten)]
+    pub options: BudgetFlags,
     /// How the budget is enforced.
     #[arg(long, value_enum, default_value_t = Mode::User)]
     pub mode: Mode,
@@ -124,7 +122,6 @@ pub struct Args {
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub program: Vec<OsString>,
 }
-
 
 /// The budget in bytes from `SIZE` or `PCT%` (of `mem_total`).
 pub fn budget_bytes(text: &str, mem_total: u64) -> Result<u64> {
@@ -213,6 +210,8 @@ pub struct Summary {
     pub syscalls_pinned: u64,
     pub syscalls_retried: u64,
     pub syscalls_trapped: u64,
+    /// The tier below RAM, summed over the processes that had one.
+    pub tier: Option<TierReport>,
     pub forks: u64,
     pub wall_seconds: f64,
     pub user_seconds: f64,
@@ -255,6 +254,7 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         syscalls_retried: 0,
         syscalls_trapped: 0,
         forks: 0,
+        tier: None,
         wall_seconds: 0.0,
         user_seconds: 0.0,
         system_seconds: 0.0,
@@ -285,6 +285,17 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         s.syscalls_retried += r.syscalls_retried;
         s.syscalls_trapped += r.syscalls_trapped;
         s.forks += r.forks;
+        if let Some(tier) = &r.tier {
+            let sum = s.tier.get_or_insert_with(TierReport::default);
+            sum.written_pages += tier.written_pages;
+            sum.read_pages += tier.read_pages;
+            sum.write_failures += tier.write_failures;
+            sum.read_failures += tier.read_failures;
+            sum.held_pages += tier.held_pages;
+            if sum.down_cause.is_none() {
+                sum.down_cause = tier.down_cause.clone();
+            }
+        }
         merged.fault_count += r.fault_count;
         merged.fault_ns += r.fault_ns;
         for (sum, n) in merged
@@ -383,6 +394,20 @@ pub fn render(s: &Summary) -> String {
             s.overshoot_count
         ));
     }
+    if let Some(tier) = &s.tier {
+        lines.push(format!(
+            "\tTier below RAM: {} pages written, {} read back, {} held at exit; {} writes failed (pages kept in memory), {} reads failed; {}",
+            tier.written_pages,
+            tier.read_pages,
+            tier.held_pages,
+            tier.write_failures,
+            tier.read_failures,
+            match &tier.down_cause {
+                None => "up at exit".to_string(),
+                Some(why) => format!("down at exit: {why}"),
+            }
+        ));
+    }
     lines.extend([
         format!(
             "\tSystem calls on zpage memory: {} trapped and served, {} pinned by the wrappers, {} retried",
@@ -421,6 +446,8 @@ impl Drop for ReportDir {
 /// started is a [`supervise::LaunchError`] (exit status 127 or 126).
 pub fn run(args: Args) -> Result<RunExit> {
     let budget = budget_bytes(&args.budget, mem_total()?)?;
+    // Each value read by its option's rules, in every mode.
+    args.options.options()?;
     // Before anything is set up: a missing program is the caller's mistake.
     let program =
         supervise::resolve_program(&args.program[0], std::env::var_os("PATH").as_deref())?;
@@ -432,8 +459,11 @@ pub fn run(args: Args) -> Result<RunExit> {
                 .map_err(|e| anyhow::anyhow!("--mode kernel: {e}; or use --mode user (no root)"))?;
             run_kernel(&args, &program, &options)
         }
-        Mode::Auto if args.cold_codec.is_some() => {
-            eprintln!("zpage run: --mode auto: user mode, since --cold-codec is user mode's");
+        Mode::Auto if user_mode_option(&args).is_some() => {
+            eprintln!(
+                "zpage run: --mode auto: user mode, since --{} is user mode's",
+                user_mode_option(&args).unwrap_or_default()
+            );
             run_user(&args, &program, budget)
         }
         Mode::Auto => {
@@ -469,16 +499,16 @@ fn run_exit(exit: zpage_kernel::run::ChildExit) -> RunExit {
 /// (`lz4`, `zstd`; a level or acceleration is zpage's and is dropped) for
 /// the chosen swap.
 fn kernel_options(args: &Args, budget: u64) -> Result<zpage_kernel::run::RunOptions> {
-    if let Some(cold) = &args.cold_codec {
+    if let Some(flag) = user_mode_option(args) {
         bail!(
-            "--cold-codec {cold:?} is for user mode: kernel mode's zram compresses with --codec only; drop --cold-codec or use --mode user"
+            "--{flag} is for user mode: kernel mode's zram compresses with --codec only; drop --{flag} or use --mode user"
         );
     }
-    let algorithm = args.codec.split(':').next().unwrap_or_default().to_string();
+    let codec = args.options.text("codec").unwrap_or("lz4");
+    let algorithm = codec.split(':').next().unwrap_or_default().to_string();
     if algorithm.is_empty() || algorithm == "zstd-dict" {
         bail!(
-            "--codec {:?}: kernel mode needs an algorithm the kernel has (lz4, zstd, lzo-rle...)",
-            args.codec
+            "--codec {codec:?}: kernel mode needs an algorithm the kernel has (lz4, zstd, lzo-rle...)"
         );
     }
     let mut options = zpage_kernel::run::RunOptions::new(budget);
@@ -487,6 +517,15 @@ fn kernel_options(args: &Args, budget: u64) -> Result<zpage_kernel::run::RunOpti
         KernelSwap::Zswap => zpage_kernel::machine::SwapBackend::Zswap(algorithm),
     };
     Ok(options)
+}
+
+/// The flag of the first budget option given that only user mode has
+/// (every one but `--codec`).
+fn user_mode_option(args: &Args) -> Option<String> {
+    args.options
+        .iter()
+        .find(|(option, _)| option.name != "codec")
+        .map(|(option, _)| option.flag())
 }
 
 /// What `zpage run --mode kernel` prints at exit: the kernel's figures.
@@ -596,22 +635,30 @@ fn run_kernel(
 }
 
 fn run_user(args: &Args, program: &Path, budget: u64) -> Result<RunExit> {
-    let codec: zpage_codec::CodecSpec = args
-        .codec
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--codec {:?}: {e}", args.codec))?;
-    if codec.family() == zpage_codec::CodecFamily::ZstdDict {
-        bail!(
-            "--codec zstd-dict needs a trained dictionary, which zpage run cannot pass: use zstd"
-        );
-    }
-    if let Some(cold) = &args.cold_codec {
-        let spec: zpage_codec::CodecSpec = cold
-            .parse()
-            .map_err(|e| anyhow::anyhow!("--cold-codec {cold:?}: {e}"))?;
-        if let Some(problem) = zpage_region::cold_codec_problem(&codec, &spec) {
-            bail!("--cold-codec {problem}");
-        }
+    // Every option checked together before anything runs, as each
+    // process's library will check them; a backing also for what it names
+    // (a path that can hold pages, a password file that is private).
+    let config = args
+        .options
+        .options()?
+        .config(usize::try_from(budget).unwrap_or(usize::MAX))
+        .map_err(|e| {
+            let given: Vec<String> = args
+                .options
+                .iter()
+                .map(|(option, text)| format!("--{} {text}", option.flag()))
+                .collect();
+            anyhow::anyhow!("{}: {e}", given.join(" "))
+        })?;
+    if let Some(backing) = &config.backing {
+        let bound = match config.backing_max_bytes {
+            Some(bytes) => bytes,
+            None => zpage_units::machine_memory_bytes().map_err(|why| {
+                anyhow::anyhow!("--backing: its bound defaults to the machine's memory, which could not be read ({why}): give --backing-max-bytes")
+            })?,
+        };
+        zpage_store::Backing::parse(backing, &config.backing_options, bound)
+            .map_err(|e| anyhow::anyhow!("--backing {}: {e}", zpage_store::redact_url(backing)))?;
     }
     if args.min_mapping < 4096 {
         bail!(
@@ -640,13 +687,18 @@ fn run_user(args: &Args, program: &Path, budget: u64) -> Result<RunExit> {
     command
         .env("LD_PRELOAD", preload_list)
         .env(preload_env::BUDGET_ENV, budget.to_string())
-        .env(preload_env::CODEC_ENV, &args.codec)
         .env(preload_env::MIN_MAPPING_ENV, args.min_mapping.to_string())
         .env(REPORT_DIR_ENV, &reports.0);
-    match &args.cold_codec {
-        Some(cold) => command.env(preload_env::COLD_CODEC_ENV, cold),
-        None => command.env_remove(preload_env::COLD_CODEC_ENV),
-    };
+    // The options given, under the names the library reads; the others
+    // removed, so none leaks in from an outer `zpage run`. Values only:
+    // a Redis password travels as a file's path (ps shows the environment
+    // to its owner, /proc/PID/environ too).
+    for option in zpage_region::BUDGET_OPTIONS {
+        match args.options.text(option.name) {
+            Some(text) => command.env(option.env(), text),
+            None => command.env_remove(option.env()),
+        };
+    }
     // The program's budgets publish their figures when this is set; a
     // directory the user chose is kept.
     if args.no_metrics {
@@ -725,7 +777,7 @@ fn run_user(args: &Args, program: &Path, budget: u64) -> Result<RunExit> {
     }
     summary.budget_bytes = budget;
     if summary.codec.is_empty() {
-        summary.codec = args.codec.clone();
+        summary.codec = args.options.text("codec").unwrap_or("lz4").to_string();
     }
     summary.peak_resident_bytes = (usage.ru_maxrss.max(children.ru_maxrss) as u64) * 1024;
     summary.wall_seconds = wall;

@@ -6,6 +6,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 mod backing_args;
 mod bench_plots;
 mod bench_report;
+mod budget_flags;
 mod cmd_analyze;
 mod cmd_bench;
 mod cmd_demo;

@@ -187,6 +187,92 @@ fn a_cold_codec_shrinks_the_pool_and_keeps_every_word() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--pool-max` and `--backing FILE`: a real program's pages go through a
+/// tier file and come back exact. Python builds 64 MiB of lists under a
+/// 16 MiB budget whose pool is capped at 1 MiB, so most compressed pages
+/// are written to the file and read back when it sums them: its output is
+/// that of a plain run, the summary counts the tier's reads, and the file
+/// (one per process, `FILE.PID`) is gone afterwards unless
+/// `--keep-backing` keeps it.
+#[test]
+fn a_backing_file_holds_pages_and_the_output_is_a_plain_runs() {
+    if !installed(
+        "a_backing_file_holds_pages_and_the_output_is_a_plain_runs",
+        "python3",
+        "python3",
+    ) {
+        return;
+    }
+    let dir = tempdir("backing");
+    let script = "import hashlib\n\
+        rows = [list(range(i, i + 1000)) for i in range(2000)]\n\
+        h = hashlib.sha256()\n\
+        for row in rows: h.update(repr(sum(row)).encode())\n\
+        print(h.hexdigest(), len(rows))";
+    let plain = Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .unwrap();
+    let plain = stdout_of(plain);
+    let tier = dir.join("tier");
+    let json = dir.join("summary.json");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "--budget",
+            "16M",
+            "--min-mapping",
+            "64K",
+            "--pool-max",
+            "1M",
+            "--backing",
+            tier.to_str().unwrap(),
+            "--backing-max-bytes",
+            "256M",
+            "--summary-json",
+            json.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = zpage_run(&args, &["python3", "-c", script]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(stdout_of(out), plain, "{stderr}");
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (summary, stderr)
+    };
+    let (summary, stderr) = run(&[]);
+    let tier_figures = &summary["tier"];
+    assert!(
+        tier_figures["written_pages"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    assert!(
+        tier_figures["read_pages"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    assert_eq!(tier_figures["read_failures"], 0, "{summary}");
+    assert!(tier_figures["down_cause"].is_null(), "{summary}");
+    assert!(stderr.contains("Tier below RAM: "), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("tier"))
+        .collect();
+    assert!(left.is_empty(), "tier files left behind: {left:?}");
+
+    let (summary, _) = run(&["--keep-backing"]);
+    assert!(
+        summary["tier"]["written_pages"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    let kept: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("tier."))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The descriptors a Python program sees among its own (`os.listdir` of
 /// `/proc/self/fd`, each link read), after allocating `mib` MiB.
 fn own_descriptors_under_zpage(mib: u32) -> String {
@@ -611,6 +697,16 @@ fn bad_options_and_kernel_mode_say_what_to_do() {
     );
     refused_naming(&["--codec", "gzip"], &["--codec"]);
     refused_naming(&["--cold-codec", "lz4"], &["--cold-codec", "not stronger"]);
+    refused_naming(&["--pool-max", "12Q"], &["--pool-max", "not a size"]);
+    refused_naming(&["--backing", "/tmp/zpage-t"], &["--pool-max"]);
+    refused_naming(
+        &["--pool-max", "1M", "--backing", "/dev/null"],
+        &["--backing /dev/null", "character device"],
+    );
+    refused_naming(
+        &["--mode", "kernel", "--pool-max", "1M"],
+        &["--pool-max", "--mode user"],
+    );
     refused_naming(
         &["--mode", "kernel", "--cold-codec", "zstd"],
         &["--cold-codec", "--mode user"],

@@ -1,8 +1,13 @@
-//! The library's configuration, from the environment `zpage run` sets.
+//! The library's configuration, from the environment `zpage run` sets:
+//! the process's own settings (`env_names.rs`) and the budget's options,
+//! each under the variable the option list names
+//! (`zpage_region::BUDGET_OPTIONS`, `ZPAGE_RUN_<NAME>`), read by the
+//! list's own rules: an option added there reaches this library with no
+//! code here.
 
-use zpage_codec::CodecSpec;
+use zpage_region::{BudgetConfig, BudgetOptions, Spelling, BUDGET_OPTIONS};
 
-pub use crate::env_names::{BUDGET_ENV, CODEC_ENV, COLD_CODEC_ENV, MIN_MAPPING_ENV, SYSCALLS_ENV};
+pub use crate::env_names::{BUDGET_ENV, MIN_MAPPING_ENV, SYSCALLS_ENV};
 
 /// How system calls on region memory are served (see [`SYSCALLS_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,15 +29,14 @@ pub enum Syscalls {
 /// slot (`MAX_REGIONS`) and a userfaultfd registration.
 pub const DEFAULT_MIN_MAPPING_BYTES: usize = 2 << 20;
 
-/// Smallest budget the region layer accepts (64 pages).
-pub const MIN_BUDGET_BYTES: usize = 64 * zpage_codec::PAGE_SIZE;
-
 #[derive(Clone, Debug)]
 pub struct Config {
     pub budget_bytes: usize,
-    pub codec: CodecSpec,
+    /// The budget's configuration, checked as a whole (a backing is opened
+    /// when the budget starts).
+    pub budget: BudgetConfig,
+    /// The codecs, as the report names them.
     pub codec_name: String,
-    pub cold_codec: Option<CodecSpec>,
     pub min_mapping_bytes: usize,
     pub syscalls: Syscalls,
 }
@@ -50,35 +54,24 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, 
         return Ok(None);
     };
     let budget_bytes = bytes(BUDGET_ENV, &budget)?;
-    if budget_bytes < MIN_BUDGET_BYTES {
-        return Err(format!(
-            "{BUDGET_ENV}={budget_bytes} is below the smallest budget, {MIN_BUDGET_BYTES} bytes (256 KiB): raise it"
-        ));
-    }
-    let codec_name = get(CODEC_ENV).unwrap_or_else(|| "lz4".into());
-    let codec: CodecSpec = codec_name.parse().map_err(|e| {
-        format!("{CODEC_ENV}={codec_name:?}: {e}; use lz4, lz4:ACCELERATION, zstd or zstd:LEVEL")
-    })?;
-    if codec.family() == zpage_codec::CodecFamily::ZstdDict {
-        return Err(format!(
-            "{CODEC_ENV}={codec_name:?}: zstd-dict needs a trained dictionary, which zpage run has no way to pass; use zstd"
-        ));
-    }
-    let cold_codec = match get(COLD_CODEC_ENV) {
-        None => None,
-        Some(name) => {
-            let spec: CodecSpec = name.parse().map_err(|e| {
-                format!("{COLD_CODEC_ENV}={name:?}: {e}; use zstd, zstd:LEVEL or zstd-dict")
-            })?;
-            if let Some(problem) = zpage_region::cold_codec_problem(&codec, &spec) {
-                return Err(format!("{COLD_CODEC_ENV}={name:?}: {problem}"));
-            }
-            Some(spec)
+    let mut options = BudgetOptions::new();
+    for option in BUDGET_OPTIONS {
+        if let Some(text) = get(&option.env()) {
+            options
+                .set(option.name, &text, Spelling::Env)
+                .map_err(|e| e.to_string())?;
         }
-    };
-    let codec_name = match &cold_codec {
-        Some(cold) => format!("{codec_name}, cold pages {cold}"),
-        None => codec_name,
+    }
+    let budget = options.config(budget_bytes).map_err(|e| {
+        let given: Vec<String> = options
+            .iter()
+            .map(|(option, text)| format!("{}={text}", option.env()))
+            .collect();
+        format!("{BUDGET_ENV}={budget_bytes} {}: {e}", given.join(" "))
+    })?;
+    let codec_name = match &budget.cold_codec {
+        Some(cold) => format!("{}, cold pages {cold}", budget.codec),
+        None => budget.codec.to_string(),
     };
     let min_mapping_bytes = match get(MIN_MAPPING_ENV) {
         None => DEFAULT_MIN_MAPPING_BYTES,
@@ -103,9 +96,8 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, 
     };
     Ok(Some(Config {
         budget_bytes,
-        codec,
+        budget,
         codec_name,
-        cold_codec,
         min_mapping_bytes,
         syscalls,
     }))
@@ -134,21 +126,45 @@ mod tests {
         assert!(e.contains(BUDGET_ENV) && e.contains("plain integer"), "{e}");
         let e = from_env(env(&[(BUDGET_ENV, "4096")])).unwrap_err();
         assert!(e.contains("raise it"), "{e}");
-        let e = from_env(env(&[(BUDGET_ENV, "1048576"), (CODEC_ENV, "gzip")])).unwrap_err();
-        assert!(e.contains(CODEC_ENV), "{e}");
-        let e = from_env(env(&[(BUDGET_ENV, "1048576"), (COLD_CODEC_ENV, "lz4")])).unwrap_err();
+        let e = from_env(env(&[(BUDGET_ENV, "1048576"), ("ZPAGE_RUN_CODEC", "gzip")])).unwrap_err();
+        assert!(e.starts_with("ZPAGE_RUN_CODEC: "), "{e}");
+        let e = from_env(env(&[
+            (BUDGET_ENV, "1048576"),
+            ("ZPAGE_RUN_CODEC", "zstd-dict"),
+        ]))
+        .unwrap_err();
         assert!(
-            e.contains(COLD_CODEC_ENV) && e.contains("not stronger"),
+            e.contains("ZPAGE_RUN_CODEC=zstd-dict") && e.contains("dictionary"),
             "{e}"
         );
+        let e = from_env(env(&[
+            (BUDGET_ENV, "1048576"),
+            ("ZPAGE_RUN_COLD_CODEC", "lz4"),
+        ]))
+        .unwrap_err();
+        assert!(
+            e.contains("ZPAGE_RUN_COLD_CODEC=lz4") && e.contains("not stronger"),
+            "{e}"
+        );
+        let e = from_env(env(&[(BUDGET_ENV, "1048576"), ("ZPAGE_RUN_BACKING", "/x")])).unwrap_err();
+        assert!(e.contains("max_pool_bytes (--pool-max)"), "{e}");
         let c = from_env(env(&[
             (BUDGET_ENV, "1048576"),
-            (COLD_CODEC_ENV, "zstd-dict"),
+            ("ZPAGE_RUN_MAX_POOL_BYTES", "1048576"),
+            ("ZPAGE_RUN_BACKING", "/var/tmp/zpage.tier"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.budget.max_pool_bytes, Some(1 << 20));
+        assert_eq!(c.budget.backing.as_deref(), Some("/var/tmp/zpage.tier"));
+        let c = from_env(env(&[
+            (BUDGET_ENV, "1048576"),
+            ("ZPAGE_RUN_COLD_CODEC", "zstd-dict"),
         ]))
         .unwrap()
         .unwrap();
         assert!(
-            c.cold_codec.is_some() && c.codec_name.contains("zstd-dict"),
+            c.budget.cold_codec.is_some() && c.codec_name.contains("zstd-dict"),
             "{c:?}"
         );
         let e = from_env(env(&[(BUDGET_ENV, "1048576"), (MIN_MAPPING_ENV, "10")])).unwrap_err();

@@ -10,8 +10,8 @@ use crate::config::Config;
 use crate::sys::{self, Inside};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use zpage_region::run_report::ProcessReport;
-use zpage_region::{Budget, BudgetConfig, Region};
+use zpage_region::run_report::{ProcessReport, TierReport};
+use zpage_region::{Budget, BudgetConfig, RedisConfig, Region, TierFile};
 
 /// One region the library made: for a mapping (`mmap`) or an allocation (`malloc`).
 #[derive(Debug)]
@@ -190,10 +190,7 @@ impl State {
     fn budget(&self) -> Option<&Budget> {
         self.budget
             .get_or_init(|| {
-                let mut bc = BudgetConfig::new(self.config.budget_bytes);
-                bc.codec = self.config.codec.clone();
-                bc.cold_codec = self.config.cold_codec.clone();
-                match Budget::new(bc) {
+                match Budget::new(per_process(&self.config.budget)) {
                     Ok(budget) => {
                         crate::report::start_sampler();
                         Some(budget)
@@ -407,6 +404,7 @@ impl State {
         r.syscalls_retried = self.retried_calls.load(Ordering::Relaxed);
         r.syscalls_trapped = zpage_syscalls::trap::trapped_calls();
         r.forks = self.forks.load(Ordering::Relaxed);
+        r.tier = store.tier.as_ref().map(TierReport::of);
         r
     }
 
@@ -426,4 +424,28 @@ impl State {
             .fetch_max(estimate.max(rss), Ordering::Relaxed);
         self.peak_stored.fetch_max(stored, Ordering::Relaxed);
     }
+}
+
+/// The budget as this process starts it. Every process of a `zpage run`
+/// has its own budget and tier, so a backing file is per process: `PATH`
+/// becomes `PATH.PID` (a block device or a Redis server is used as named).
+/// A program under `zpage run` never drops its budget, and may be killed,
+/// so the file is unlinked once open, its space given back when the
+/// process ends however it ends, unless `keep_backing` keeps it (then named
+/// by its PID).
+fn per_process(config: &BudgetConfig) -> BudgetConfig {
+    use std::os::unix::fs::FileTypeExt;
+    let mut config = config.clone();
+    let Some(backing) = config.backing.as_deref() else {
+        return config;
+    };
+    let is_device = std::fs::metadata(backing).is_ok_and(|m| m.file_type().is_block_device());
+    if RedisConfig::is_redis_url(backing) || is_device {
+        return config;
+    }
+    config.backing = Some(format!("{backing}.{}", std::process::id()));
+    if config.backing_options.file != TierFile::Kept {
+        config.backing_options.file = TierFile::UnlinkedWhenOpened;
+    }
+    config
 }
