@@ -510,14 +510,14 @@ class Run:
 
 
 def run_once(
-    workload: Workload, mode: str, zpage: str, budget: Optional[int], user_args: list[str], timeout: float
+    workload: Workload, mode: str, zpage: Optional[str], budget: Optional[int], user_args: list[str], timeout: float
 ) -> Run:
     run_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=workload.work))
     cmd = workload.command(run_dir)
     summary_path = run_dir / "summary.json"
     prefix: list[str] = []
     if mode != "plain":
-        assert budget is not None
+        assert budget is not None and zpage is not None
         prefix = [zpage, "run", "--budget", f"{max(1, budget // MIB)}M", "--summary-json", str(summary_path)]
         prefix += ["--mode", "kernel"] if mode == "kernel" else user_args
         prefix.append("--")
@@ -562,7 +562,7 @@ def oom_killed(run: Run) -> bool:
 
 
 def run_mode(
-    workload: Workload, mode: str, zpage: str, budget: Optional[int], user_args: list[str], timeout: float
+    workload: Workload, mode: str, zpage: Optional[str], budget: Optional[int], user_args: list[str], timeout: float
 ) -> Run:
     attempts = KERNEL_ATTEMPTS if mode == "kernel" else 1
     ooms = 0
@@ -672,7 +672,7 @@ def missing(workload: type[Workload]) -> list[str]:
 
 
 def bench_program(
-    cls: type[Workload], args: argparse.Namespace, zpage: str, user_args: list[str], root: Path
+    cls: type[Workload], args: argparse.Namespace, zpage: Optional[str], user_args: list[str], root: Path
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix=f"{cls.name}-", dir=root))
     workload = cls(args.size, work)
@@ -775,8 +775,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
-    zpage = shutil.which(args.zpage) if ("user" in args.modes or "kernel" in args.modes) else args.zpage
-    if zpage is None:
+    zpage = shutil.which(args.zpage)
+    if zpage is None and args.modes != {"plain"}:
         log(f"error: zpage not found as `{args.zpage}`: pass --zpage PATH (scripts/install.sh installs it)")
         return 2
     problems = [line for name in args.programs for line in missing(WORKLOADS[name])]
@@ -784,7 +784,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         for line in problems:
             log(f"error: {line}")
         return 2
-    version = subprocess.run([zpage, "--version"], capture_output=True, text=True).stdout.strip() if zpage else ""
+    version = subprocess.run([zpage, "--version"], capture_output=True, text=True).stdout.strip() if zpage else "n/a"
     root = Path(tempfile.mkdtemp(prefix="zpage-programs-"))
     results = []
     try:
