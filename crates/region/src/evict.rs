@@ -82,7 +82,10 @@ pub enum Evict {
     /// Pinned, held by another thread for a moment, shared after fork, or
     /// another transient condition: try later.
     Retry,
-    /// Not a resident page any more.
+    /// Not a resident page any more, or one that cannot move out now (its
+    /// mapping is not read-write: `UFFDIO_MOVE` refuses it with `EINVAL`):
+    /// its record is dropped, and the victim lists pick it up again when
+    /// rebuilt from the page slots.
     Stale,
     /// Eviction of this region is paused (fork, `restore_all`).
     Paused,
@@ -129,6 +132,14 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
             budget.staging().free_after_failed_move(staging_slot);
             make_exclusive(core, page, s);
             return Evict::Retry;
+        }
+        Err(Errno(libc::EINVAL)) => {
+            // The page's mapping differs from the staging area's (read-only,
+            // `PROT_NONE` or executable now: the program changed it with
+            // `mprotect`). Retrying would spin on it; it stays resident.
+            budget.staging().free_after_failed_move(staging_slot);
+            slot.publish(s);
+            return Evict::Stale;
         }
         Err(_) => {
             budget.staging().free_after_failed_move(staging_slot);

@@ -363,16 +363,24 @@ pub fn publish_metrics_to(dir: &Path) -> Result<PathBuf, RegionError> {
     let exit_path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
         RegionError::InvalidConfig(format!("metrics path {} holds a NUL byte", path.display()))
     })?;
-    if PUBLISHED.set((std::process::id(), exit_path)).is_ok() {
-        sys::at_exit(remove_at_exit);
-    }
+    let first = PUBLISHED.set((std::process::id(), exit_path)).is_ok();
     crate::threads::spawn_blocking_signals(
         "zpage-metrics",
-        Box::new(move || loop {
-            std::thread::sleep(PUBLISH_EVERY);
-            // A failed write (disk full, the directory refused) is retried
-            // next time; a directory removed meanwhile is made again.
-            let _ = target.write_once();
+        Box::new(move || {
+            // The exit hook is registered here, not by the caller: a budget
+            // may start inside the C library's own `atexit` (its list grows
+            // with `calloc`, which under the preload library can map the
+            // first memory, which starts the budget), whose lock `atexit`
+            // would then wait on forever. This thread waits for it instead.
+            if first {
+                sys::at_exit(remove_at_exit);
+            }
+            loop {
+                std::thread::sleep(PUBLISH_EVERY);
+                // A failed write (disk full, the directory refused) is retried
+                // next time; a directory removed meanwhile is made again.
+                let _ = target.write_once();
+            }
         }),
     )
     .map_err(|e| RegionError::Sys {
