@@ -44,13 +44,15 @@ const PYBUF_STRIDES: c_int = 0x0010 | PYBUF_ND;
 /// Unsigned bytes: what `memoryview(region)` shows; NumPy views reinterpret it.
 static FORMAT_UNSIGNED_BYTE: &CStr = c"B";
 
-const REGION_DOC: &CStr = c"Region(size, budget, codec=\"lz4\", *, pool=\"zsmalloc\", fault_mode=\"sigbus\", keep_clean_copies=False, aging=\"refault\", cold_codec=None, cold_by_age_only=False)
+const REGION_DOC: &CStr = c"Region(size, budget, codec=\"lz4\", **options)
 --
 
 Memory whose cold pages zpage compresses: ``size`` bytes (rounded up to
 4096), of which at most ``budget`` stay uncompressed. ``budget`` is a
 number of bytes, a size string (\"64M\"), or a ``zpage.Budget`` shared
-with other regions (then the options belong to the Budget).
+with other regions (then the options belong to the Budget). ``options``
+are those of ``zpage.Budget`` (``pool``, ``fault_mode``, ``max_pool_bytes``,
+``backing``, ...: the budget options of ``zpage run``).
 
 The region exports its memory through the buffer protocol:
 ``memoryview(region)`` and ``numpy.frombuffer(region, dtype)`` are

@@ -1,9 +1,13 @@
-//! Python arguments to the library's configuration: sizes ("1G" or bytes),
-//! codec and pool names (the CLI's spellings), fault mode and aging policy.
+//! Python arguments to the library's configuration: sizes ("1G" or bytes)
+//! and the budget's options (the one list's names and rules).
 
-use crate::errors::{error, ErrorKind};
+use crate::errors::{error, region_error, ErrorKind};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use zpage_region::{AgingPolicy, BudgetConfig, CodecSpec, FaultMode, PoolKind};
+use pyo3::types::{PyBool, PyDict};
+use zpage_region::{
+    BudgetConfig, BudgetOption, BudgetOptions, FaultMode, Spelling, BUDGET_OPTIONS,
+};
 
 /// A size in bytes from an int or a string such as "512M", "1G", "64MiB".
 pub(crate) fn size_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
@@ -60,86 +64,81 @@ pub(crate) fn fault_mode_name(mode: FaultMode) -> &'static str {
     }
 }
 
-/// Budget options as Python passes them (None: the library's default).
-#[derive(Debug, Default)]
-pub(crate) struct BudgetOptions {
-    pub codec: Option<String>,
-    pub pool: Option<String>,
-    pub fault_mode: Option<String>,
-    pub keep_clean_copies: Option<bool>,
-    pub aging: Option<String>,
-    pub cold_codec: Option<String>,
-    pub cold_by_age_only: Option<bool>,
+/// The budget options given to `zpage.Budget` or `zpage.Region`: `codec`
+/// (positional, as it always was) and keywords named as the one option list
+/// names them (`zpage_region::BUDGET_OPTIONS`; the stub `_zpage.pyi` lists
+/// them, checked by `tests/stub.rs`). Each value is written out as text and
+/// read by the list's rules, so a mistake gets the same words as `zpage
+/// run`'s flag, naming the keyword. `None` leaves an option at its default.
+pub(crate) fn budget_options(
+    codec: Option<&Bound<'_, PyAny>>,
+    keywords: Option<&Bound<'_, PyDict>>,
+) -> PyResult<BudgetOptions> {
+    let mut options = BudgetOptions::new();
+    let mut give = |name: &str, value: &Bound<'_, PyAny>| -> PyResult<()> {
+        let Some(option) = BudgetOption::named(name) else {
+            let names: Vec<&str> = BUDGET_OPTIONS.iter().map(|o| o.name).collect();
+            return Err(PyTypeError::new_err(format!(
+                "unexpected keyword argument {name:?}: the budget options are {}",
+                names.join(", ")
+            )));
+        };
+        if let Some(text) = option_text(option, value)? {
+            options
+                .set(name, &text, Spelling::Keyword)
+                .map_err(|e| error(ErrorKind::Config, e.to_string()))?;
+        }
+        Ok(())
+    };
+    if let Some(codec) = codec {
+        give("codec", codec)?;
+    }
+    if let Some(keywords) = keywords {
+        for (name, value) in keywords.iter() {
+            give(&name.extract::<String>()?, &value)?;
+        }
+    }
+    Ok(options)
 }
 
-impl BudgetOptions {
-    /// Whether any option was given (they cannot be with an existing budget).
-    pub fn any(&self) -> bool {
-        self.codec.is_some()
-            || self.pool.is_some()
-            || self.fault_mode.is_some()
-            || self.keep_clean_copies.is_some()
-            || self.aging.is_some()
-            || self.cold_codec.is_some()
-            || self.cold_by_age_only.is_some()
+/// A Python value as the option list reads it: `True`/`False` as
+/// `true`/`false`, an int in decimal (a number of bytes for a size), a
+/// string as given, a path (`pathlib.Path`) as its text. `None`: not given.
+fn option_text(option: &BudgetOption, value: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if value.is_none() {
+        return Ok(None);
     }
+    // Before int: Python's bool is an int subclass.
+    if let Ok(switch) = value.cast::<PyBool>() {
+        return Ok(Some(switch.is_true().to_string()));
+    }
+    if let Ok(number) = value.extract::<i128>() {
+        return Ok(Some(number.to_string()));
+    }
+    if let Ok(text) = value.extract::<String>() {
+        return Ok(Some(text));
+    }
+    if value.hasattr("__fspath__")? {
+        let path = value.py().import("os")?.call_method1("fspath", (value,))?;
+        if let Ok(text) = path.extract::<String>() {
+            return Ok(Some(text));
+        }
+    }
+    Err(error(
+        ErrorKind::Config,
+        format!(
+            "{}: give {} as a str, int, bool or path, not {}",
+            option.name,
+            option.syntax,
+            value.get_type().name()?
+        ),
+    ))
+}
 
-    /// The library's configuration of a budget of `budget_bytes` with these options.
-    pub fn config(&self, budget_bytes: usize) -> PyResult<BudgetConfig> {
-        let mut config = BudgetConfig::new(budget_bytes);
-        if let Some(codec) = &self.codec {
-            config.codec = codec
-                .parse::<CodecSpec>()
-                .map_err(|e| error(ErrorKind::Config, e.to_string()))?;
-        }
-        if let Some(cold_codec) = &self.cold_codec {
-            config.cold_codec = Some(
-                cold_codec
-                    .parse::<CodecSpec>()
-                    .map_err(|e| error(ErrorKind::Config, format!("cold_codec: {e}")))?,
-            );
-        }
-        if let Some(by_age_only) = self.cold_by_age_only {
-            if config.cold_codec.is_none() {
-                return Err(error(
-                    ErrorKind::Config,
-                    "cold_by_age_only needs a cold_codec: give cold_codec=\"zstd-dict\" (or \"zstd\"), or leave cold_by_age_only out",
-                ));
-            }
-            config.cold_at_eviction = !by_age_only;
-        }
-        if let Some(pool) = &self.pool {
-            config.pool = pool
-                .parse::<PoolKind>()
-                .map_err(|e| error(ErrorKind::Config, e.to_string()))?;
-        }
-        if let Some(mode) = &self.fault_mode {
-            config.mode = match mode.as_str() {
-                "sigbus" => FaultMode::Sigbus,
-                "handler_thread" => FaultMode::HandlerThread,
-                other => {
-                    return Err(error(
-                        ErrorKind::Config,
-                        format!("fault_mode {other:?}: use \"sigbus\" (the default, no privilege) or \"handler_thread\" (system calls on evicted pages work; needs root, vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd)"),
-                    ))
-                }
-            };
-        }
-        if let Some(keep) = self.keep_clean_copies {
-            config.keep_clean_copies = keep;
-        }
-        if let Some(aging) = &self.aging {
-            config.aging = match aging.as_str() {
-                "refault" => AgingPolicy::Refault,
-                "fifo" => AgingPolicy::Fifo,
-                other => {
-                    return Err(error(
-                        ErrorKind::Config,
-                        format!("aging {other:?}: use \"refault\" (the default) or \"fifo\""),
-                    ))
-                }
-            };
-        }
-        Ok(config)
-    }
+/// The library's configuration of a budget of `budget_bytes` with `options`.
+pub(crate) fn budget_config(
+    options: &BudgetOptions,
+    budget_bytes: usize,
+) -> PyResult<BudgetConfig> {
+    options.config(budget_bytes).map_err(region_error)
 }

@@ -14,7 +14,7 @@
 //! leaving a `with` block while views exist closes the region when the last
 //! one is released.
 
-use crate::config::{budget_arg, fault_mode_name, size_arg, BudgetOptions};
+use crate::config::{budget_arg, budget_config, budget_options, fault_mode_name, size_arg};
 use crate::errors::{error, region_error, ErrorKind};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -24,20 +24,22 @@ use zpage_region::RegionStats;
 
 /// A resident budget shared by several regions.
 ///
-/// Budget(size, codec="lz4", *, pool="zsmalloc", fault_mode="sigbus",
-///        keep_clean_copies=False, aging="refault", cold_codec=None,
-///        cold_by_age_only=False)
+/// Budget(size, codec="lz4", **options)
 ///
 /// Every region made on one budget (``Region(size, budget=b)``) shares its
 /// resident limit, its compressed pool and its reclaimer: pages beyond
 /// ``size`` bytes, across all of them, are compressed. ``size`` is a number of
 /// bytes, a string such as ``"512M"`` or ``"1G"``, or a share of the
 /// machine's memory such as ``"25%"`` (of ``MemTotal``, as ``zpage run
-/// --budget`` takes it). ``cold_codec``
-/// (``"zstd-dict"``, ``"zstd"``, ``"zstd:LEVEL"``) compresses cold pages
-/// harder: evicted pages with no quick reuse go straight to it, and pages
-/// that stay compressed a second are recompressed with it
-/// (``cold_by_age_only=True``: only the latter).
+/// --budget`` takes it).
+///
+/// ``options`` are the budget options of ``zpage run`` (see ``zpage run
+/// --help``), named with underscores: ``pool``, ``fault_mode``, ``aging``,
+/// ``dedup``, ``keep_clean_copies``, ``cold_codec``, ``cold_after_ms``,
+/// ``cold_by_age_only``, and the tier below RAM: ``max_pool_bytes`` (a size)
+/// with ``backing`` (a new file, a block device or a Redis URL) and the
+/// ``backing_*`` options. Values are strings, ints (sizes in bytes), bools
+/// or paths; ``None`` keeps the default.
 #[pyclass(frozen, module = "zpage._zpage")]
 #[derive(Debug)]
 pub struct Budget {
@@ -47,31 +49,16 @@ pub struct Budget {
 #[pymethods]
 impl Budget {
     #[new]
-    #[pyo3(signature = (size, codec=None, *, pool=None, fault_mode=None, keep_clean_copies=None, aging=None, cold_codec=None, cold_by_age_only=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (size, codec=None, **options))]
     fn new(
         py: Python<'_>,
         size: &Bound<'_, PyAny>,
-        codec: Option<String>,
-        pool: Option<String>,
-        fault_mode: Option<String>,
-        keep_clean_copies: Option<bool>,
-        aging: Option<String>,
-        cold_codec: Option<String>,
-        cold_by_age_only: Option<bool>,
+        codec: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Budget> {
         crate::syscalls::wrap_new_objects();
         let budget_bytes = budget_arg("budget size", size)?;
-        let options = BudgetOptions {
-            codec,
-            pool,
-            fault_mode,
-            keep_clean_copies,
-            aging,
-            cold_codec,
-            cold_by_age_only,
-        };
-        let config = options.config(budget_bytes)?;
+        let config = budget_config(&budget_options(codec, options)?, budget_bytes)?;
         let inner = py
             .detach(|| zpage_region::Budget::new(config))
             .map_err(region_error)?;
@@ -190,37 +177,27 @@ fn closed_error() -> PyErr {
 #[pymethods]
 impl RegionBase {
     #[new]
-    #[pyo3(signature = (size, budget=None, codec=None, *, pool=None, fault_mode=None, keep_clean_copies=None, aging=None, cold_codec=None, cold_by_age_only=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (size, budget=None, codec=None, **options))]
     fn new(
         py: Python<'_>,
         size: &Bound<'_, PyAny>,
         budget: Option<&Bound<'_, PyAny>>,
-        codec: Option<String>,
-        pool: Option<String>,
-        fault_mode: Option<String>,
-        keep_clean_copies: Option<bool>,
-        aging: Option<String>,
-        cold_codec: Option<String>,
-        cold_by_age_only: Option<bool>,
+        codec: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<RegionBase> {
         crate::syscalls::wrap_new_objects();
         let size_bytes = size_arg("region size", size)?;
-        let options = BudgetOptions {
-            codec,
-            pool,
-            fault_mode,
-            keep_clean_copies,
-            aging,
-            cold_codec,
-            cold_by_age_only,
-        };
+        let options = budget_options(codec, options)?;
         let region = match budget {
             Some(shared) if shared.is_instance_of::<Budget>() => {
-                if options.any() {
+                if !options.is_empty() {
+                    let given: Vec<&str> = options.iter().map(|(o, _)| o.name).collect();
                     return Err(error(
                         ErrorKind::Config,
-                        "codec, pool, fault_mode, keep_clean_copies, aging, cold_codec and cold_by_age_only belong to the Budget: give them to zpage.Budget(...), not to a region made on it",
+                        format!(
+                            "{} belong to the Budget: give them to zpage.Budget(...), not to a region made on it",
+                            given.join(", ")
+                        ),
                     ));
                 }
                 let shared = shared.cast::<Budget>()?.get();
@@ -238,7 +215,7 @@ impl RegionBase {
                 };
                 let config = zpage_region::RegionConfig {
                     size_bytes,
-                    budget: options.config(budget_bytes)?,
+                    budget: budget_config(&options, budget_bytes)?,
                 };
                 py.detach(|| zpage_region::Region::new(config))
             }

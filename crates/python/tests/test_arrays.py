@@ -154,3 +154,34 @@ def test_multiprocessing_pickling_and_fork(np):
         child.join(60)
         assert child.exitcode == 0
     assert _sum(a) == n * (n - 1) // 2
+
+
+def test_a_budget_with_a_tier_gives_plain_results_and_reads_the_tier(np, tmp_path):
+    # The case: a NumPy job under a budget whose compressed pool is
+    # capped, with a file below it, computes what it computes without zpage,
+    # and the pages it needed again came back from the file.
+    backing = tmp_path / "tier"
+    n = 24 * MiB // 8
+
+    def job():
+        # Hash-like words: incompressible, so the pool's 1M cap is passed
+        # early and most evicted pages go to the file.
+        a = pattern(np, n, 11)
+        sums = np.cumsum(a % np.uint64(1000003))
+        return a, sums
+
+    plain_a, plain_sums = job()
+    with zpage.budget("4M", max_pool_bytes="1M", backing=backing) as b:
+        a, sums = job()
+    assert b.owns(a) and b.owns(sums)
+    assert backing.exists(), "the tier is the file given"
+    # Reads every page again: most were written back by now.
+    assert np.array_equal(a, plain_a) and np.array_equal(sums, plain_sums)
+    store = b.budget.store_stats()
+    tier = store["tier"]
+    assert tier is not None, store
+    assert tier["puts"] > 0, tier
+    assert tier["gets"] > 0, "pages were read back from the file"
+    del a, sums, b
+    gc.collect()
+    assert not backing.exists(), "the budget removes its file when it ends"

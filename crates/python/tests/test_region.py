@@ -179,3 +179,33 @@ def test_cold_codec_mistakes_name_the_option():
     budget = zpage.Budget("4M", cold_codec="zstd-dict")
     with pytest.raises(zpage.ConfigError, match="belong to the Budget"):
         zpage.Region("8M", budget, cold_codec="zstd")
+
+
+def test_every_budget_option_is_a_keyword_and_mistakes_name_it(tmp_path):
+    with pytest.raises(zpage.ConfigError, match='max_pool_bytes: "12Q" is not a size'):
+        zpage.Budget("4M", max_pool_bytes="12Q")
+    with pytest.raises(zpage.ConfigError, match='dedup: "on" is not true or false'):
+        zpage.Budget("4M", dedup="on")
+    with pytest.raises(zpage.ConfigError, match="without max_pool_bytes"):
+        zpage.Budget("4M", backing=tmp_path / "tier")
+    with pytest.raises(zpage.ConfigError, match="backing_ca_file: give FILE"):
+        zpage.Budget("4M", backing_ca_file=3.5)
+    with pytest.raises(TypeError, match="the budget options are fault_mode, codec"):
+        zpage.Budget("4M", compression="zstd")
+    # Sizes as ints or strings, paths as pathlib paths, None as the default.
+    budget = zpage.Budget(
+        "4M",
+        "zstd",
+        max_pool_bytes=2 * MiB,
+        backing=tmp_path / "tier",
+        backing_max_bytes="64M",
+        dedup=True,
+        cold_after_ms=500,
+        cold_codec=None,
+    )
+    with zpage.Region(8 * MiB, budget) as region:
+        memoryview(region)[:5] = b"tiers"
+        assert bytes(memoryview(region)[:5]) == b"tiers"
+    assert budget.store_stats()["contents"]["pool_memory_limit_bytes"] == 2 * MiB
+    with pytest.raises(zpage.ConfigError, match="max_pool_bytes, backing belong to the Budget"):
+        zpage.Region(MiB, budget, max_pool_bytes="1M", backing="/tmp/x")

@@ -239,8 +239,9 @@ def budget(
     it are compressed (``codec``, LZ4 by default). Outside code sees plain
     ndarrays. Smaller arrays use NumPy's allocator. Arrays outlive the block
     and stay valid; freeing them returns their memory. ``options`` are those
-    of :class:`Budget` (``pool``, ``fault_mode``, ``keep_clean_copies``,
-    ``aging``, ``cold_codec``, ``cold_by_age_only``).
+    of :class:`Budget`: the budget options of ``zpage run`` (``pool``,
+    ``fault_mode``, ``cold_codec``, ``max_pool_bytes`` with ``backing``,
+    ...).
 
     Uses NumPy's allocator hook (NEP 49, NumPy >= 1.22), which is per
     context. Threads started in the block (``threading.Thread``,

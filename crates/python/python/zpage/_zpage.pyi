@@ -1,11 +1,13 @@
 """Type hints of the native module (zpage._zpage)."""
 
+import os
 from typing import Any, Dict, Optional, Sequence, Union
 
 PAGE_SIZE: int
 __version__: str
 
 Size = Union[int, str]
+Path = Union[str, "os.PathLike[str]"]
 
 class Budget:
     """A resident budget shared by several regions."""
@@ -15,12 +17,24 @@ class Budget:
         size: Size,
         codec: Optional[str] = None,
         *,
-        pool: Optional[str] = None,
+        # BEGIN GENERATED OPTIONS: do not edit (see crates/python/tests/stub.rs)
         fault_mode: Optional[str] = None,
-        keep_clean_copies: Optional[bool] = None,
         aging: Optional[str] = None,
+        pool: Optional[str] = None,
+        max_pool_bytes: Optional[Size] = None,
+        keep_clean_copies: Optional[bool] = None,
+        dedup: Optional[bool] = None,
         cold_codec: Optional[str] = None,
+        cold_after_ms: Optional[int] = None,
         cold_by_age_only: Optional[bool] = None,
+        backing: Optional[Path] = None,
+        keep_backing: Optional[bool] = None,
+        backing_max_bytes: Optional[Size] = None,
+        backing_password_file: Optional[Path] = None,
+        backing_ca_file: Optional[Path] = None,
+        backing_cert_file: Optional[Path] = None,
+        backing_key_file: Optional[Path] = None,
+        # END GENERATED OPTIONS
     ) -> None: ...
     @property
     def budget_bytes(self) -> int: ...
@@ -35,12 +49,24 @@ class RegionBase:
         budget: Union[Size, Budget, None] = None,
         codec: Optional[str] = None,
         *,
-        pool: Optional[str] = None,
+        # BEGIN GENERATED OPTIONS: do not edit (see crates/python/tests/stub.rs)
         fault_mode: Optional[str] = None,
-        keep_clean_copies: Optional[bool] = None,
         aging: Optional[str] = None,
+        pool: Optional[str] = None,
+        max_pool_bytes: Optional[Size] = None,
+        keep_clean_copies: Optional[bool] = None,
+        dedup: Optional[bool] = None,
         cold_codec: Optional[str] = None,
+        cold_after_ms: Optional[int] = None,
         cold_by_age_only: Optional[bool] = None,
+        backing: Optional[Path] = None,
+        keep_backing: Optional[bool] = None,
+        backing_max_bytes: Optional[Size] = None,
+        backing_password_file: Optional[Path] = None,
+        backing_ca_file: Optional[Path] = None,
+        backing_cert_file: Optional[Path] = None,
+        backing_key_file: Optional[Path] = None,
+        # END GENERATED OPTIONS
     ) -> None: ...
     @property
     def size(self) -> int: ...
