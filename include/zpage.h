@@ -59,18 +59,25 @@ typedef struct zpage_budget zpage_budget;
  */
 typedef struct zpage_options {
     uint32_t struct_size;  /* sizeof(zpage_options), set by zpage_options_init() */
-    int fault_mode;        /* ZPAGE_FAULT_* */
-    const char *codec;     /* "lz4" (NULL: lz4), "lz4-flex", "zstd", "zstd:LEVEL" */
-    int aging;             /* ZPAGE_AGING_* */
-    int pool;              /* ZPAGE_POOL_* */
-    uint64_t max_pool_bytes; /* cap on the compressed pool; 0: unlimited */
-    int keep_clean_copies; /* 1: restored pages keep their compressed copy until written; 0 (default): exclusive */
-    int reserved;          /* 0 */
-    const char *cold_codec; /* cold pages' codec: "zstd", "zstd:LEVEL", "zstd-dict[:LEVEL]"; NULL (default): none.
-                               Evicted pages with no quick reuse go straight to it; pages compressed
-                               cold_after_ms are recompressed with it, kept when they take less memory */
-    uint32_t cold_after_ms; /* 1000 by default */
-    int cold_by_age_only;  /* 1: evictions take codec, only recompression by age uses cold_codec; 0 (default) */
+    /* BEGIN GENERATED OPTIONS: do not edit (see crates/ffi/tests/header.rs) */
+    int fault_mode; /* ZPAGE_FAULT_*. How faults on evicted pages are resolved: sigbus (the faulting thread, no privilege) or handler_thread (a zpage thread; system calls on evicted pages work; needs privilege). */
+    const char *codec; /* NULL: the default. Codec of evicted pages: lz4, lz4:ACCELERATION, lz4-flex, zstd, zstd:LEVEL. */
+    int aging; /* ZPAGE_AGING_*. How pages are picked for eviction: refault (zpage's policy) or fifo. */
+    int pool; /* ZPAGE_POOL_*. Allocator of compressed pages: zsmalloc (size classes), tri-page (Zircon) or zbud. */
+    uint64_t max_pool_bytes; /* Bytes; 0: unset. Cap on the compressed pool's memory (a size; unset: unlimited). With a backing, the oldest compressed pages are written back as the pool nears it; without, pages stay resident over the budget at the cap. */
+    int keep_clean_copies; /* 1 or 0. A restored page keeps its compressed copy until written (saves compression, costs pool memory). */
+    int dedup; /* 1 or 0. Identical evicted pages are stored once (a content hash, checked byte for byte). */
+    const char *cold_codec; /* NULL: the default. A stronger codec for cold pages: zstd, zstd:LEVEL, zstd-dict[:LEVEL] (a dictionary trained from the budget's own pages). Evicted pages with no quick reuse go straight to it; pages compressed cold_after_ms are recompressed with it, kept when they take less memory. */
+    uint32_t cold_after_ms; /* zpage_options_init writes the default. Milliseconds a page stays compressed before it is recompressed with the cold codec. */
+    int cold_by_age_only; /* 1 or 0. With a cold codec: every eviction takes codec, and only recompression by age uses the cold codec (as zram's recompress). */
+    const char *backing; /* NULL: the default. Where the oldest compressed pages go when the pool nears max_pool_bytes: a new file (created mode 0600; an existing file, a link, a directory or a character device is refused) or a block device not in use (PATH), a Redis server (redis://[USER@]HOST:PORT[/DB], rediss:// for TLS) or a Redis Cluster (redis+cluster://HOST:PORT,...). Sealed with a per-process key: unreadable afterwards. A file is removed when the budget ends unless keep_backing. Needs max_pool_bytes. */
+    int keep_backing; /* 1 or 0. Leave the backing file in place when the budget ends (its pages are sealed with a key that ends with the process: unreadable afterwards). */
+    uint64_t backing_max_bytes; /* Bytes; 0: unset. The most a backing file or device may hold (a size; unset: the machine's memory). */
+    const char *backing_password_file; /* NULL: the default. A file holding the Redis password (one line; refused unless private: chmod 600). Else $ZPAGE_REDIS_PASSWORD; never the password itself, which `ps` and /proc/PID/environ would show. */
+    const char *backing_ca_file; /* NULL: the default. For rediss://: the CA certificate(s) (PEM) the server's certificate is checked against, instead of the system's store. */
+    const char *backing_cert_file; /* NULL: the default. For rediss://: a client certificate (PEM), for servers that ask for one; needs backing_key_file. */
+    const char *backing_key_file; /* NULL: the default. For rediss://: the client certificate's private key (PEM; refused unless private: chmod 600). */
+    /* END GENERATED OPTIONS */
 } zpage_options;
 
 /*
@@ -125,7 +132,7 @@ typedef struct zpage_stats {
     /* END GENERATED FIELDS */
 } zpage_stats;
 
-/* Fills *options with the defaults (lz4, SIGBUS, refault aging, size classes). */
+/* Fills *options with the defaults (lz4, SIGBUS, refault aging, size classes, no tier). */
 int zpage_options_init(zpage_options *options);
 
 /* Creates a region with a budget of its own; options may be NULL for the

@@ -8,13 +8,14 @@
 //! - never lets a Rust panic unwind into C (it becomes `ZPAGE_ERR_PANIC`).
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use zpage_codec::CodecSpec;
-use zpage_pool::PoolKind;
-use zpage_region::{
-    AgingPolicy, Budget, BudgetConfig, FaultMode, Region, RegionConfig, RegionError,
-};
+use zpage_region::{Budget, Region, RegionConfig, RegionError};
+
+mod options;
+
+use options::{budget_config_from, default_options};
+pub use options::{zpage_options_fields, CField, OptionField, ZpageOptions};
 
 /// Success.
 pub const ZPAGE_OK: c_int = 0;
@@ -45,78 +46,6 @@ pub const ZPAGE_POOL_SIZE_CLASS: c_int = 0;
 pub const ZPAGE_POOL_TRI_PAGE: c_int = 1;
 /// `zpage_options.pool`: two buddies per page (zbud-like).
 pub const ZPAGE_POOL_TWO_SLOT: c_int = 2;
-
-/// Options of `zpage_region_create` and `zpage_budget_create` (C:
-/// `zpage_options`). It starts with its own size, so the struct can grow: a
-/// program compiled against an older, shorter struct passes its size, and
-/// the fields past it take their defaults. Fill it with `zpage_options_init`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct ZpageOptions {
-    /// `sizeof(zpage_options)` as the caller knows it (set by `zpage_options_init`).
-    pub struct_size: u32,
-    /// `ZPAGE_FAULT_*`.
-    pub fault_mode: c_int,
-    /// Codec name ("lz4", "zstd:3", ...); NULL means lz4.
-    pub codec: *const c_char,
-    /// `ZPAGE_AGING_*`.
-    pub aging: c_int,
-    /// `ZPAGE_POOL_*`.
-    pub pool: c_int,
-    /// Cap on the compressed pool's memory in bytes; 0: unlimited.
-    pub max_pool_bytes: u64,
-    /// 1: a restored page keeps its compressed copy until written (saves
-    /// compression CPU, costs pool memory); 0 (default): restores give their
-    /// copy up, so the pool holds only evicted pages.
-    pub keep_clean_copies: c_int,
-    /// Reserved, must be 0.
-    pub reserved: c_int,
-    /// A stronger codec for cold pages ("zstd", "zstd:LEVEL", "zstd-dict",
-    /// "zstd-dict:LEVEL"); NULL: none. Evicted pages with no quick reuse go
-    /// straight to it, and pages compressed `cold_after_ms` are recompressed
-    /// with it (`BudgetConfig::cold_codec`).
-    pub cold_codec: *const c_char,
-    /// Milliseconds a page stays compressed before it is recompressed (1000
-    /// by default).
-    pub cold_after_ms: u32,
-    /// 1: every eviction takes `codec`, and only recompression by age uses
-    /// the cold codec; 0 (default): pages with no quick reuse go out cold.
-    pub cold_by_age_only: c_int,
-}
-
-// The layout C sees (include/zpage.h); a test compiles the header and
-// compares these offsets with the C compiler's.
-const _: () = {
-    use std::mem::{offset_of, size_of};
-    assert!(offset_of!(ZpageOptions, struct_size) == 0);
-    assert!(offset_of!(ZpageOptions, fault_mode) == 4);
-    assert!(offset_of!(ZpageOptions, codec) == 8);
-    assert!(offset_of!(ZpageOptions, aging) == 16);
-    assert!(offset_of!(ZpageOptions, pool) == 20);
-    assert!(offset_of!(ZpageOptions, max_pool_bytes) == 24);
-    assert!(offset_of!(ZpageOptions, keep_clean_copies) == 32);
-    assert!(offset_of!(ZpageOptions, reserved) == 36);
-    assert!(offset_of!(ZpageOptions, cold_codec) == 40);
-    assert!(offset_of!(ZpageOptions, cold_after_ms) == 48);
-    assert!(offset_of!(ZpageOptions, cold_by_age_only) == 52);
-    assert!(size_of::<ZpageOptions>() == 56);
-};
-
-/// The options' fields (offset, size) as this library knows them, for the
-/// layout test.
-pub const ZPAGE_OPTIONS_LAYOUT: [(&str, usize, usize); 11] = [
-    ("struct_size", 0, 4),
-    ("fault_mode", 4, 4),
-    ("codec", 8, 8),
-    ("aging", 16, 4),
-    ("pool", 20, 4),
-    ("max_pool_bytes", 24, 8),
-    ("keep_clean_copies", 32, 4),
-    ("reserved", 36, 4),
-    ("cold_codec", 40, 8),
-    ("cold_after_ms", 48, 4),
-    ("cold_by_age_only", 52, 4),
-];
 
 macro_rules! define_ffi_stats {
     (
@@ -223,28 +152,13 @@ fn guarded(function: &str, body: impl FnOnce() -> Result<(), Failure>) -> c_int 
     }
 }
 
-fn default_options() -> ZpageOptions {
-    ZpageOptions {
-        struct_size: std::mem::size_of::<ZpageOptions>() as u32,
-        fault_mode: ZPAGE_FAULT_SIGBUS,
-        codec: std::ptr::null(),
-        aging: ZPAGE_AGING_REFAULT,
-        pool: ZPAGE_POOL_SIZE_CLASS,
-        max_pool_bytes: 0,
-        keep_clean_copies: 0,
-        reserved: 0,
-        cold_codec: std::ptr::null(),
-        cold_after_ms: 1000,
-        cold_by_age_only: 0,
-    }
-}
-
 /// Reads a caller's options: as many bytes as its `struct_size` says (at most
 /// ours), the rest from the defaults.
 ///
 /// # Safety
 /// `options` must be NULL or point to at least `struct_size` readable bytes
-/// of a `zpage_options` whose `codec` is NULL or a NUL-terminated string.
+/// of a `zpage_options` whose string fields (`codec`, `backing`, ...) are
+/// NULL or NUL-terminated strings.
 unsafe fn read_options(options: *const ZpageOptions) -> Result<Option<ZpageOptions>, Failure> {
     if options.is_null() {
         return Ok(None);
@@ -293,94 +207,13 @@ pub unsafe extern "C" fn zpage_options_init(options: *mut ZpageOptions) -> c_int
     })
 }
 
-/// The codec an options field names (`None` for NULL).
-///
-/// # Safety
-/// `name` must be NULL or a NUL-terminated string (the options' contract).
-unsafe fn codec_option(field: &str, name: *const c_char) -> Result<Option<CodecSpec>, Failure> {
-    if name.is_null() {
-        return Ok(None);
-    }
-    let invalid = |m: String| Failure(ZPAGE_ERR_INVALID_ARGUMENT, m);
-    // SAFETY: non-null, and the caller promises a NUL-terminated string.
-    let name = unsafe { CStr::from_ptr(name) }
-        .to_str()
-        .map_err(|_| invalid(format!("options.{field} is not UTF-8")))?;
-    name.parse::<CodecSpec>()
-        .map(Some)
-        .map_err(|e| invalid(format!("options.{field} {name:?}: {e}")))
-}
-
-/// An options field that is 0 or 1.
-fn flag_option(field: &str, value: c_int) -> Result<bool, Failure> {
-    match value {
-        0 => Ok(false),
-        1 => Ok(true),
-        other => Err(Failure(
-            ZPAGE_ERR_INVALID_ARGUMENT,
-            format!("options.{field} {other} is not 0 or 1"),
-        )),
-    }
-}
-
-fn budget_config_from(
-    budget: usize,
-    options: Option<&ZpageOptions>,
-) -> Result<BudgetConfig, Failure> {
-    let mut config = BudgetConfig::new(budget);
-    let Some(options) = options else {
-        return Ok(config);
-    };
-    let invalid = |m: String| Failure(ZPAGE_ERR_INVALID_ARGUMENT, m);
-    // SAFETY: the options' string fields are NULL or NUL-terminated (the
-    // contract of every call that takes options).
-    if let Some(codec) = unsafe { codec_option("codec", options.codec) }? {
-        config.codec = codec;
-    }
-    // SAFETY: as above.
-    config.cold_codec = unsafe { codec_option("cold_codec", options.cold_codec) }?;
-    config.cold_after = std::time::Duration::from_millis(u64::from(options.cold_after_ms));
-    config.cold_at_eviction = !flag_option("cold_by_age_only", options.cold_by_age_only)?;
-    config.mode = match options.fault_mode {
-        ZPAGE_FAULT_SIGBUS => FaultMode::Sigbus,
-        ZPAGE_FAULT_HANDLER_THREAD => FaultMode::HandlerThread,
-        other => {
-            return Err(invalid(format!(
-                "options.fault_mode {other} is not a ZPAGE_FAULT_* value"
-            )))
-        }
-    };
-    config.aging = match options.aging {
-        ZPAGE_AGING_REFAULT => AgingPolicy::Refault,
-        ZPAGE_AGING_FIFO => AgingPolicy::Fifo,
-        other => {
-            return Err(invalid(format!(
-                "options.aging {other} is not a ZPAGE_AGING_* value"
-            )))
-        }
-    };
-    config.pool = match options.pool {
-        ZPAGE_POOL_SIZE_CLASS => PoolKind::SizeClass,
-        ZPAGE_POOL_TRI_PAGE => PoolKind::TriPage,
-        ZPAGE_POOL_TWO_SLOT => PoolKind::TwoSlot,
-        other => {
-            return Err(invalid(format!(
-                "options.pool {other} is not a ZPAGE_POOL_* value"
-            )))
-        }
-    };
-    config.max_pool_bytes = (options.max_pool_bytes != 0).then_some(options.max_pool_bytes);
-    config.keep_clean_copies = flag_option("keep_clean_copies", options.keep_clean_copies)?;
-    Ok(config)
-}
-
 /// Creates a region of `size` bytes keeping at most `budget` bytes resident;
 /// on success `*out` is the new region (destroy it with `zpage_region_destroy`).
 ///
 /// # Safety
 /// `options` must be NULL (defaults) or point to a valid `zpage_options` whose
-/// `codec` is NULL or a NUL-terminated string; `out` must point to writable
-/// memory for one pointer.
+/// string fields (`codec`, `backing`, ...) are NULL or NUL-terminated
+/// strings; `out` must point to writable memory for one pointer.
 #[no_mangle]
 pub unsafe extern "C" fn zpage_region_create(
     size: usize,
@@ -396,7 +229,9 @@ pub unsafe extern "C" fn zpage_region_create(
         let options = unsafe { read_options(options) }?;
         let config = RegionConfig {
             size_bytes: size,
-            budget: budget_config_from(budget, options.as_ref())?,
+            // SAFETY: the options' string fields are NULL or NUL-terminated
+            // (this function's contract).
+            budget: unsafe { budget_config_from(budget, options.as_ref()) }?,
         };
         let region = Region::new(config)?;
         let handle = Box::into_raw(Box::new(ZpageRegion { region }));
@@ -424,7 +259,9 @@ pub unsafe extern "C" fn zpage_budget_create(
         }
         // SAFETY: forwarded contract.
         let options = unsafe { read_options(options) }?;
-        let budget = Budget::new(budget_config_from(budget, options.as_ref())?)?;
+        // SAFETY: as above, forwarded contract.
+        let config = unsafe { budget_config_from(budget, options.as_ref()) }?;
+        let budget = Budget::new(config)?;
         let handle = Box::into_raw(Box::new(ZpageBudget { budget }));
         // SAFETY: `out` is non-null (checked) and writable by the caller's contract.
         unsafe { out.write(handle) };
@@ -630,6 +467,7 @@ pub extern "C" fn zpage_version() -> *const c_char {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::CStr;
 
     fn last_error() -> String {
         // SAFETY: zpage_last_error returns a valid NUL-terminated string.
@@ -682,7 +520,11 @@ mod tests {
                 zpage_region_create(1 << 22, 1 << 20, &options, &mut region),
                 ZPAGE_ERR_INVALID_ARGUMENT
             );
-            assert!(last_error().contains("options.aging 7"));
+            assert!(
+                last_error().contains("options.aging: 7 is not a ZPAGE_AGING_* value"),
+                "{}",
+                last_error()
+            );
             options.aging = ZPAGE_AGING_FIFO;
             options.codec = c"no-such-codec".as_ptr();
             assert_eq!(
@@ -706,7 +548,19 @@ mod tests {
                 zpage_region_create(1 << 22, 1 << 20, &options, &mut region),
                 ZPAGE_ERR_INVALID_ARGUMENT
             );
-            assert!(last_error().contains("options.cold_by_age_only 2"));
+            assert!(
+                last_error().contains("options.cold_by_age_only: \"2\" is not true or false"),
+                "{}",
+                last_error()
+            );
+            options.cold_by_age_only = 0;
+            // A tier needs a pool cap: the list's whole-configuration check.
+            options.backing = c"/nonexistent/tier".as_ptr();
+            assert_eq!(
+                zpage_region_create(1 << 22, 1 << 20, &options, &mut region),
+                ZPAGE_ERR_INVALID_ARGUMENT
+            );
+            assert!(last_error().contains("max_pool_bytes"), "{}", last_error());
             // A budget above the size is refused by the region.
             assert_eq!(
                 zpage_region_create(1 << 20, 1 << 22, std::ptr::null(), &mut region),
@@ -764,6 +618,79 @@ mod tests {
                 assert_eq!(zpage_region_destroy(region), ZPAGE_OK);
             }
         }
+    }
+
+    /// `zpage_options_init` writes the library's defaults, and a struct of
+    /// the size old programs were built with (up to `cold_by_age_only`)
+    /// leaves the options added since at theirs: no tier.
+    #[test]
+    fn defaults_come_from_the_list_and_old_structs_get_no_tier() {
+        let mut options = default_options();
+        // SAFETY: a valid pointer to a local.
+        assert_eq!(unsafe { zpage_options_init(&mut options) }, ZPAGE_OK);
+        assert_eq!(options.cold_after_ms, 1000);
+        assert_eq!(options.fault_mode, ZPAGE_FAULT_SIGBUS);
+        assert_eq!(options.pool, ZPAGE_POOL_SIZE_CLASS);
+        assert!(options.codec.is_null() && options.backing.is_null());
+        options.struct_size = 56;
+        options.backing = c"/never/read".as_ptr();
+        options.max_pool_bytes = 1 << 20;
+        // SAFETY: the struct is ours and whole.
+        let read = unsafe { read_options(&options) }.ok().flatten().unwrap();
+        assert!(
+            read.backing.is_null(),
+            "a field past struct_size is the default"
+        );
+        assert_eq!(read.max_pool_bytes, 1 << 20);
+    }
+
+    /// A file tier set through `zpage_options` (`backing` with a pool cap):
+    /// incompressible pages beyond the cap are written to the file and read
+    /// back exact.
+    #[test]
+    fn a_backing_set_from_c_takes_the_pages_over_the_pool_cap() {
+        let dir = std::env::temp_dir().join(format!("zpage-ffi-tier-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = CString::new(dir.join("tier").into_os_string().into_encoded_bytes()).unwrap();
+        let mut options = default_options();
+        let mut region = std::ptr::null_mut();
+        // Hash-like words: incompressible, stored raw at 4 KiB each.
+        let word = |i: usize| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555;
+        // SAFETY: valid pointers to locals; `file` outlives the region; the
+        // region is used within its size and destroyed once.
+        unsafe {
+            assert_eq!(zpage_options_init(&mut options), ZPAGE_OK);
+            options.max_pool_bytes = 1 << 20;
+            options.backing = file.as_ptr();
+            assert_eq!(
+                zpage_region_create(16 << 20, 1 << 20, &options, &mut region),
+                ZPAGE_OK,
+                "{}",
+                last_error()
+            );
+            let base = zpage_region_address(region) as *mut u64;
+            let words = zpage_region_size(region) / 8;
+            for i in 0..words {
+                base.add(i).write_volatile(word(i));
+            }
+            assert_eq!(zpage_region_advise_cold(region, 0, 16 << 20), ZPAGE_OK);
+            for i in 0..words {
+                assert_eq!(base.add(i).read_volatile(), word(i), "word {i}");
+            }
+            let stats = (*region).region.stats();
+            let tier = stats.store.tier.expect("the budget has a tier");
+            assert!(tier.puts > 0 && tier.gets > 0, "{tier:?}");
+            assert!(
+                std::fs::metadata(dir.join("tier")).is_ok(),
+                "the tier is the file given"
+            );
+            assert_eq!(zpage_region_destroy(region), ZPAGE_OK);
+        }
+        assert!(
+            std::fs::metadata(dir.join("tier")).is_err(),
+            "the file is removed with the budget"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,59 +1,103 @@
 //! `include/zpage.h` agrees with the library: the stats struct's fields come
-//! from the region library's one figure list, and the options struct's
-//! layout is the one the library reads (checked by the C compiler).
+//! from the region library's one figure list, the options struct's from its
+//! one option list, and the options struct's layout is the one the library
+//! reads (checked by the C compiler).
 //!
-//! After adding a figure, regenerate the header's block with
+//! After adding a figure or an option, regenerate the header's blocks with
 //! `ZPAGE_UPDATE_HEADER=1 cargo test -p zpage-ffi --test header`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use zpage::ZPAGE_OPTIONS_LAYOUT;
+use zpage::zpage_options_fields;
 use zpage_region::RegionStats;
 
 const BEGIN: &str =
     "    /* BEGIN GENERATED FIELDS: do not edit (see crates/ffi/tests/header.rs) */\n";
 const END: &str = "    /* END GENERATED FIELDS */\n";
+const OPTIONS_BEGIN: &str =
+    "    /* BEGIN GENERATED OPTIONS: do not edit (see crates/ffi/tests/header.rs) */\n";
+const OPTIONS_END: &str = "    /* END GENERATED OPTIONS */\n";
 
 fn header_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include/zpage.h")
+}
+
+/// A help text as one line of a C comment.
+fn comment(help: &str) -> String {
+    let help = help.trim().replace("*/", "* /");
+    help.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The C declarations of the stats fields, from the figure list.
 fn generated_fields() -> String {
     let mut out = String::new();
     for field in RegionStats::FIELDS {
-        let help = field.help.trim().replace("*/", "* /");
-        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
-        out.push_str(&format!("    uint64_t {}; /* {help} */\n", field.name));
+        out.push_str(&format!(
+            "    uint64_t {}; /* {} */\n",
+            field.name,
+            comment(field.help)
+        ));
     }
     out
 }
 
-#[test]
-fn stats_fields_come_from_the_figure_list() {
+/// The C declarations of the options fields, from the option list.
+fn generated_options() -> String {
+    let mut out = String::new();
+    for field in zpage_options_fields() {
+        // `const char *codec`, `int pool`.
+        let space = if field.c_type.ends_with('*') { "" } else { " " };
+        out.push_str(&format!(
+            "    {}{space}{}; /* {} */\n",
+            field.c_type,
+            field.name,
+            comment(&field.help)
+        ));
+    }
+    out
+}
+
+/// Checks the block between `begin` and `end` of the header, or with
+/// `ZPAGE_UPDATE_HEADER` set, rewrites it.
+fn check_block(what: &str, begin_marker: &str, end_marker: &str, wanted: &str) {
     let path = header_path();
     let header = std::fs::read_to_string(&path).unwrap();
-    let (Some(begin), Some(end)) = (header.find(BEGIN), header.find(END)) else {
-        panic!("{} lacks the generated-fields markers", path.display());
+    let (Some(begin), Some(end)) = (header.find(begin_marker), header.find(end_marker)) else {
+        panic!("{} lacks the {what} markers", path.display());
     };
-    let current = &header[begin + BEGIN.len()..end];
-    let wanted = generated_fields();
-    if current != wanted {
-        if std::env::var_os("ZPAGE_UPDATE_HEADER").is_some() {
-            let updated = format!(
-                "{}{}{}",
-                &header[..begin + BEGIN.len()],
-                wanted,
-                &header[end..]
-            );
-            std::fs::write(&path, updated).unwrap();
-            return;
-        }
-        panic!(
-            "include/zpage.h's zpage_stats fields differ from the figure list; regenerate with \
-             ZPAGE_UPDATE_HEADER=1 cargo test -p zpage-ffi --test header\n--- header\n{current}--- list\n{wanted}"
-        );
+    let current = &header[begin + begin_marker.len()..end];
+    if current == wanted {
+        return;
     }
+    if std::env::var_os("ZPAGE_UPDATE_HEADER").is_some() {
+        let updated = format!(
+            "{}{}{}",
+            &header[..begin + begin_marker.len()],
+            wanted,
+            &header[end..]
+        );
+        std::fs::write(&path, updated).unwrap();
+        return;
+    }
+    panic!(
+        "include/zpage.h's {what} differ from the list; regenerate with \
+         ZPAGE_UPDATE_HEADER=1 cargo test -p zpage-ffi --test header\n--- header\n{current}--- list\n{wanted}"
+    );
+}
+
+#[test]
+fn stats_fields_come_from_the_figure_list() {
+    check_block("zpage_stats fields", BEGIN, END, &generated_fields());
+}
+
+#[test]
+fn options_fields_come_from_the_option_list() {
+    check_block(
+        "zpage_options fields",
+        OPTIONS_BEGIN,
+        OPTIONS_END,
+        &generated_options(),
+    );
 }
 
 #[test]
@@ -63,7 +107,13 @@ fn the_c_compiler_sees_the_layout_the_library_reads() {
     let mut source = String::from(
         "#include <stdio.h>\n#include <stddef.h>\n#include \"zpage.h\"\nint main(void) {\n",
     );
-    for (name, _, _) in ZPAGE_OPTIONS_LAYOUT {
+    let mut layout = vec![("struct_size", 0, 4)];
+    layout.extend(
+        zpage_options_fields()
+            .iter()
+            .map(|field| (field.name, field.offset, field.size)),
+    );
+    for (name, _, _) in &layout {
         source.push_str(&format!(
             "    printf(\"{name} %zu %zu\\n\", offsetof(zpage_options, {name}), sizeof(((zpage_options *)0)->{name}));\n"
         ));
@@ -95,7 +145,7 @@ fn the_c_compiler_sees_the_layout_the_library_reads() {
     let output = Command::new(&exe).output().unwrap();
     let text = String::from_utf8(output.stdout).unwrap();
     let mut expected = String::new();
-    for (name, offset, size) in ZPAGE_OPTIONS_LAYOUT {
+    for (name, offset, size) in &layout {
         expected.push_str(&format!("{name} {offset} {size}\n"));
     }
     expected.push_str(&format!(
