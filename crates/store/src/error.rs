@@ -19,24 +19,12 @@ pub enum StoreError {
     Load(#[from] crate::LoadError),
     /// A worker made for another store was used with this one.
     #[error(
-        "this worker belongs to another store: create one with Store::worker on the store you call"
+        "this worker belongs to another store: create one with PageStore::worker on the store you call"
     )]
     ForeignWorker,
     /// Writing to the tier below RAM failed; the page stays in memory.
     #[error(transparent)]
     Tier(#[from] zpage_tier::TierError),
-    /// A page written back to the tier cannot be read back: it is lost. The
-    /// entry stays (every later load says the same) until it is replaced or
-    /// removed; [`crate::Store::lost_pages`] lists such pages.
-    #[error("the page under key {key} was written back to {tier} and is lost: {cause} (the tier's device failed or was modified; the page is not returned)")]
-    PageLost {
-        /// The page's key.
-        key: u64,
-        /// The tier.
-        tier: String,
-        /// Why it cannot be read.
-        cause: zpage_tier::ReadFailure,
-    },
     /// A configuration value that cannot work.
     #[error("invalid store configuration: {0}")]
     InvalidConfig(String),

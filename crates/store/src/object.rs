@@ -4,8 +4,7 @@
 //! This is the storage Zircon's compression sits on (`VmCompressedStorage`:
 //! store, free, read by reference) and what a region keeps per page: the
 //! [`PageRef`] (module `page_ref`) lives in the page's own slot, so there is
-//! no second index to keep in agreement with the first. The keyed
-//! [`crate::Store`] is a table of keys to references built on top.
+//! no second index to keep in agreement with the first.
 //!
 //! This file holds the store, its configuration, stores and frees; the
 //! other parts are its submodules: `load` (loads, the fault handler's
@@ -686,6 +685,6 @@ impl PageStore {
     /// A snapshot of gauges and counters. (The page references themselves
     /// live with the caller: `metadata_bytes` counts only the pools' own.)
     pub fn stats(&self) -> crate::StoreStats {
-        crate::stats::snapshot(self, 0, 0, 0, 0)
+        crate::stats::snapshot(self)
     }
 }

@@ -9,9 +9,6 @@ use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use zpage_codec::PAGE_SIZE;
 
-/// Buckets in the how-long-compressed histogram, as Zircon's `pages_decompressed_within_log_time`.
-pub const AGE_BUCKETS: usize = 8;
-
 /// Why a page is being compressed: Zircon counts each trigger apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CompressionTrigger {
@@ -29,26 +26,18 @@ macro_rules! counters {
         #[derive(Debug, Default)]
         pub(crate) struct Counters {
             $(pub(crate) $name: AtomicU64,)*
-            pub(crate) decompressed_within_log_time: [AtomicU64; AGE_BUCKETS],
         }
 
         /// Monotonic event counters (they only grow; take two snapshots and subtract for rates).
         #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
         pub struct EventCounts {
             $($(#[$doc])* pub $name: u64,)*
-            /// How long pages stayed compressed before they were loaded: bucket 0
-            /// is under one unit, bucket `i` between `2^(i-1)` and `2^i` units
-            /// (Zircon's `pages_decompressed_within_log_time`).
-            pub decompressed_within_log_time: [u64; AGE_BUCKETS],
         }
 
         impl Counters {
             pub(crate) fn snapshot(&self) -> EventCounts {
                 EventCounts {
                     $($name: self.$name.load(Relaxed),)*
-                    decompressed_within_log_time: std::array::from_fn(|i| {
-                        self.decompressed_within_log_time[i].load(Relaxed)
-                    }),
                 }
             }
         }
@@ -110,20 +99,6 @@ impl Counters {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Relaxed);
     }
-
-    pub(crate) fn record_age(&self, age_ns: u64, unit_ns: u64) {
-        if let Some(bucket) = age_bucket(age_ns, unit_ns) {
-            self.decompressed_within_log_time[bucket].fetch_add(1, Relaxed);
-        }
-    }
-}
-
-/// The histogram bucket of a page that stayed compressed `age_ns`, or `None` past 128 units.
-pub fn age_bucket(age_ns: u64, unit_ns: u64) -> Option<usize> {
-    let units = age_ns / unit_ns;
-    // units == 0 -> bucket 0; [1, 2) -> 1; [2, 4) -> 2; ... [64, 128) -> 7.
-    let bucket = (u64::BITS - units.leading_zeros()) as usize;
-    (bucket < AGE_BUCKETS).then_some(bucket)
 }
 
 /// What the store holds right now (gauges), with units in the names.
@@ -165,23 +140,17 @@ pub struct StoreStats {
     pub contents: Contents,
     /// Monotonic counters.
     pub events: EventCounts,
-    /// Unit of `events.decompressed_within_log_time` (Zircon `pages_decompressed_unit_ns`).
-    pub age_unit_ns: u64,
     /// The tier below RAM, when there is one: its contents, its read
     /// latency, and every failure by cause (pages reported lost).
     pub tier: Option<zpage_tier::TierStats>,
 }
 
-/// Builds a snapshot from the object store's gauges and counters plus what
-/// only the keyed layer knows (pages in the backing file, its size, the
-/// table's metadata).
-pub(crate) fn snapshot(
-    pages: &crate::PageStore,
-    written_back_pages: u64,
-    backing_used_bytes: u64,
-    table_metadata_bytes: u64,
-    age_unit_ns: u64,
-) -> StoreStats {
+/// Builds a snapshot from the object store's gauges and counters, and its
+/// tier's: the pages written back are the blobs the tier holds.
+pub(crate) fn snapshot(pages: &crate::PageStore) -> StoreStats {
+    let tier = pages.tier().map(|t| t.stats());
+    let (written_back_pages, backing_used_bytes) =
+        tier.as_ref().map_or((0, 0), |t| (t.pages, t.backing_bytes));
     let gauges = &pages.gauges;
     let same = gauges.same_filled_pages.load(Relaxed);
     let compressed = gauges.compressed_pages.load(Relaxed);
@@ -203,11 +172,10 @@ pub(crate) fn snapshot(
             pool_memory_used_max_bytes: gauges.pool_pages_max.load(Relaxed) * PAGE_SIZE as u64,
             pool_memory_limit_bytes: pages.config().max_pool_bytes.unwrap_or(0),
             pool_fragmentation_bytes: used.saturating_sub(compressed_bytes),
-            metadata_bytes: pages.pool_metadata_bytes() + table_metadata_bytes,
+            metadata_bytes: pages.pool_metadata_bytes(),
         },
         events: pages.counters.snapshot(),
-        age_unit_ns,
-        tier: pages.tier().map(|t| t.stats()),
+        tier,
     }
 }
 
@@ -235,24 +203,5 @@ impl StoreStats {
             ("huge_pages", c.raw_pages),
             ("huge_pages_since", self.events.raw_stores),
         ]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn age_buckets_follow_zircon_rounding() {
-        let unit = 1000;
-        assert_eq!(age_bucket(0, unit), Some(0));
-        assert_eq!(age_bucket(999, unit), Some(0));
-        assert_eq!(age_bucket(1000, unit), Some(1));
-        assert_eq!(age_bucket(1999, unit), Some(1));
-        assert_eq!(age_bucket(2000, unit), Some(2));
-        assert_eq!(age_bucket(3999, unit), Some(2));
-        assert_eq!(age_bucket(64_000, unit), Some(7));
-        assert_eq!(age_bucket(127_999, unit), Some(7));
-        assert_eq!(age_bucket(128_000, unit), None);
     }
 }

@@ -1,6 +1,6 @@
 //! Loads allocate nothing: the fault path of a region runs the object store's
 //! `get_in_handler` in a signal handler, where touching the allocator could
-//! deadlock; the keyed store's `load` keeps the same promise.
+//! deadlock, and `get` keeps the same promise.
 
 #[path = "pages_support/mod.rs"]
 mod pages;
@@ -16,7 +16,6 @@ static ALLOCATOR: PerThreadCounter = PerThreadCounter;
 fn loads_neither_allocate_nor_free() {
     for pool in PoolKind::all() {
         for codec in ["lz4", "lz4-flex", "zstd:3"] {
-            let (store, mut worker) = pages::filled_store(pool, codec, 100, 0);
             let objects = PageStore::new(PageStoreConfig {
                 pool,
                 codec: codec.parse().unwrap(),
@@ -42,14 +41,12 @@ fn loads_neither_allocate_nor_free() {
             let mut out = Box::new([0u8; PAGE_SIZE]);
             // Warm every lazily built piece of state first.
             for key in 0..100 {
-                store.load(&mut worker, key, &mut out).unwrap();
                 objects
                     .get(&mut object_worker, refs[key as usize], &mut out)
                     .unwrap();
             }
             let ((), allocations) = alloc::calls_during(|| {
                 for key in 0..100 {
-                    store.load(&mut worker, key, &mut out).unwrap();
                     objects
                         .get(&mut object_worker, refs[key as usize], &mut out)
                         .unwrap();

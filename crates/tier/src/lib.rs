@@ -31,8 +31,7 @@
 //! file that appears, a disk that has room again: the tier comes back and
 //! says so). A `get` that fails returns a [`ReadFailure`] naming the cause
 //! and counts it in [`TierStats`]; the caller knows which page it asked for
-//! and reports it lost (the keyed store keeps a list, a region ends the
-//! process naming the page). A network tier fits the same interface: a node
+//! and reports it lost (a region ends the process naming the page). A network tier fits the same interface: a node
 //! that is down is a `get` that fails with [`ReadFailure::Unavailable`], one
 //! that answers without the blob (restarted empty) [`ReadFailure::Missing`].
 //!

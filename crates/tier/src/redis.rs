@@ -50,9 +50,8 @@
 //! pages whose slots the dead node served are affected, provided the nodes
 //! run with `cluster-require-full-coverage no` (with the default `yes`, a
 //! cluster missing one master refuses every key, so every page is lost).
-//! What the caller does with a lost page: the keyed store returns an
-//! error naming the key and lists it (`Store::lost_pages`); a region ends
-//! the process naming the page, but only when the program touches one of
+//! What the caller does with a lost page: a region ends the process
+//! naming the page, but only when the program touches one of
 //! those pages; everything else keeps running.
 //!
 //! **Replicas and failover.** A cluster whose masters have replicas loses
@@ -69,8 +68,7 @@
 //! (refused, timed out, dropped) is closed and the command tried once more
 //! on a new one, which reads `CLUSTER SLOTS` afresh and finds the promoted
 //! replica. A page reported lost during the election is only lost for the
-//! caller that asked then: the tier forgets nothing, and the keyed store
-//! takes a page that reads back off its lost list. A region cannot wait
+//! caller that asked then: the tier forgets nothing. A region cannot wait
 //! out an election (a faulting thread needs the bytes now): touching such
 //! a page during it ends the process, so keep `cluster-node-timeout` short
 //! where regions write back to a cluster.
@@ -91,8 +89,7 @@
 //!
 //! **Reads are not async-signal-safe**: the client allocates and the
 //! connection pool takes locks, so [`Tier::reads_are_async_signal_safe`] is
-//! false. The keyed store reads from its callers' threads; a region hands
-//! such reads to a zpage thread (see the region crate).
+//! false. A region hands such reads to a zpage thread (see the region crate).
 //!
 //! **Full.** A server at its `maxmemory` with the `noeviction` policy
 //! answers `OOM`: the `put` fails with [`TierError::Full`] and the page stays

@@ -54,7 +54,7 @@ impl PageStore {
     }
 
     /// The second half of [`PageStore::recompress`], for a page already
-    /// decoded (the keyed store decodes under its table lock).
+    /// decoded.
     pub(crate) fn recompress_page(
         &self,
         worker: &mut Worker,

@@ -31,7 +31,7 @@ impl PageStore {
     pub fn move_to_tier(&self, page_ref: PageRef, page: u64) -> Result<Option<PageRef>> {
         let Some(tier) = &self.config.tier else {
             return Err(StoreError::InvalidConfig(
-                "writeback needs a tier below RAM: set PageStoreConfig::tier (or StoreConfig::backing)".into(),
+                "writeback needs a tier below RAM: set PageStoreConfig::tier".into(),
             ));
         };
         let Some(kind) = page_ref.pool_kind() else {

@@ -70,28 +70,3 @@ pub fn identify(page: &Page) -> Option<(u64, u64)> {
     };
     (page_for(key, version).as_slice() == page.as_slice()).then_some((key, version))
 }
-
-/// A store of `pool` and `codec` holding `page_for(key, version)` for every key in `0..keys`.
-pub fn filled_store(
-    pool: zpage_store::PoolKind,
-    codec: &str,
-    keys: u64,
-    version: u64,
-) -> (zpage_store::Store, zpage_store::Worker) {
-    let store = zpage_store::Store::new(zpage_store::StoreConfig {
-        pages: zpage_store::PageStoreConfig {
-            pool,
-            codec: codec.parse().unwrap(),
-            ..zpage_store::PageStoreConfig::default()
-        },
-        ..zpage_store::StoreConfig::default()
-    })
-    .unwrap();
-    let mut worker = store.worker().unwrap();
-    for key in 0..keys {
-        store
-            .store(&mut worker, key, &page_for(key, version))
-            .unwrap();
-    }
-    (store, worker)
-}
