@@ -171,7 +171,11 @@ def test_a_budget_with_a_tier_gives_plain_results_and_reads_the_tier(np, tmp_pat
         return a, sums
 
     plain_a, plain_sums = job()
-    with zpage.budget("4M", max_pool_bytes="1M", backing=backing) as b:
+    # The file's bound is given: its default, the machine's memory, is
+    # refused where the disk has less room than that free.
+    with zpage.budget(
+        "4M", max_pool_bytes="1M", backing=backing, backing_max_bytes="256M"
+    ) as b:
         a, sums = job()
     assert b.owns(a) and b.owns(sums)
     assert backing.exists(), "the tier is the file given"
