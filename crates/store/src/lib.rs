@@ -32,5 +32,5 @@ pub use zpage_pool::PoolKind;
 pub use zpage_tier::{
     redact_url, Backing, BackingOptions, KeySource, MemoryTier, MemoryTierConfig, PackedConfig,
     PackedTier, ReadFailure, RedisConfig, RedisPassword, RedisTier, RedisTls, Tier, TierError,
-    TierFile, TierRef, TierStats, PASSWORD_ENV, SEALING,
+    TierField, TierFieldKind, TierFile, TierRef, TierStats, PASSWORD_ENV, SEALING,
 };

@@ -67,7 +67,7 @@ pub use packed::{check_path, check_room, PackedConfig, PackedTarget, PackedTier,
 pub use redis::{RedisConfig, RedisTier};
 pub use redis_auth::{redact_url, RedisPassword, RedisTls, CLUSTER_SCHEME, PASSWORD_ENV};
 pub use seal::{KeySource, Sealer, KEY_BYTES, SEALING, TAG_BYTES};
-pub use stats::TierStats;
+pub use stats::{TierField, TierFieldKind, TierStats};
 
 use std::num::NonZeroU64;
 

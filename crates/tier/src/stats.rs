@@ -1,36 +1,224 @@
 //! A tier's figures: monotonic counters, one per outcome, and gauges.
+//!
+//! They are declared once, in the list below: the counters the tiers bump,
+//! [`TierStats`] and the description of its numbers a process publishes
+//! ([`TierStats::FIELDS`]) all come from it, so a figure added there is
+//! counted, reported and published.
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Counters shared by the implementations; relaxed atomics bumped outside
-/// any lock (a fault handler bumps them too).
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    /// Gauge: blobs held now.
-    pub pages: AtomicU64,
-    /// Gauge: their bytes as given to `put`.
-    pub stored_bytes: AtomicU64,
-    pub puts: AtomicU64,
-    pub put_bytes: AtomicU64,
-    pub gets: AtomicU64,
-    pub get_ns: AtomicU64,
-    pub get_ns_max: AtomicU64,
-    pub frees: AtomicU64,
-    pub put_fail_full: AtomicU64,
-    pub put_fail_io: AtomicU64,
-    pub put_fail_unavailable: AtomicU64,
-    pub get_fail_unavailable: AtomicU64,
-    pub get_fail_io: AtomicU64,
-    pub get_fail_truncated: AtomicU64,
-    pub get_fail_authentication: AtomicU64,
-    pub get_fail_stale: AtomicU64,
-    pub get_fail_missing: AtomicU64,
-    pub gc_runs: AtomicU64,
-    pub gc_moved_blobs: AtomicU64,
-    pub gc_moved_bytes: AtomicU64,
-    pub punched_segments: AtomicU64,
-    pub punch_failures: AtomicU64,
+/// Whether a figure of [`TierStats`] is a level or an event count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TierFieldKind {
+    /// What is true now (goes up and down).
+    Gauge,
+    /// Events since the tier was made (only grows).
+    Counter,
+}
+
+/// One number of [`TierStats`], as a process publishes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TierField {
+    /// Its name in [`TierStats`].
+    pub name: &'static str,
+    /// What it counts.
+    pub help: &'static str,
+    /// Level or count.
+    pub kind: TierFieldKind,
+    /// The name it is published under, ending in its unit as `name` does
+    /// (`_ns`, `_bytes`), or naming what it counts. Figures counting one
+    /// outcome by cause share one.
+    pub family: &'static str,
+    /// Its cause, when it shares its family with others.
+    pub cause: Option<&'static str>,
+}
+
+/// `Some("name")`, or `None` without a name.
+macro_rules! optional_name {
+    () => {
+        None
+    };
+    ($name:ident) => {
+        Some(stringify!($name))
+    };
+}
+
+/// The published name: the one a figure was given, else its own.
+macro_rules! family_name {
+    ($field:ident) => {
+        stringify!($field)
+    };
+    ($field:ident $family:ident) => {
+        stringify!($family)
+    };
+}
+
+macro_rules! define_tier_stats {
+    (
+        counted_gauges { $( $(#[doc = $cgdoc:literal])* $cg:ident $(=> $cgfamily:ident)?, )* }
+        reported_gauges { $( $(#[doc = $rgdoc:literal])* $rg:ident, )* }
+        optional_gauges { $( $(#[doc = $ogdoc:literal])* $og:ident, )* }
+        counters { $( $(#[doc = $cdoc:literal])* $c:ident $(=> $cfamily:ident $(($cause:ident))?)?, )* }
+    ) => {
+        /// Counters shared by the implementations; relaxed atomics bumped
+        /// outside any lock (a fault handler bumps them too).
+        #[derive(Debug, Default)]
+        pub(crate) struct Counters {
+            $( pub $cg: AtomicU64, )*
+            $( pub $c: AtomicU64, )*
+        }
+
+        /// A snapshot of a tier's figures.
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+        pub struct TierStats {
+            $( $(#[doc = $cgdoc])* pub $cg: u64, )*
+            $( $(#[doc = $rgdoc])* pub $rg: u64, )*
+            $( $(#[doc = $ogdoc])* pub $og: Option<u64>, )*
+            $( $(#[doc = $cdoc])* pub $c: u64, )*
+            /// Whether the tier takes writes now.
+            pub available: bool,
+            /// Why it does not, when it does not.
+            pub down_cause: Option<String>,
+        }
+
+        impl TierStats {
+            /// The figures the shared counters keep; the tier fills in the rest.
+            pub(crate) fn from_counters(c: &Counters) -> TierStats {
+                TierStats {
+                    $( $cg: c.$cg.load(Relaxed), )*
+                    $( $c: c.$c.load(Relaxed), )*
+                    available: true,
+                    ..TierStats::default()
+                }
+            }
+
+            /// Every number's name, meaning, kind and published name, in the
+            /// order of [`TierStats::values`]. `available` and `down_cause`
+            /// are not in it: they are the tier's state, not figures.
+            pub const FIELDS: &'static [TierField] = &[
+                $( TierField {
+                    name: stringify!($cg),
+                    help: concat!($($cgdoc),*),
+                    kind: TierFieldKind::Gauge,
+                    family: family_name!($cg $($cgfamily)?),
+                    cause: None,
+                }, )*
+                $( TierField {
+                    name: stringify!($rg),
+                    help: concat!($($rgdoc),*),
+                    kind: TierFieldKind::Gauge,
+                    family: stringify!($rg),
+                    cause: None,
+                }, )*
+                $( TierField {
+                    name: stringify!($og),
+                    help: concat!($($ogdoc),*),
+                    kind: TierFieldKind::Gauge,
+                    family: stringify!($og),
+                    cause: None,
+                }, )*
+                $( TierField {
+                    name: stringify!($c),
+                    help: concat!($($cdoc),*),
+                    kind: TierFieldKind::Counter,
+                    family: family_name!($c $($cfamily)?),
+                    cause: optional_name!($($($cause)?)?),
+                }, )*
+            ];
+
+            /// Every number's value, in the order of [`TierStats::FIELDS`];
+            /// `None` for one this tier does not have.
+            pub fn values(&self) -> Vec<Option<u64>> {
+                vec![
+                    $( Some(self.$cg), )*
+                    $( Some(self.$rg), )*
+                    $( self.$og, )*
+                    $( Some(self.$c), )*
+                ]
+            }
+        }
+    };
+}
+
+// The one list of a tier's figures. A name given after `=>` is the one it
+// is published under: what it counts, in the words of the rest of zpage
+// (pages written to the tier, read back), with failures of one operation
+// published as one family by cause.
+define_tier_stats! {
+    // Levels the shared counters keep.
+    counted_gauges {
+        /// Blobs held now.
+        pages,
+        /// Bytes of the blobs held now as given to `put`: the compressed
+        /// sizes, the live payload. The seal's tag and any space the tier itself needs are
+        /// not in it; they are overhead in `backing_bytes` and `disk_bytes`.
+        stored_bytes,
+        /// The slowest successful read.
+        get_ns_max => read_max_ns,
+    }
+    // Levels each tier reads from its own state.
+    reported_gauges {
+        /// Bytes of the device (or heap) holding data now: sealed blobs, live and
+        /// dead, in segments not yet reclaimed.
+        backing_bytes,
+        /// The bound on `backing_bytes` (0: none).
+        capacity_bytes,
+    }
+    // Levels only some tiers have.
+    optional_gauges {
+        /// Bytes the tier's file takes on its file system now (`st_blocks` ×
+        /// 512, what `du` shows); none (`None`) where there is no such file
+        /// (the memory and Redis tiers, a packed tier on a block device).
+        disk_bytes,
+        /// The logical end of a log-structured tier: the offset just past the
+        /// last byte written in the furthest segment in use; none (`None`)
+        /// for a tier that is not a log.
+        log_end_bytes,
+    }
+    counters {
+        /// Blobs stored, ever.
+        puts => writes,
+        /// Bytes given to `put`, ever.
+        put_bytes => written_bytes,
+        /// Blobs read back, ever.
+        gets => reads,
+        /// Time spent in successful reads (device and opening).
+        get_ns => read_ns,
+        /// Blobs freed, ever.
+        frees,
+        /// Puts refused: no room even after garbage collection.
+        put_fail_full => write_failures(full),
+        /// Puts that failed with a device error.
+        put_fail_io => write_failures(io),
+        /// Puts refused because the tier was down.
+        put_fail_unavailable => write_failures(unavailable),
+        /// Reads refused because the tier was down.
+        get_fail_unavailable => read_failures(unavailable),
+        /// Reads that failed with a device error.
+        get_fail_io => read_failures(io),
+        /// Reads that found the device shorter than the blob.
+        get_fail_truncated => read_failures(truncated),
+        /// Reads whose blob failed authentication (tampered, swapped, replayed, corrupt).
+        get_fail_authentication => read_failures(authentication),
+        /// Reads of a reference that names no live blob of that page.
+        get_fail_stale => read_failures(stale),
+        /// Reads the tier answered without the blob (a server restarted empty,
+        /// or one that evicted it).
+        get_fail_missing => read_failures(missing),
+        /// Segments reclaimed by garbage collection.
+        gc_runs,
+        /// Live blobs copied forward by garbage collection.
+        gc_moved_blobs,
+        /// Bytes of the live blobs garbage collection copied forward.
+        gc_moved_bytes,
+        /// Emptied segments whose blocks were given back to the file system
+        /// (a hole punched over them).
+        punched_segments,
+        /// Emptied segments the file system would not punch a hole in (their
+        /// blocks stay allocated until the segment is written again).
+        punch_failures,
+    }
 }
 
 impl Counters {
@@ -122,107 +310,7 @@ pub(crate) fn check_blob_len(blob: &[u8]) -> Result<(), crate::TierError> {
     Ok(())
 }
 
-/// A snapshot of a tier's figures.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct TierStats {
-    /// Blobs held now.
-    pub pages: u64,
-    /// Their bytes as given to `put`: the compressed sizes, the live
-    /// payload. The seal's tag and any space the tier itself needs are
-    /// not in it; they are overhead in `backing_bytes` and `disk_bytes`.
-    pub stored_bytes: u64,
-    /// Bytes of the device (or heap) holding data now: sealed blobs, live and
-    /// dead, in segments not yet reclaimed.
-    pub backing_bytes: u64,
-    /// The bound on `backing_bytes` (0: none).
-    pub capacity_bytes: u64,
-    /// Bytes the tier's file takes on its file system now (`st_blocks` ×
-    /// 512, what `du` shows): `None` where there is no such file (the
-    /// memory and Redis tiers, a packed tier on a block device).
-    pub disk_bytes: Option<u64>,
-    /// The logical end of a log-structured tier: the offset just past the
-    /// last byte written in the furthest segment in use (`None`: not a log).
-    pub log_end_bytes: Option<u64>,
-    /// Blobs stored, ever.
-    pub puts: u64,
-    /// Bytes given to `put`, ever.
-    pub put_bytes: u64,
-    /// Blobs read back, ever.
-    pub gets: u64,
-    /// Time spent in successful reads (device and opening), nanoseconds.
-    pub get_ns: u64,
-    /// The slowest successful read, nanoseconds.
-    pub get_ns_max: u64,
-    /// Blobs freed, ever.
-    pub frees: u64,
-    /// Puts refused: no room even after garbage collection.
-    pub put_fail_full: u64,
-    /// Puts that failed with a device error.
-    pub put_fail_io: u64,
-    /// Puts refused because the tier was down.
-    pub put_fail_unavailable: u64,
-    /// Reads refused because the tier was down.
-    pub get_fail_unavailable: u64,
-    /// Reads that failed with a device error.
-    pub get_fail_io: u64,
-    /// Reads that found the device shorter than the blob.
-    pub get_fail_truncated: u64,
-    /// Reads whose blob failed authentication (tampered, swapped, replayed, corrupt).
-    pub get_fail_authentication: u64,
-    /// Reads of a reference that names no live blob of that page.
-    pub get_fail_stale: u64,
-    /// Reads the tier answered without the blob (a server restarted empty,
-    /// or one that evicted it).
-    pub get_fail_missing: u64,
-    /// Segments reclaimed by garbage collection.
-    pub gc_runs: u64,
-    /// Live blobs copied forward by garbage collection.
-    pub gc_moved_blobs: u64,
-    /// Their bytes.
-    pub gc_moved_bytes: u64,
-    /// Emptied segments whose blocks were given back to the file system
-    /// (a hole punched over them).
-    pub punched_segments: u64,
-    /// Emptied segments the file system would not punch a hole in (their
-    /// blocks stay allocated until the segment is written again).
-    pub punch_failures: u64,
-    /// Whether the tier takes writes now.
-    pub available: bool,
-    /// Why it does not, when it does not.
-    pub down_cause: Option<String>,
-}
-
 impl TierStats {
-    pub(crate) fn from_counters(c: &Counters) -> TierStats {
-        let get = |a: &AtomicU64| a.load(Relaxed);
-        TierStats {
-            pages: get(&c.pages),
-            stored_bytes: get(&c.stored_bytes),
-            puts: get(&c.puts),
-            put_bytes: get(&c.put_bytes),
-            gets: get(&c.gets),
-            get_ns: get(&c.get_ns),
-            get_ns_max: get(&c.get_ns_max),
-            frees: get(&c.frees),
-            put_fail_full: get(&c.put_fail_full),
-            put_fail_io: get(&c.put_fail_io),
-            put_fail_unavailable: get(&c.put_fail_unavailable),
-            get_fail_unavailable: get(&c.get_fail_unavailable),
-            get_fail_io: get(&c.get_fail_io),
-            get_fail_truncated: get(&c.get_fail_truncated),
-            get_fail_authentication: get(&c.get_fail_authentication),
-            get_fail_stale: get(&c.get_fail_stale),
-            get_fail_missing: get(&c.get_fail_missing),
-            gc_runs: get(&c.gc_runs),
-            gc_moved_blobs: get(&c.gc_moved_blobs),
-            gc_moved_bytes: get(&c.gc_moved_bytes),
-            punched_segments: get(&c.punched_segments),
-            punch_failures: get(&c.punch_failures),
-            available: true,
-            ..TierStats::default()
-        }
-    }
-
     /// Reads that failed, whatever the cause: each is a page reported lost.
     pub fn get_failures(&self) -> u64 {
         self.get_fail_unavailable
@@ -245,5 +333,84 @@ impl TierStats {
     /// Mean latency of a successful read, nanoseconds (0 before any).
     pub fn mean_get_ns(&self) -> u64 {
         self.get_ns.checked_div(self.gets).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_figure_has_a_meaning_a_unit_and_one_kind_per_family() {
+        for field in TierStats::FIELDS {
+            assert!(!field.help.trim().is_empty(), "{} has no help", field.name);
+            // Its unit is in its name: a figure published in another unit
+            // (nanoseconds as seconds) must not name one in its help.
+            assert!(
+                !field.help.contains("nanosecond"),
+                "{}: the unit is in the name",
+                field.name
+            );
+            // A time keeps its unit in the published name (it is published
+            // in seconds), and a name with a unit keeps it.
+            for unit in ["_ns", "_bytes"] {
+                assert_eq!(
+                    field.name.contains(unit),
+                    field.family.contains(unit),
+                    "{} is published as {}",
+                    field.name,
+                    field.family
+                );
+            }
+            for other in TierStats::FIELDS {
+                if other.family == field.family && other.name != field.name {
+                    assert_eq!(other.kind, field.kind, "{} mixes kinds", field.family);
+                    assert!(
+                        field.cause.is_some()
+                            && other.cause.is_some()
+                            && field.cause != other.cause,
+                        "{} and {} share {} without distinct causes",
+                        field.name,
+                        other.name,
+                        field.family
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn values_follow_the_fields() {
+        let counters = Counters::default();
+        counters.count_put(100);
+        counters.count_get(7);
+        counters.count_read_failure(crate::ReadFailure::Authentication);
+        let stats = TierStats {
+            disk_bytes: Some(8192),
+            ..TierStats::from_counters(&counters)
+        };
+        let values = stats.values();
+        assert_eq!(values.len(), TierStats::FIELDS.len());
+        let value = |name: &str| {
+            let i = TierStats::FIELDS
+                .iter()
+                .position(|f| f.name == name)
+                .unwrap();
+            values[i]
+        };
+        assert_eq!(value("puts"), Some(1));
+        assert_eq!(value("stored_bytes"), Some(100));
+        assert_eq!(value("get_ns_max"), Some(7));
+        assert_eq!(value("get_fail_authentication"), Some(1));
+        assert_eq!(value("disk_bytes"), Some(8192));
+        assert_eq!(value("log_end_bytes"), None, "absent, not 0");
+        let authentication = TierStats::FIELDS
+            .iter()
+            .find(|f| f.name == "get_fail_authentication")
+            .unwrap();
+        assert_eq!(
+            (authentication.family, authentication.cause),
+            ("read_failures", Some("authentication"))
+        );
     }
 }
