@@ -1,8 +1,10 @@
 //! Publishing a process's region figures for `zpage exporter`: one
 //! Prometheus text file per process, rewritten every few seconds and removed
 //! at exit (the contract is `docs/process-metrics.md`). Families and help
-//! come from the one figure list ([`crate::region_stat_fields!`]): gauges
-//! keep their names, counters end in `_total` and times are in seconds.
+//! come from the one figure list ([`crate::region_stat_fields!`]), and for
+//! the tier below RAM of a budget, from the tier's ([`TierStats::FIELDS`]):
+//! gauges keep their names, counters end in `_total` and times are in
+//! seconds.
 //!
 //! Started by [`publish_metrics`], or by `ZPAGE_METRICS_DIR` set in the
 //! environment when the first budget is made (`zpage run` sets it unless
@@ -29,6 +31,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
+use zpage_store::{TierFieldKind, TierStats};
 
 /// How often the file is rewritten (the exporter skips files older than 60 s).
 pub const PUBLISH_EVERY: Duration = Duration::from_secs(5);
@@ -63,18 +66,18 @@ pub struct RegionSample {
     pub stats: RegionStats,
 }
 
-/// The Prometheus name of a figure: counters end in `_total`, nanoseconds
-/// become seconds.
-fn family(name: &str, kind: StatKind) -> (String, f64) {
+/// The Prometheus name of a figure `prefix` + `name`, and the factor to
+/// its unit: counters end in `_total`, nanoseconds become seconds.
+fn family(prefix: &str, name: &str, kind: StatKind) -> (String, f64) {
+    let (base, scale) = match name.strip_suffix("_ns") {
+        Some(base) => (format!("{base}_seconds"), 1e-9),
+        None => (name.to_string(), 1.0),
+    };
     match kind {
-        StatKind::Gauge => (format!("zpage_region_{name}"), 1.0),
+        StatKind::Gauge => (format!("{prefix}{base}"), scale),
         StatKind::Counter => {
-            if let Some(base) = name.strip_suffix("_ns") {
-                (format!("zpage_region_{base}_seconds_total"), 1e-9)
-            } else {
-                let base = name.strip_suffix("_count").unwrap_or(name);
-                (format!("zpage_region_{base}_total"), 1.0)
-            }
+            let base = base.strip_suffix("_count").unwrap_or(&base);
+            (format!("{prefix}{base}_total"), scale)
         }
     }
 }
@@ -100,7 +103,7 @@ pub fn render(pid: u32, comm: &str, samples: &[RegionSample]) -> String {
     let _ = writeln!(out, "# TYPE zpage_process_regions gauge");
     let _ = writeln!(out, "zpage_process_regions{{{process}}} {}", samples.len());
     for (i, field) in RegionStats::FIELDS.iter().enumerate() {
-        let (name, scale) = family(field.name, field.kind);
+        let (name, scale) = family("zpage_region_", field.name, field.kind);
         let help = field.help.split_whitespace().collect::<Vec<_>>().join(" ");
         let kind = match field.kind {
             StatKind::Gauge => "gauge",
@@ -113,6 +116,7 @@ pub fn render(pid: u32, comm: &str, samples: &[RegionSample]) -> String {
             let _ = writeln!(out, "{name}{{{}}} {value}", labels(sample));
         }
     }
+    render_tiers(&mut out, &process, samples);
     let name = "zpage_region_fault_duration_seconds";
     let _ = writeln!(
         out,
@@ -146,6 +150,88 @@ pub fn render(pid: u32, comm: &str, samples: &[RegionSample]) -> String {
         let _ = writeln!(out, "{name}_count{{{}}} {}", labels(sample), latency.count);
     }
     out
+}
+
+/// The figures of the tier below RAM of each budget `samples` draw on (the
+/// regions of a budget share its tier, so it is published once, labelled
+/// with `budget`), named from the tier's list ([`TierStats::FIELDS`]), and
+/// whether it takes writes. Nothing when no budget has a tier.
+fn render_tiers(out: &mut String, process: &str, samples: &[RegionSample]) {
+    let mut tiers: Vec<(u64, Vec<Option<u64>>, bool)> = Vec::new();
+    for sample in samples {
+        if let Some(tier) = &sample.stats.store.tier {
+            if !tiers.iter().any(|(budget, ..)| *budget == sample.budget) {
+                tiers.push((sample.budget, tier.values(), tier.available));
+            }
+        }
+    }
+    if tiers.is_empty() {
+        return;
+    }
+    let fields = TierStats::FIELDS;
+    for (first, field) in fields.iter().enumerate() {
+        // A family's figures are published together, under its first.
+        if fields[..first].iter().any(|f| f.family == field.family) {
+            continue;
+        }
+        let members: Vec<usize> = (first..fields.len())
+            .filter(|&i| fields[i].family == field.family)
+            .collect();
+        let kind = match field.kind {
+            TierFieldKind::Gauge => StatKind::Gauge,
+            TierFieldKind::Counter => StatKind::Counter,
+        };
+        let (name, scale) = family("zpage_tier_", field.family, kind);
+        let one_line = |help: &str| help.split_whitespace().collect::<Vec<_>>().join(" ");
+        let help = match field.cause {
+            None => one_line(field.help),
+            Some(_) => {
+                let causes: Vec<String> = members
+                    .iter()
+                    .map(|&i| {
+                        let cause = fields[i].cause.unwrap_or_default();
+                        format!("{cause}: {}", one_line(fields[i].help))
+                    })
+                    .collect();
+                format!("By cause. {}", causes.join(" "))
+            }
+        };
+        let kind = match kind {
+            StatKind::Gauge => "gauge",
+            StatKind::Counter => "counter",
+        };
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (budget, values, _) in &tiers {
+            for &i in &members {
+                // A figure this kind of tier does not have (no file to
+                // measure, say) is left out, not published as 0.
+                let Some(value) = values[i] else { continue };
+                let cause = fields[i]
+                    .cause
+                    .map(|cause| format!(",cause=\"{cause}\""))
+                    .unwrap_or_default();
+                let value = value as f64 * scale;
+                let _ = writeln!(
+                    out,
+                    "{name}{{{process},budget=\"{budget}\"{cause}}} {value}"
+                );
+            }
+        }
+    }
+    let name = "zpage_tier_up";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Whether the tier takes writes (1), or is down after a failure (0: pages stay in memory, and it is tried again now and then)."
+    );
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    for (budget, _, available) in &tiers {
+        let _ = writeln!(
+            out,
+            "{name}{{{process},budget=\"{budget}\"}} {}",
+            u8::from(*available)
+        );
+    }
 }
 
 /// The figures of every live region of this process.
@@ -493,6 +579,10 @@ mod tests {
                 stats,
             }],
         );
+        assert!(
+            !text.contains("zpage_tier_"),
+            "no tier, no tier families: {text}"
+        );
         let labels = r#"pid="42",comm="a \"quoted\" name",region="1",budget="7""#;
         assert!(
             text.contains(&format!("zpage_region_fault_total{{{labels}}} 3\n")),
@@ -519,7 +609,11 @@ mod tests {
         assert!(text.contains(&format!(
             "zpage_region_fault_duration_seconds_count{{{labels}}} 3\n"
         )));
-        // Every family is zpage_region_ or zpage_process_, typed before its samples.
+        assert_follows_the_contract(&text);
+    }
+
+    /// Every family is in the contract's namespaces, typed before its samples.
+    fn assert_follows_the_contract(text: &str) {
         let mut typed = std::collections::HashSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -527,7 +621,9 @@ mod tests {
             } else if !line.starts_with('#') {
                 let name = line.split('{').next().unwrap();
                 assert!(
-                    name.starts_with("zpage_region_") || name.starts_with("zpage_process_"),
+                    ["zpage_region_", "zpage_tier_", "zpage_process_"]
+                        .iter()
+                        .any(|prefix| name.starts_with(prefix)),
                     "{line}"
                 );
                 let family = ["_bucket", "_sum", "_count"]
@@ -536,6 +632,80 @@ mod tests {
                     .unwrap_or(name);
                 assert!(typed.contains(family), "{line} before its TYPE");
             }
+        }
+    }
+
+    #[test]
+    fn a_budgets_tier_is_published_once_with_failures_by_cause() {
+        let tier = TierStats {
+            pages: 5,
+            puts: 9,
+            get_ns: 1_500,
+            put_fail_full: 2,
+            get_fail_authentication: 1,
+            disk_bytes: None,
+            available: false,
+            down_cause: Some("write failed: No space left on device".into()),
+            ..TierStats::default()
+        };
+        let mut tiered = RegionStats::default();
+        tiered.store.tier = Some(tier);
+        let sample = |region, budget, stats: &RegionStats| RegionSample {
+            region,
+            budget,
+            stats: stats.clone(),
+        };
+        // Two regions of budget 7 share its tier; budget 8 has none.
+        let text = render(
+            42,
+            "job",
+            &[
+                sample(1, 7, &tiered),
+                sample(2, 7, &tiered),
+                sample(3, 8, &RegionStats::default()),
+            ],
+        );
+        assert_follows_the_contract(&text);
+        let labels = r#"pid="42",comm="job",budget="7""#;
+        for line in [
+            format!("zpage_tier_pages{{{labels}}} 5"),
+            format!("zpage_tier_writes_total{{{labels}}} 9"),
+            format!("zpage_tier_read_seconds_total{{{labels}}} 0.0000015"),
+            format!("zpage_tier_write_failures_total{{{labels},cause=\"full\"}} 2"),
+            format!("zpage_tier_write_failures_total{{{labels},cause=\"io\"}} 0"),
+            format!("zpage_tier_read_failures_total{{{labels},cause=\"authentication\"}} 1"),
+            format!("zpage_tier_up{{{labels}}} 0"),
+        ] {
+            assert_eq!(
+                text.lines().filter(|l| *l == line).count(),
+                1,
+                "{line} once in:\n{text}"
+            );
+        }
+        assert!(text.contains("# TYPE zpage_tier_write_failures_total counter\n"));
+        assert!(text.contains("# TYPE zpage_tier_read_max_seconds gauge\n"));
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("zpage_tier_") && l.contains("budget=\"8\"")),
+            "a budget without a tier has no tier samples"
+        );
+        assert!(
+            !text.contains("zpage_tier_disk_bytes{"),
+            "a figure the tier does not have is left out, not 0"
+        );
+        assert!(
+            !text.contains("No space"),
+            "why it is down is not published"
+        );
+        // Every figure of the tier's list is published.
+        for field in TierStats::FIELDS {
+            let kind = match field.kind {
+                TierFieldKind::Gauge => StatKind::Gauge,
+                TierFieldKind::Counter => StatKind::Counter,
+            };
+            let (name, _) = family("zpage_tier_", field.family, kind);
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing");
         }
     }
 }

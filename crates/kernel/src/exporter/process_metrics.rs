@@ -1,10 +1,10 @@
 //! Metrics that programs using zpage regions publish, one file per process:
 //! `DIR/zpage-<pid>.prom` in the text format, every series labelled `pid`
-//! and `comm` and named `zpage_region_*` or `zpage_process_*`, written to a
-//! temporary name and renamed into place every few seconds. The exporter
-//! reads every such file on each scrape, checks it, and merges the families
-//! of all processes (one HELP and TYPE per family). The contract is written
-//! down in `docs/process-metrics.md`.
+//! and `comm` and named `zpage_region_*`, `zpage_tier_*` or
+//! `zpage_process_*`, written to a temporary name and renamed into place
+//! every few seconds. The exporter reads every such file on each scrape,
+//! checks it, and merges the families of all processes (one HELP and TYPE
+//! per family). The contract is written down in `docs/process-metrics.md`.
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -20,7 +20,7 @@ pub const STALE_AFTER: Duration = Duration::from_secs(60);
 /// Larger files are refused (a process's regions fit in far less).
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
 /// Name prefixes a process's series may use.
-pub const ALLOWED_PREFIXES: [&str; 2] = ["zpage_region_", "zpage_process_"];
+pub const ALLOWED_PREFIXES: [&str; 3] = ["zpage_region_", "zpage_tier_", "zpage_process_"];
 
 /// The directory in effect: `$ZPAGE_METRICS_DIR`; else `/run/zpage` for
 /// root; else `$XDG_RUNTIME_DIR/zpage`; else `/tmp/zpage-<uid>`.
@@ -104,8 +104,9 @@ fn check(families: &[Family], pid: u32, comm: &str) -> Result<(), String> {
     for family in families {
         if !ALLOWED_PREFIXES.iter().any(|p| family.name.starts_with(p)) {
             return Err(format!(
-                "family {} is outside the zpage_region_ and zpage_process_ namespaces",
-                family.name
+                "family {} is outside the {} namespaces",
+                family.name,
+                ALLOWED_PREFIXES.join(", ")
             ));
         }
         for sample in &family.samples {
