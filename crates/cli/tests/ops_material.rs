@@ -297,9 +297,18 @@ fn every_dashboard_query_reads_metrics_a_real_scrape_has() {
     ] {
         std::fs::write(debugfs.join(counter), "3\n").unwrap();
     }
-    // A process with regions publishing, for the region panels: this one.
-    let region = zpage_region::Region::new(zpage_region::RegionConfig::new(8 << 20, 1 << 20))
-        .expect("region");
+    // A process with regions publishing, for the region panels: this one,
+    // its budget with a tier below RAM for the tier panels.
+    let mut config = zpage_region::RegionConfig::new(8 << 20, 1 << 20);
+    config.max_pool_bytes = Some(4 << 20);
+    config.tier = Some(std::sync::Arc::new(
+        zpage_store::MemoryTier::new(zpage_store::MemoryTierConfig {
+            max_bytes: None,
+            key: zpage_store::KeySource::Ephemeral,
+        })
+        .expect("memory tier"),
+    ));
+    let region = zpage_region::Region::new(config).expect("region");
     for page in 0..region.len() / zpage_region::PAGE_SIZE {
         // SAFETY: in bounds of the region, aligned.
         unsafe {
@@ -325,6 +334,10 @@ fn every_dashboard_query_reads_metrics_a_real_scrape_has() {
     assert!(
         available.contains("zpage_region_fault_duration_seconds"),
         "this process's regions are in the scrape: {full}"
+    );
+    assert!(
+        available.contains("zpage_tier_up"),
+        "this process's tier is in the scrape: {full}"
     );
     drop(region);
     // A histogram's series are its family's name and a suffix.
