@@ -165,6 +165,13 @@ const EMPTY_ATTEMPTS_BEFORE_STUCK: u32 = 8;
 /// classes): in one piece, twice as many compactions raised the p99 of two
 /// threads' random reads from 44-49 µs to 60-395 µs; in steps, 37-48 µs.
 const COMPACT_ABOVE_BLOB_BYTES: u64 = 32;
+/// Holes smaller than this are not worth a compaction whatever the ratio:
+/// a small pool (a budget of a few MiB) would otherwise compact every
+/// interval to win back a few pages.
+const COMPACT_MIN_HOLE_BYTES: u64 = 256 << 10;
+/// How long the reclaimer sleeps while woken faults have room but have not
+/// run yet: a fault that is over the limit again kicks it sooner.
+const ROOM_TAKEN_WAIT_NS: u64 = 200_000;
 /// At most one fragmentation check (and compaction) per this interval: a
 /// compaction locks one pool shard at a time, one step at a time, and
 /// faults that need a blob there wait for that step.
@@ -417,14 +424,18 @@ impl Reclaimer {
     }
 
     /// After moving pages out: none moved, several attempts in a row, while
-    /// the budget is full means every resident page is pinned or held
-    /// (stuck until one moves again).
+    /// faults would wait means every resident page is pinned or held, or
+    /// cannot move (stuck until one moves again).
     fn note_progress(&mut self, moved: usize) {
         let budget = &self.budget;
         if moved > 0 {
             self.empty_attempts = 0;
             budget.reclaim_signal().set_stuck(false);
-        } else if budget.resident().pages() >= budget.limits().budget_pages {
+        } else if budget.over_limit() {
+            // Faults wait (the budget full, or the pages mapped at their
+            // limit) and nothing could leave: without this, those faults
+            // would each wait out their bound while the reclaimer tried
+            // again in a loop.
             self.empty_attempts = self.empty_attempts.saturating_add(1);
             if self.empty_attempts >= EMPTY_ATTEMPTS_BEFORE_STUCK {
                 budget.reclaim_signal().set_stuck(true);
@@ -527,7 +538,7 @@ impl Reclaimer {
         let store = self.budget.store();
         let blobs = store.blob_bytes_held();
         let holes = store.pool_memory_used_bytes().saturating_sub(blobs);
-        if holes > blobs / COMPACT_ABOVE_BLOB_BYTES {
+        if holes > blobs / COMPACT_ABOVE_BLOB_BYTES && holes >= COMPACT_MIN_HOLE_BYTES {
             store.compact();
         }
     }
@@ -559,6 +570,19 @@ impl Reclaimer {
             let faults_active = self.last_activity.elapsed() < PROGRAM_IDLE_AFTER;
             self.last_kick = kick;
             self.last_resident = resident;
+            if self.budget.reclaim_signal().faults_waiting() && !self.budget.over_limit() {
+                // The waiting faults were woken and have room, but their
+                // threads have not run yet (on a busy machine that can take
+                // a time slice). Another burst would only move pages out
+                // that nobody waits for, and spinning here would take the
+                // CPU they need: compress the backlog, else sleep until a
+                // fault kicks (it does before it waits again).
+                self.budget.signal_room();
+                if self.compress_backlog(limits.staging_target) == 0 {
+                    self.budget.reclaim_signal().sleep(kick, ROOM_TAKEN_WAIT_NS);
+                }
+                continue;
+            }
             if self.budget.reclaim_signal().faults_waiting() {
                 // Faults wait: a burst lets them go on; with the budget full
                 // of staged pages, compressing them does.

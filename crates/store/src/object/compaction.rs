@@ -10,8 +10,12 @@ impl PageStore {
     /// Compacts every pool shard (zram's `compact`); counts released pages
     /// in `pages_compacted`. The shard's lock is taken for one step at a
     /// time (a size class, in the size-class pool), and the CPU offered
-    /// between steps, so a fault spinning for a blob there waits for one
-    /// step, not for the whole compaction.
+    /// after a step that moved objects, so a fault spinning for a blob there
+    /// waits for one step, not for the whole compaction. Steps that found
+    /// nothing to move (most classes, most of the time) do not yield: on a
+    /// busy machine each `sched_yield` gives the CPU away for a time slice,
+    /// and a compaction of a few hundred classes then took longer than the
+    /// interval between compactions, with faults waiting on the reclaimer.
     pub fn compact(&self) -> CompactStats {
         let mut total = CompactStats::default();
         for shard in 0..self.pools.len() {
@@ -19,8 +23,11 @@ impl PageStore {
                 let Some(stats) = self.with_pool(shard, |pool| pool.compact_step(step)) else {
                     break;
                 };
+                let worked = stats.objects_moved > 0;
                 total += stats;
-                std::thread::yield_now();
+                if worked {
+                    std::thread::yield_now();
+                }
             }
         }
         Counters::add(&self.counters.pages_compacted, total.pages_freed);
