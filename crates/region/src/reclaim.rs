@@ -540,10 +540,14 @@ impl Reclaimer {
                 // threads have not run yet (on a busy machine that can take
                 // a time slice). Another burst would only move pages out
                 // that nobody waits for, and spinning here would take the
-                // CPU they need: compress the backlog, else sleep until a
+                // CPU they need: compress the backlog, else recompress a
+                // batch of cold pages (a program that always faults would
+                // otherwise never leave time for it), else sleep until a
                 // fault kicks (it does before it waits again).
                 self.budget.signal_room();
-                if self.compress_backlog(limits.staging_target) == 0 {
+                if self.compress_backlog(limits.staging_target) == 0
+                    && !self.cold_batch(crate::cold::BATCH)
+                {
                     self.budget.reclaim_signal().sleep(kick, ROOM_TAKEN_WAIT_NS);
                 }
                 continue;
