@@ -26,7 +26,12 @@
 //!   pages it restored, each fault first drops one such clean page again
 //!   ([`child::make_room_in_child`]): the child's own memory stays within one
 //!   budget, plus what it writes. Pages resident at the fork stay shared
-//!   with the parent until one of them writes.
+//!   with the parent until one of them writes. Pages the program advised
+//!   `MADV_WIPEONFORK` or `MADV_DONTFORK` (module `fork::advice` records
+//!   them) are emptied in the child's books before anything else, whatever
+//!   the parent held of them, and `MADV_DONTFORK` ranges are left out of
+//!   the registration: the child reads zeros there, or has no mapping, as
+//!   the kernel says.
 //! - **parent**: everything resumes. Its resident pages are now shared
 //!   copy-on-write, which `UFFDIO_MOVE` refuses with `EBUSY`; eviction makes
 //!   them exclusive again (`MADV_POPULATE_WRITE`, see `evict.rs`).
@@ -44,11 +49,15 @@
 //! The child-side path (module `fork::child`) runs in the SIGBUS handler
 //! and is async-signal-safe (its argument is at its top). What the hooks
 //! share with the fault path (the resolve gate, a child's own budget) is in
-//! `fork::state`. The hooks themselves run in normal context.
+//! `fork::state`; what they share with the program's fork advice (the
+//! advice gate, each region's marks), in `fork::advice`. The hooks
+//! themselves run in normal context.
 #![allow(unsafe_code)]
 
 use crate::config::FaultMode;
+use crate::evict;
 use crate::fault::{self, Access, Ctx};
+use crate::fork::advice::ADVICE_GATE;
 use crate::fork::state::set_in_fork_hook;
 use crate::page::Tag;
 use crate::reclaim::lock::ReclaimGuard;
@@ -61,6 +70,7 @@ use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Once};
 
+pub(crate) mod advice;
 pub(crate) mod child;
 pub(crate) mod state;
 
@@ -115,6 +125,8 @@ extern "C" fn prepare() {
     // on it forever: blocked until the parent's or child's hook.
     let signals = SignalGuard::block_async();
     set_in_fork_hook(true);
+    // No fork advice is between the kernel and its record (`fork/advice`).
+    ADVICE_GATE.close();
     let pid = sys::getpid();
     let budgets = budgets_of(pid);
     // Nothing is allocated once a gate is closed: the allocator's memory
@@ -167,10 +179,15 @@ fn wait_until_pages_settle(shared: &Arc<Shared>) {
 }
 
 /// The first design, for budgets a child cannot take over: every page
-/// restored, so the child gets plain memory with full contents.
+/// restored, so the child gets plain memory with full contents. Pages the
+/// program advised `MADV_WIPEONFORK` or `MADV_DONTFORK` are not: the child
+/// gets none of their contents.
 fn restore_every_page(shared: &Arc<Shared>) {
     for_each_region_of(shared, |core| {
         for page in 0..core.page_count() {
+            if core.fork_marks.child_gets_nothing(page) {
+                continue;
+            }
             loop {
                 let s = core.pages[page].load();
                 match s.tag() {
@@ -193,6 +210,7 @@ extern "C" fn parent() {
         return;
     };
     set_in_fork_hook(false);
+    ADVICE_GATE.open();
     for held in state.held {
         let shared = &held.shared;
         if held.reclaim.is_some() {
@@ -215,6 +233,7 @@ extern "C" fn child() {
         }
     }
     set_in_fork_hook(false);
+    ADVICE_GATE.open();
     for held in state.held {
         if held.reclaim.is_none() {
             // Restored whole before the fork: plain memory here, the
@@ -242,22 +261,27 @@ fn take_over(shared: &Arc<Shared>) {
         return;
     }
     let mut failed = None;
-    // Every region first, then each region's pages: a fault here (the
-    // allocator's memory may be an evicted page) then finds its region
-    // registered.
+    // Pages the program advised the child gets nothing of are emptied
+    // before any can fault; then every region is registered (the parts the
+    // child has mapped), then each region's pages are brought in line: a
+    // fault here (the allocator's memory may be an evicted page) then finds
+    // its region registered.
+    for_each_region_of(shared, forget_advised_pages);
     for_each_region_of(shared, |core| {
         if core.is_unmapped.load(Ordering::Acquire) {
             return;
         }
         let mode = sys::REGISTER_MODE_MISSING | sys::REGISTER_MODE_WP;
-        if let Err(e) = sys::uffd_register(
-            shared.uffd().fd(),
-            core.mapping.base(),
-            core.mapping.len(),
-            mode,
-        ) {
-            failed = Some(e);
-        }
+        core.fork_marks.mapped_in_child(core.page_count(), |pages| {
+            if let Err(e) = sys::uffd_register(
+                shared.uffd().fd(),
+                core.page_addr(pages.start),
+                pages.len() * sys::PAGE_SIZE,
+                mode,
+            ) {
+                failed = Some(e);
+            }
+        });
     });
     if let Some(e) = failed {
         shared.child().setup_failed(e.0);
@@ -275,6 +299,40 @@ fn take_over(shared: &Arc<Shared>) {
             .child()
             .setup_failed(e.raw_os_error().unwrap_or(libc::EAGAIN)),
     }
+}
+
+/// Empties, in the child's books, every page of `core` the program advised
+/// `MADV_WIPEONFORK` (the kernel gave the child an empty range there) or
+/// `MADV_DONTFORK` (the child has no mapping there): whatever the parent
+/// held of them, resident, staged or compressed, is not the child's. Their
+/// compressed copies stay in the pool (the child frees nothing); a staged
+/// page's slot in the child's copy of the staging area is discarded. A
+/// wiped page then reads as zeros, restored as a never-written page is; a
+/// don't-fork page is never touched (an access is the kernel's SIGSEGV).
+/// The child has no other thread yet: no page is held by anyone.
+fn forget_advised_pages(core: &RegionCore) {
+    core.fork_marks.for_each_marked(|page, _| {
+        let slot = &core.pages[page];
+        let s = slot.load();
+        match s.tag() {
+            Tag::Empty => {}
+            Tag::Resident => {
+                let _ = slot.take_page_ref();
+                slot.set(s.emptied());
+                core.count_vanished();
+            }
+            Tag::Staged => {
+                slot.set(s.emptied());
+                evict::drop_staged(core, s.slot());
+            }
+            // Stored, or claimed at the fork by the parent's event thread
+            // (not held by the prepare hook), which was discarding it.
+            Tag::Stored | Tag::Evicting | Tag::Compressing | Tag::Restoring => {
+                let _ = slot.take_page_ref();
+                slot.set(s.emptied());
+            }
+        }
+    });
 }
 
 /// Brings the child's view of `core`'s pages in line with its page table.

@@ -23,6 +23,7 @@
 //! | `queues` | the lock-free rings between the fault path and the reclaimer, and the record naming a page in them |
 //! | `reclaim/wake`, `reclaim/lock` | how the fault path and the reclaimer wake each other (kick, room, bursts); the reclaim lock |
 //! | `evict/gate`, `event/gate`, `fork/state` | the eviction pause; the install/event protocol; the resolve gate of `fork()` and a forked child's own budget |
+//! | `fork/advice` | the program's `MADV_WIPEONFORK`/`KEEPONFORK`/`DONTFORK`/`DOFORK`: passed to the kernel, recorded per page, followed by a forked child |
 //! | `region_core` | one region's own data: mapping, page slots, counters, accounting |
 //! | `table` | the process-wide region table the signal handler and the reclaimer look regions up in |
 //! | `tier_reader` | the thread that reads pages back from a tier whose reads are not async-signal-safe (Redis), for the fault handler |
@@ -219,6 +220,7 @@
 //! | hazard | behaviour | test |
 //! |---|---|---|
 //! | `fork()` | nothing is restored: the prepare hook pauses eviction, lets restores in flight finish and holds the reclaimer and the pool's writes for the instant of the fork; the child takes the budget over (fresh userfaultfds, its own event thread), restores from its copy-on-write copy of the pool, frees nothing, and drops clean pages it restored to stay within one budget (module `fork`). Budgets in handler-thread mode or with a tier restore every page first, as before. A `vfork()` child (same memory until `exec`) resolves its faults as a thread of the parent (`kcmp(KCMP_VM)`) | `hazards::fork_child_sees_evicted_pages`, `hazards::forked_child_restores_its_own_pages_within_a_budget`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
+//! | `MADV_WIPEONFORK`, `MADV_DONTFORK` (and `MADV_KEEPONFORK`, `MADV_DOFORK` undoing them) on region memory, through [`advise_fork`] | passed to the kernel and recorded per page, with no fork between the two; a forked child empties those pages in its books (compressed, staged or resident in the parent): zeros where the kernel wipes, and `MADV_DONTFORK` ranges left out of its registration (an access is the kernel's SIGSEGV) | `hazards::fork_advice_is_followed_for_compressed_pages` |
 //! | a program signal handler reading region memory | works on every thread: zpage's threads block asynchronous signals; API calls block them while they hold a page or a store lock | `signals::a_timer_signal_handler_reads_region_memory`, `examples/c/signal_handler.c` |
 //! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them, pages present at the event marked so no eviction carries their old contents past the zap; reads give zeros | `hazards::dontneed_reads_zeros`, `hazards::dontneed_races_with_faults` |
 //! | program `madvise(MADV_FREE)` | the same `EVENT_REMOVE`, but the kernel zaps nothing and a write after it keeps its bytes without a fault: a marked page still mapped once no remove event was read for a second loses its mark and is evicted with its contents (until then it stays) | `hazards::madv_free_then_written_keeps_the_new_contents` |
@@ -346,6 +348,7 @@ pub use config::{
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;
 pub use fatal::Fatal;
+pub use fork::advice::{advise_fork, ForkAdvice, ForkAdviceFailed};
 pub use metrics::{
     default_metrics_dir, publish_metrics, publish_metrics_to, render as render_metrics,
     sample_regions, RegionSample, METRICS_DIR_ENV,

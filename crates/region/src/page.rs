@@ -12,6 +12,9 @@
 //!                        ▲                                 │ (clean)              │ compress
 //!                        │ fault: copy back from staging ◀─┼──────────────────────┤
 //!                        │ fault: decompress + COPY ◀── STORED ◀── COMPRESSING(slot)◀┘
+//!
+//!   in a child of fork(), a page advised MADV_WIPEONFORK or MADV_DONTFORK:
+//!   RESIDENT | STAGED(slot) | STORED ──child hook──▶ EMPTY   (`fork.rs`)
 //! ```
 //!
 //! A RESIDENT page is CLEAN when its reference still holds its exact contents

@@ -15,7 +15,11 @@ use crate::table;
 
 /// The pages of `core` inside `[addr, addr + len)`, if it is this process's
 /// region and overlaps the range.
-fn pages_in(core: &RegionCore, addr: usize, len: usize) -> Option<std::ops::Range<usize>> {
+pub(crate) fn pages_in(
+    core: &RegionCore,
+    addr: usize,
+    len: usize,
+) -> Option<std::ops::Range<usize>> {
     if core.owner_pid() != sys::getpid() && !core.vfork_child_can_resolve() {
         return None;
     }

@@ -6,6 +6,7 @@ use crate::counters::Counters;
 use crate::counters::RegionStats;
 use crate::evict::gate::EvictionHold;
 use crate::fatal::Fatal;
+use crate::fork::advice::ForkMarks;
 use crate::mapping::Mapping;
 use crate::page::PageSlot;
 use crate::queues::{Record, RegionId};
@@ -32,6 +33,8 @@ pub struct RegionCore {
     /// Why the region was closed (the program unmapped or moved part of it).
     pub unmapped: Mutex<Option<String>>,
     pub is_unmapped: AtomicBool,
+    /// Pages the program advised `MADV_WIPEONFORK` or `MADV_DONTFORK`.
+    pub fork_marks: ForkMarks,
 }
 
 impl RegionCore {
@@ -49,6 +52,7 @@ impl RegionCore {
             hold: EvictionHold::default(),
             unmapped: Mutex::new(None),
             is_unmapped: AtomicBool::new(false),
+            fork_marks: ForkMarks::default(),
         }
     }
 

@@ -4,7 +4,9 @@
 mod common;
 
 use common::*;
-use zpage_region::{Region, RegionConfig, RegionError, PAGE_SIZE};
+use zpage_region::{
+    Budget, BudgetConfig, FaultMode, ForkAdvice, Region, RegionConfig, RegionError, PAGE_SIZE,
+};
 
 const WORDS: usize = PAGE_SIZE / 8;
 
@@ -185,6 +187,151 @@ fn forked_child_restores_its_own_pages_within_a_budget() {
     // The parent's pages are untouched by the children's writes and discards.
     assert_eq!(region.stats().restore_count, before.restore_count);
     assert_eq!(check(&region), 0);
+}
+
+/// `advise_fork` of `pages` pages of `region` from page `first`.
+fn advise_fork_pages(region: &Region, first: usize, pages: usize, advice: ForkAdvice) {
+    let addr = region.as_ptr() as usize + first * PAGE_SIZE;
+    let len = pages * PAGE_SIZE;
+    let value = match advice {
+        ForkAdvice::WipeOnFork => libc::MADV_WIPEONFORK,
+        ForkAdvice::KeepOnFork => libc::MADV_KEEPONFORK,
+        ForkAdvice::DontFork => libc::MADV_DONTFORK,
+        ForkAdvice::DoFork => libc::MADV_DOFORK,
+    };
+    zpage_region::advise_fork(addr, len, advice, || {
+        assert!(first + pages <= region.len() / PAGE_SIZE);
+        // SAFETY: whole pages inside the region's own mapping (checked
+        // above); these advice values change only what a child gets.
+        match unsafe { libc::madvise(addr as *mut libc::c_void, len, value) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error().raw_os_error().unwrap()),
+        }
+    })
+    .expect("fork advice");
+}
+
+/// True if no byte of `region`'s pages `[first, first + pages)` is mapped
+/// in this process (`mincore` fails with ENOMEM).
+fn unmapped(region: &Region, first: usize, pages: usize) -> bool {
+    let mut v = vec![0u8; pages];
+    // SAFETY: mincore writes one byte per page into `v`, which has `pages`.
+    let rc = unsafe {
+        libc::mincore(
+            region.as_ptr().add(first * PAGE_SIZE) as *mut libc::c_void,
+            pages * PAGE_SIZE,
+            v.as_mut_ptr(),
+        )
+    };
+    rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOMEM)
+}
+
+/// What a child forked after the advice of [`fork_advice_is_followed`]
+/// checks (exit code: 0 if all holds): zeros where wiped, the pattern where
+/// kept, nothing mapped where not forked.
+fn child_checks_fork_advice(region: &Region, gone: &Region) -> i32 {
+    let n = region.len() / PAGE_SIZE;
+    let wiped = |p: usize| p < n / 8 || (n / 4..n / 2).contains(&p);
+    let mut wrong = 0;
+    for p in 0..3 * n / 4 {
+        for w in (0..WORDS).step_by(97) {
+            let want = if wiped(p) { 0 } else { pattern(p, w) };
+            if read(region, p, w) != want {
+                wrong += 1;
+            }
+        }
+    }
+    if wrong != 0 {
+        eprintln!("child: {wrong} wrong words");
+        return 1;
+    }
+    if !unmapped(region, 3 * n / 4, n / 4) || !unmapped(gone, 0, gone.len() / PAGE_SIZE) {
+        eprintln!("child: a MADV_DONTFORK range is mapped");
+        return 2;
+    }
+    // A wiped page is the child's own memory now.
+    write(region, 0, 0, 7);
+    if read(region, 0, 0) != 7 {
+        return 3;
+    }
+    0
+}
+
+/// `MADV_WIPEONFORK` (with part of it undone by `MADV_KEEPONFORK`) and
+/// `MADV_DONTFORK` (part of one region, the whole of another on the same
+/// budget) on compressed pages: a child reads zeros where the kernel
+/// wipes, has no mapping where it does not fork, and restores the rest;
+/// one touching a don't-fork page dies by SIGSEGV. In the default mode (the
+/// child takes the budget over) and in handler-thread mode (every page the
+/// child gets is restored before the fork).
+#[test]
+fn fork_advice_is_followed_for_compressed_pages() {
+    if !is_child() {
+        let status = run_child("fork_advice_is_followed_for_compressed_pages");
+        assert!(status.success(), "{status:?}");
+        return;
+    }
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let mut config = BudgetConfig::new(4 * MIB);
+        config.mode = mode;
+        let budget = match Budget::new(config) {
+            Ok(b) => b,
+            Err(RegionError::UffdUnavailable { .. }) if mode == FaultMode::HandlerThread => {
+                eprintln!("handler-thread mode unavailable here: skipped");
+                continue;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let region = Region::with_budget(&budget, 16 * MIB).expect("region");
+        let gone = Region::with_budget(&budget, MIB).expect("region");
+        let n = region.len() / PAGE_SIZE;
+        fill(&region);
+        fill(&gone);
+        evict_all(&region);
+        evict_all(&gone);
+        // Some pages of every range resident again at the fork.
+        for p in (0..n).step_by(8) {
+            assert_eq!(read(&region, p, 0), pattern(p, 0));
+        }
+        advise_fork_pages(&region, 0, n / 2, ForkAdvice::WipeOnFork);
+        advise_fork_pages(&region, n / 8, n / 8, ForkAdvice::KeepOnFork);
+        advise_fork_pages(&region, 3 * n / 4, n / 4, ForkAdvice::DontFork);
+        advise_fork_pages(&gone, 0, gone.len() / PAGE_SIZE, ForkAdvice::DontFork);
+        assert!(region.stats().stored_pages > (n / 2) as u64, "{mode:?}");
+        for touch_gone in [false, true] {
+            // SAFETY: the child reads and writes its memory and calls _exit.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                let code = if touch_gone {
+                    // Not mapped in the child: SIGSEGV before the exit.
+                    std::hint::black_box(read(&region, 3 * n / 4 + 1, 0));
+                    9
+                } else {
+                    child_checks_fork_advice(&region, &gone)
+                };
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(code) };
+            }
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            if touch_gone {
+                assert!(
+                    libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV,
+                    "{mode:?}: child touching a MADV_DONTFORK page: {status:#x}"
+                );
+            } else {
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "{mode:?}: child status {status:#x}"
+                );
+            }
+        }
+        // The parent keeps everything.
+        assert_eq!(check(&region), 0, "{mode:?}");
+        assert_eq!(check(&gone), 0, "{mode:?}");
+    }
 }
 
 #[test]

@@ -55,6 +55,13 @@ impl Drop for Resolving<'_> {
 }
 
 impl ForkGate {
+    pub const fn new() -> ForkGate {
+        ForkGate {
+            resolving: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
     /// Enters a fault resolution; waits while a fork is being prepared.
     /// The gate is closed only by the fork prepare hook, which never waits
     /// on the calling thread: zpage's own threads (the reclaimer may fault
