@@ -30,6 +30,7 @@
 //! | `mremap(MREMAP_MAYMOVE)` of a whole region, `realloc` | a new region of the new size, the written pages copied (pages that read as zeros are not), the old one given up |
 //! | `madvise(MADV_DONTNEED/MADV_FREE)` | passed through (`MADV_FREE` as `MADV_DONTNEED`, which it allows): the region drops what it held for the range (userfaultfd remove event); it reads as zeros |
 //! | `madvise(MADV_POPULATE_*)` | the range is restored first (the kernel cannot fault an evicted page in) |
+//! | `madvise(MADV_WIPEONFORK/MADV_KEEPONFORK/MADV_DONTFORK/MADV_DOFORK)` | passed to the kernel through the region layer, which records it: a forked child reads zeros in wiped pages and has no mapping of don't-fork ones, compressed or not, as without zpage. A call the kernel fails part way makes the regions it covers plain memory (they cannot know which of their pages it reached) |
 //! | `sigaction(SIGBUS)`, `signal(SIGBUS)` | recorded as the action zpage chains foreign faults to; zpage's handler stays in front (module `sig`) |
 //! | `pthread_sigmask`/`sigprocmask` blocking SIGBUS, a `sa_mask` with SIGBUS | every other signal is blocked as asked, SIGBUS is not: a fault with SIGBUS blocked is fatal (module `sig`) |
 //! | system calls with buffers in regions | the buffers are pinned for the call (module `io`, the wrappers of `zpage-syscalls`) |

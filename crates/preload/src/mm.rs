@@ -158,6 +158,15 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -
     }
 }
 
+fn next_madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    match real::madvise() {
+        // SAFETY: the C library's madvise with the caller's arguments.
+        Some(f) => unsafe { f(addr, len, advice) },
+        // SAFETY: the raw system call with the caller's arguments.
+        None => unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int },
+    }
+}
+
 /// `madvise` goes through: `MADV_DONTNEED` on region memory reaches the
 /// region as a userfaultfd remove event (the pages read as zeros afterwards,
 /// as without zpage), and the other advice values leave a region's contents
@@ -167,10 +176,41 @@ pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -
 /// keeps them resident for a second (`zpage_region`'s hazards table);
 /// dropping the contents at once is what `MADV_FREE` allows anyway.
 ///
+/// `MADV_WIPEONFORK`, `MADV_KEEPONFORK`, `MADV_DONTFORK` and `MADV_DOFORK`
+/// on region memory go to the kernel through the region layer, which
+/// records them: a child of `fork()` then gets of the pages zpage holds
+/// what the kernel gives it of the rest (zeros, or no mapping). If the
+/// kernel fails such a call part way, the regions it covers cannot know
+/// which of their pages it reached: they are made plain memory, whose fork
+/// the kernel handles alone.
+///
 /// # Safety
 /// The caller's contract is `madvise(2)`'s.
 #[no_mangle]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    if let Some(fork_advice) = zpage_region::ForkAdvice::from_madvise(advice) {
+        if let Some(state) = program_call(addr as usize, len) {
+            let _inside = Inside::enter();
+            let advised = zpage_region::advise_fork(addr as usize, len, fork_advice, || {
+                match next_madvise(addr, len, advice) {
+                    0 => Ok(()),
+                    _ => Err(std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EINVAL)),
+                }
+            });
+            return match advised {
+                Ok(()) => 0,
+                Err(failed) => {
+                    if failed.regions_unsure {
+                        eject_overlapping(state, addr as usize, len);
+                    }
+                    sys::set_errno(failed.errno);
+                    -1
+                }
+            };
+        }
+    }
     if matches!(advice, libc::MADV_POPULATE_READ | libc::MADV_POPULATE_WRITE) {
         // The kernel cannot populate an evicted page (EFAULT): restore first.
         // zpage's reclaimer issues this advice itself, on pages it holds.
@@ -184,12 +224,7 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
     } else {
         advice
     };
-    match real::madvise() {
-        // SAFETY: the C library's madvise with the caller's arguments.
-        Some(f) => unsafe { f(addr, len, advice) },
-        // SAFETY: the raw system call with the caller's arguments.
-        None => unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int },
-    }
+    next_madvise(addr, len, advice)
 }
 
 /// Copies `len` bytes of one region's contents into fresh memory at `to`,
