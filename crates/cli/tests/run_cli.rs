@@ -187,6 +187,72 @@ fn a_cold_codec_shrinks_the_pool_and_keeps_every_word() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `tests/programs/forkadvice.c`, compiled once.
+fn forkadvice() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        compile_c(
+            &tempdir("forkadvice"),
+            "forkadvice",
+            include_str!("programs/forkadvice.c"),
+            &["-Wall", "-Wextra", "-Werror"],
+        )
+    })
+}
+
+/// `forkadvice MODE` under `zpage run` with a 16 MiB budget prints exactly
+/// what it prints without zpage (what each child read where the program
+/// advised `fork()`), and most of the advised range was compressed at the
+/// fork (the program's stderr says how many of its pages were not
+/// resident).
+fn fork_advice_is_a_plain_runs(mode: &str) {
+    let exe = forkadvice().to_str().unwrap();
+    let plain = Command::new(exe).arg(mode).output().unwrap();
+    let plain_stderr = String::from_utf8_lossy(&plain.stderr).into_owned();
+    let plain = stdout_of(plain);
+    assert!(
+        plain.ends_with(&format!("ok {mode}\n")),
+        "{plain}{plain_stderr}"
+    );
+    let out = zpage_run(&["--budget", "16M"], &[exe, mode]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(stdout_of(out), plain, "{stderr}");
+    // 8192 pages advised in every mode, a few read again before the fork.
+    let absent: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("advised pages not resident at the fork: "))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of absent pages:\n{stderr}"));
+    assert!(
+        absent > 4096,
+        "{absent} advised pages compressed at the fork: the test proves little\n{stderr}"
+    );
+    assert!(stderr.contains("Exit status: 0"), "{stderr}");
+}
+
+/// `MADV_WIPEONFORK` on compressed pages: the child reads zeros there (it
+/// read its copy of the pool once), twice in a row.
+#[test]
+fn wipeonfork_gives_the_child_zeros_for_compressed_pages() {
+    fork_advice_is_a_plain_runs("wipe");
+}
+
+/// `MADV_KEEPONFORK` undoes `MADV_WIPEONFORK` on part of the range, then on
+/// all of it.
+#[test]
+fn keeponfork_after_wipeonfork_keeps_the_pages() {
+    fork_advice_is_a_plain_runs("keep");
+}
+
+/// `MADV_DONTFORK` on half a block and on a whole mapping: the child that
+/// touches the half dies by SIGSEGV, one that frees the block exits, and
+/// after `MADV_DOFORK` the next child has it all.
+#[test]
+fn dontfork_leaves_the_range_out_of_the_child() {
+    fork_advice_is_a_plain_runs("dontfork");
+}
+
 /// `--pool-max` and `--backing FILE`: a real program's pages go through a
 /// tier file and come back exact. Python builds 64 MiB of lists under a
 /// 16 MiB budget whose pool is capped at 1 MiB, so most compressed pages
