@@ -14,19 +14,21 @@ use crate::sys::{self, PAGE_SIZE};
 use crate::table;
 
 /// The pages of `core` inside `[addr, addr + len)`, if it is this process's
-/// region and overlaps the range.
+/// region and overlaps the range. The range is looked at first: the owner
+/// check costs a system call, and the system call wrappers ask this of
+/// every region for every buffer they pin.
 pub(crate) fn pages_in(
     core: &RegionCore,
     addr: usize,
     len: usize,
 ) -> Option<std::ops::Range<usize>> {
-    if core.owner_pid() != sys::getpid() && !core.vfork_child_can_resolve() {
-        return None;
-    }
     let base = core.mapping.base();
     let top = base + core.mapping.len();
     let end = addr.saturating_add(len);
     if len == 0 || end <= base || addr >= top {
+        return None;
+    }
+    if core.owner_pid() != sys::getpid() && !core.vfork_child_can_resolve() {
         return None;
     }
     let s = addr.max(base) - base;
