@@ -72,6 +72,7 @@ use std::sync::{Arc, Once};
 
 pub(crate) mod advice;
 pub(crate) mod child;
+pub(crate) mod marks;
 pub(crate) mod state;
 
 static INSTALL: Once = Once::new();

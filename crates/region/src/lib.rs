@@ -348,7 +348,8 @@ pub use config::{
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;
 pub use fatal::Fatal;
-pub use fork::advice::{advise_fork, ForkAdvice, ForkAdviceFailed};
+pub use fork::advice::{advise_fork, ForkAdviceFailed};
+pub use fork::marks::ForkAdvice;
 pub use metrics::{
     default_metrics_dir, publish_metrics, publish_metrics_to, render as render_metrics,
     sample_regions, RegionSample, METRICS_DIR_ENV,
@@ -359,14 +360,13 @@ pub use options::{
 #[cfg(feature = "fault-profile")]
 pub use profile::{fault_profile, reset_fault_profile};
 pub use profile::{Part as FaultPart, PARTS as FAULT_PARTS};
-pub use range::{
-    overlaps_any_region, pin_range, pin_range_over_budget, prefault_range, unpin_range,
-};
+pub use range::{pin_range, pin_range_over_budget, prefault_range, unpin_range};
 pub use region::Region;
 pub use signal::{
     chain_to as chain_sigbus_to, chained as chained_sigbus, installed as sigbus_handler_installed,
     is_sigbus_handler, sigbus_chain, Chain as SignalChain,
 };
+pub use table::overlaps_any_region;
 pub use table::MAX_REGIONS;
 /// For front ends that run zpage code inside the program (the preload
 /// library): the same signal discipline as the region's own threads.

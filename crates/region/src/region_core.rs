@@ -6,7 +6,7 @@ use crate::counters::Counters;
 use crate::counters::RegionStats;
 use crate::evict::gate::EvictionHold;
 use crate::fatal::Fatal;
-use crate::fork::advice::ForkMarks;
+use crate::fork::marks::ForkMarks;
 use crate::mapping::Mapping;
 use crate::page::PageSlot;
 use crate::queues::{Record, RegionId};

@@ -150,3 +150,34 @@ pub fn for_each(mut f: impl FnMut(&RegionCore)) {
         enter(index, None, &mut f);
     }
 }
+
+/// The pages of `core` inside `[addr, addr + len)`, if it is this process's
+/// region and overlaps the range. The range is looked at first: the owner
+/// check costs a system call, and the system call wrappers ask this of
+/// every region for every buffer they pin.
+pub(crate) fn pages_in(
+    core: &RegionCore,
+    addr: usize,
+    len: usize,
+) -> Option<std::ops::Range<usize>> {
+    let base = core.mapping.base();
+    let top = base + core.mapping.len();
+    let end = addr.saturating_add(len);
+    if len == 0 || end <= base || addr >= top {
+        return None;
+    }
+    if core.owner_pid() != sys::getpid() && !core.vfork_child_can_resolve() {
+        return None;
+    }
+    let s = addr.max(base) - base;
+    let e = end.min(top) - base;
+    Some(s / sys::PAGE_SIZE..e.div_ceil(sys::PAGE_SIZE))
+}
+
+/// True if any byte of `[addr, addr + len)` lies in a live region of this
+/// process. Async-signal-safe.
+pub fn overlaps_any_region(addr: usize, len: usize) -> bool {
+    let mut found = false;
+    for_each(|core| found |= pages_in(core, addr, len).is_some());
+    found
+}
