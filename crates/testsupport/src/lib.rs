@@ -6,6 +6,7 @@
 //! - [`TempDir`]: a scratch directory removed when dropped;
 //! - [`kernel_thread`] and [`zombie`]: processes without user memory, for
 //!   the tests of what reads a process's memory;
+//! - [`promtool_check_metrics`]: `promtool check metrics` on a scrape;
 //! - [`alloc`]: a global allocator that counts the calls each thread makes,
 //!   for the tests that prove a path (a region's fault path, a store load, a
 //!   decode) allocates nothing.
@@ -126,4 +127,34 @@ pub fn zombie() -> std::process::Child {
         );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// Runs `promtool check metrics` (Debian's `prometheus` package) on `text`
+/// and panics unless it exits 0 with no lint complaint. `None` when
+/// promtool could not be started (not installed): the caller decides
+/// whether that skips or fails its test.
+pub fn promtool_check_metrics(text: &str) -> Option<()> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    promtool
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(text.as_bytes())
+        .expect("write the scrape to promtool");
+    let checked = promtool.wait_with_output().expect("wait for promtool");
+    let problems = String::from_utf8_lossy(&checked.stdout).to_string()
+        + &String::from_utf8_lossy(&checked.stderr);
+    assert!(
+        checked.status.success() && problems.trim().is_empty(),
+        "promtool: {problems}"
+    );
+    Some(())
 }
