@@ -104,8 +104,10 @@ pub struct Args {
     /// algorithm) or zswap (the same compressor) in front of a swap file.
     #[arg(long, value_enum, default_value_t = KernelSwap::Zram)]
     pub kernel_swap: KernelSwap,
-    /// Smallest mapping or allocation placed in a region (user mode).
-    #[arg(long, default_value = "2M", value_parser = zpage_units::parse_size)]
+    /// Smallest mapping placed in compressed memory (user mode). The default,
+    /// one page, places every private anonymous mapping and, through the
+    /// library's allocator, every `malloc`: small objects included.
+    #[arg(long, default_value = "4K", value_parser = zpage_units::parse_size)]
     pub min_mapping: u64,
     /// Do not publish the program's region figures for `zpage exporter`
     /// (user mode publishes them by default, one file per process in

@@ -309,7 +309,7 @@ fn a_backing_file_holds_pages_and_the_output_is_a_plain_runs() {
     let tier_figures = &summary["tier"];
     assert!(
         tier_figures["written_pages"].as_u64().unwrap() > 0,
-        "{summary}"
+        "{summary}\n{stderr}"
     );
     assert!(
         tier_figures["read_pages"].as_u64().unwrap() > 0,

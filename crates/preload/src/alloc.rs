@@ -216,9 +216,12 @@ impl Drop for PrivateScope {
 }
 
 /// True if the calling thread's C-library allocations go to this heap:
-/// zpage's own threads, and a [`PrivateScope`].
+/// zpage's own threads, zpage's code running inside an interposer on a
+/// program thread (the C library allocates for it: a new thread's TLS when
+/// the budget starts its threads, from inside the program's own `malloc`,
+/// whose allocator's locks are held), and a [`PrivateScope`].
 pub fn serves_this_thread() -> bool {
-    zpage_region::on_zpage_thread() || PRIVATE_SCOPE.with(|c| c.get() != 0)
+    zpage_region::on_zpage_thread() || crate::sys::inside() || PRIVATE_SCOPE.with(|c| c.get() != 0)
 }
 
 /// Bytes in front of every block of the C-library interface: where the

@@ -7,7 +7,7 @@
 
 use zpage_region::{BudgetConfig, BudgetOptions, Spelling, BUDGET_OPTIONS};
 
-pub use crate::env_names::{BUDGET_ENV, MIN_MAPPING_ENV, SYSCALLS_ENV};
+pub use crate::env_names::{BUDGET_ENV, BUDGET_ENV_C, MIN_MAPPING_ENV, SYSCALLS_ENV};
 
 /// How system calls on region memory are served (see [`SYSCALLS_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,18 +16,10 @@ pub enum Syscalls {
     Wrappers,
 }
 
-/// Default of [`MIN_MAPPING_ENV`]: large buffers (big lists, dicts, byte
-/// strings, runtime heaps) go into regions. Smaller ones stay out: a program
-/// hands pointers into small objects (path names, `pollfd` arrays, `argv`)
-/// to dozens of system calls the library does not wrap, and each of those
-/// fails with `EFAULT` on an evicted page. Measured with CPython, whose 1 MiB
-/// arenas hold its small objects: with them in regions, `test_gc` failed
-/// with `EFAULT` from `execve` (argument strings) and `poll` (its `pollfd`
-/// array). `poll` is wrapped now (module `exec`); `execve` cannot be (it
-/// runs in a `vfork()` child that has closed the userfaultfd), nor are paths
-/// handed to `open`/`stat` and the like: the default stays above the arenas. Each region also costs a table
-/// slot (`MAX_REGIONS`) and a userfaultfd registration.
-pub const DEFAULT_MIN_MAPPING_BYTES: usize = 2 << 20;
+/// Default of [`MIN_MAPPING_ENV`]: every mapping, whatever its size, goes
+/// into the arena (small objects too: the C library's and everyone's
+/// system calls on them are served by the system-call trap).
+pub const DEFAULT_MIN_MAPPING_BYTES: usize = zpage_codec::PAGE_SIZE;
 
 #[derive(Clone, Debug)]
 pub struct Config {

@@ -8,7 +8,9 @@
 
 /// Bytes of region memory the process may keep resident (required).
 pub const BUDGET_ENV: &str = "ZPAGE_RUN_BUDGET_BYTES";
-/// Smallest mapping or allocation placed in a region (default 2 MiB).
+/// [`BUDGET_ENV`], NUL-terminated (for `getenv` before anything else runs).
+pub const BUDGET_ENV_C: &str = "ZPAGE_RUN_BUDGET_BYTES\0";
+/// Smallest mapping placed in the arena (default: every mapping).
 pub const MIN_MAPPING_ENV: &str = "ZPAGE_RUN_MIN_MAPPING_BYTES";
 /// How system calls on region memory are served: `trap` (the default: a
 /// seccomp filter traps every call that names region memory, whoever makes

@@ -1,34 +1,37 @@
-//! The `malloc` family, for large allocations.
+//! The `malloc` family.
 //!
-//! glibc's `malloc` makes its large chunks with its own internal `mmap`,
-//! which no interposer sees, and grows them with its internal `mremap`. So
-//! allocations at or above the size threshold are served here, each by a
-//! region of its own (page-aligned, so `free` tells ours apart with one test
-//! of the pointer's low bits before looking it up); everything smaller, and
-//! everything while the library is inactive, goes to the next allocator
-//! in the dynamic linker's order (`dlsym(RTLD_NEXT)`): the C library's, or
-//! one the program links as a shared library (Debian's Redis links
-//! jemalloc, and calls jemalloc's own `malloc_usable_size` and `mallctl` on
-//! what `malloc` returned, so every call of the family must reach the same
-//! allocator). The mappings that allocator makes reach the `mmap`
-//! interposer. While the next `malloc` is being looked up (the first call
-//! in the process, before any thread is started in practice), a call made
-//! by the lookup itself goes to glibc's `__libc_malloc` family instead.
+//! glibc's `malloc` grows its heap with `brk` and makes its large chunks
+//! with its own internal `mmap`, both out of any interposer's sight: small
+//! objects (CPython's, a C program's, a runtime's off-heap data) would stay
+//! plain memory. So when the program's allocator is the C library's and
+//! zpage is configured, the family is served by mimalloc (statically
+//! linked, the `libmimalloc-sys` crate), which takes its memory with
+//! `mmap`: the memory-map interposer places it in the arena, so objects of
+//! every size are compressed memory. A program that brings its own
+//! allocator (Debian's Redis links jemalloc, and calls jemalloc's own
+//! `malloc_usable_size` and `mallctl` on what `malloc` returned, so every
+//! call of the family must reach the same allocator) keeps it: its mappings
+//! reach the arena the same way.
+//!
+//! Pointers are told apart by where they come from, whoever frees them:
+//! zpage's private heap (`alloc::owns`), mimalloc's memory
+//! (`mi_is_in_heap_region`), and anything else is the next allocator's
+//! (the C library's, for what it allocated before the first call here).
 //!
 //! zpage's own threads never reach the program's allocator: their calls
 //! (the C library's thread-local destructor registration, zstd's contexts,
-//! DNS lookups) are served from zpage's private heap (`alloc::c_malloc`),
-//! and `free` and `realloc` recognise its blocks by address on any thread.
+//! DNS lookups) are served from zpage's private heap (`alloc::c_malloc`).
+//!
+//! While the next `malloc` is being looked up (the first call in the
+//! process, before any thread is started in practice), a call made by the
+//! lookup itself goes to glibc's `__libc_malloc` family instead.
 #![allow(unsafe_code)]
 
 use crate::alloc;
-use crate::mm::{copy_nonzero_pages, next_munmap};
 use crate::real;
-use crate::state::{self, Made};
-use crate::sys::{self, Inside};
 use libc::{c_int, c_void, size_t};
-use std::sync::atomic::{AtomicBool, Ordering};
-use zpage_codec::PAGE_SIZE;
+use libmimalloc_sys as mi;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 extern "C" {
     fn __libc_malloc(n: size_t) -> *mut c_void;
@@ -57,6 +60,52 @@ macro_rules! next_allocator {
     }};
 }
 
+const UNDECIDED: u8 = 0;
+const MIMALLOC: u8 = 1;
+const NEXT: u8 = 2;
+/// Which allocator serves the program: decided at the first call.
+static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
+
+/// mimalloc when zpage is configured (its budget variable is set) and the
+/// program's allocator is the C library's; the next allocator otherwise.
+fn uses_mimalloc() -> bool {
+    match CHOICE.load(Ordering::Acquire) {
+        MIMALLOC => return true,
+        NEXT => return false,
+        _ => {}
+    }
+    if LOOKING_UP.load(Ordering::Acquire) {
+        // The lookup's own allocations: the C library's.
+        return false;
+    }
+    // SAFETY: getenv with a NUL-terminated name; it allocates nothing.
+    let configured =
+        unsafe { !libc::getenv(crate::config::BUDGET_ENV_C.as_ptr().cast()).is_null() };
+    let next_is_libc = match next_allocator!(malloc) {
+        Some(f) => f as usize == __libc_malloc as *const () as usize,
+        None => return false,
+    };
+    let choice = if configured && next_is_libc {
+        // SAFETY: setting an option before mimalloc's first allocation.
+        // (Transparent huge pages are off in its build: `no_thp`.)
+        unsafe { mi::mi_option_set(mi::mi_option_large_os_pages, 0) };
+        MIMALLOC
+    } else {
+        NEXT
+    };
+    match CHOICE.compare_exchange(UNDECIDED, choice, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => choice == MIMALLOC,
+        Err(decided) => decided == MIMALLOC,
+    }
+}
+
+/// True if mimalloc allocated `p`.
+fn mimalloc_owns(p: *mut c_void) -> bool {
+    // SAFETY: a lookup in mimalloc's segment map; any pointer value is
+    // accepted.
+    CHOICE.load(Ordering::Acquire) == MIMALLOC && unsafe { mi::mi_is_in_heap_region(p) }
+}
+
 /// # Safety
 /// `malloc(3)`'s contract.
 unsafe fn next_malloc(n: size_t) -> *mut c_void {
@@ -81,79 +130,92 @@ unsafe fn next_free(p: *mut c_void) {
     }
 }
 
-/// A region for an allocation of `n` bytes, if it should and can have one.
-fn place(n: usize, align: usize) -> Option<*mut c_void> {
-    let state = state::placing()?;
-    if n < state.config.min_mapping_bytes || align > PAGE_SIZE {
-        return None;
+fn next_usable_size(p: *mut c_void) -> size_t {
+    match real::malloc_usable_size() {
+        // SAFETY: an allocation of the next allocator (or null).
+        Some(f) => unsafe { f(p) },
+        None => 0,
     }
-    let _inside = Inside::enter();
-    state.place(n, true).map(|base| base as *mut c_void)
 }
 
-/// The size of the region allocation at `p`, if `p` is one.
-fn ours(p: *mut c_void) -> Option<usize> {
-    if p.is_null() || !(p as usize).is_multiple_of(PAGE_SIZE) || sys::inside() {
-        return None;
-    }
-    let state = state::get()?;
-    if !state.may_overlap(p as usize, 1) {
-        return None;
-    }
-    let _inside = Inside::enter();
-    state
-        .len_of(p as usize, Made::ByMalloc)
-        .or_else(|| state.plain_allocation(p as usize, false))
-}
-
-/// Frees the region allocation at `p`; false if `p` is not one.
-fn free_ours(p: *mut c_void) -> bool {
-    if p.is_null() || !(p as usize).is_multiple_of(PAGE_SIZE) || sys::inside() {
-        return false;
-    }
-    let Some(state) = state::get() else {
-        return false;
-    };
-    if !state.may_overlap(p as usize, 1) {
-        return false;
-    }
-    let _inside = Inside::enter();
-    match state.take_exact(p as usize, Made::ByMalloc) {
-        Some(placed) => {
-            let (base, len) = (placed.base, placed.len);
-            state.release(placed);
-            next_munmap(base as *mut c_void, len);
-            true
+/// The entry points the dynamic loader calls (`malloc`, `calloc`,
+/// `realloc`: its `__rtld_malloc` family) hand their return address on, so
+/// that the loader's own allocations are served from zpage's private heap
+/// (see [`crate::loader`]). A naked function reads it where the call put
+/// it (the top of the stack on x86-64, the link register on AArch64) and
+/// jumps on with it as one more argument, leaving the stack as the caller
+/// made it.
+macro_rules! with_caller {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty => $inner:ident, $x86_reg:literal, $arm_reg:literal) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(concat!("mov ", $x86_reg, ", [rsp]"), "jmp {0}", sym $inner)
         }
-        None => match state.plain_allocation(p as usize, true) {
-            Some(len) => {
-                next_munmap(p, len);
-                true
-            }
-            None => false,
-        },
-    }
+        $(#[$doc])*
+        #[cfg(target_arch = "aarch64")]
+        #[unsafe(naked)]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            core::arch::naked_asm!(concat!("mov ", $arm_reg, ", x30"), "b {0}", sym $inner)
+        }
+        $(#[$doc])*
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the caller keeps the function's contract; no return
+            // address here, so nothing counts as the loader's.
+            unsafe { $inner($($arg,)* 0) }
+        }
+    };
 }
 
+with_caller! {
+    /// # Safety
+    /// `malloc(3)`'s contract.
+    fn malloc(n: size_t) -> *mut c_void => malloc_from, "rsi", "x1"
+}
+with_caller! {
+    /// # Safety
+    /// `calloc(3)`'s contract.
+    fn calloc(n: size_t, m: size_t) -> *mut c_void => calloc_from, "rdx", "x2"
+}
+with_caller! {
+    /// # Safety
+    /// `realloc(3)`'s contract.
+    fn realloc(p: *mut c_void, n: size_t) -> *mut c_void => realloc_from, "rdx", "x2"
+}
+
+/// Whether zpage's private heap serves a call made from `caller`: on
+/// zpage's threads and inside its own code, and for the dynamic loader.
+fn private_for(caller: usize) -> bool {
+    alloc::serves_this_thread() || (caller != 0 && crate::loader::contains(caller))
+}
+
+/// `malloc` called from `caller`.
+///
 /// # Safety
 /// `malloc(3)`'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn malloc(n: size_t) -> *mut c_void {
-    if alloc::serves_this_thread() {
+unsafe extern "C" fn malloc_from(n: size_t, caller: usize) -> *mut c_void {
+    if private_for(caller) {
         return alloc::c_malloc(n, 1).cast();
     }
-    if let Some(p) = place(n, 1) {
-        return p;
+    if uses_mimalloc() {
+        // SAFETY: mimalloc's malloc.
+        return unsafe { mi::mi_malloc(n) };
     }
     // SAFETY: the next allocator, `malloc`'s contract.
     unsafe { next_malloc(n) }
 }
 
+/// `calloc` called from `caller`.
+///
 /// # Safety
 /// `calloc(3)`'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn calloc(n: size_t, m: size_t) -> *mut c_void {
-    if alloc::serves_this_thread() {
+unsafe extern "C" fn calloc_from(n: size_t, m: size_t, caller: usize) -> *mut c_void {
+    if private_for(caller) {
         let Some(total) = n.checked_mul(m) else {
             return std::ptr::null_mut();
         };
@@ -164,11 +226,9 @@ pub unsafe extern "C" fn calloc(n: size_t, m: size_t) -> *mut c_void {
         }
         return p.cast();
     }
-    if let Some(total) = n.checked_mul(m) {
-        // A fresh region reads as zeros.
-        if let Some(p) = place(total, 1) {
-            return p;
-        }
+    if uses_mimalloc() {
+        // SAFETY: mimalloc's calloc (it checks the overflow).
+        return unsafe { mi::mi_calloc(n, m) };
     }
     // SAFETY: the next allocator (it checks the overflow itself).
     unsafe {
@@ -183,72 +243,52 @@ pub unsafe extern "C" fn calloc(n: size_t, m: size_t) -> *mut c_void {
 /// `free(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
     if alloc::owns(p.cast()) {
         // SAFETY: a live block of zpage's heap (free's contract).
         return unsafe { alloc::c_free(p.cast()) };
     }
-    if !free_ours(p) {
-        // SAFETY: not ours, so the next allocator's.
-        unsafe { next_free(p) }
+    if mimalloc_owns(p) {
+        // SAFETY: a live block of mimalloc's.
+        return unsafe { mi::mi_free(p) };
     }
+    // SAFETY: neither zpage's nor mimalloc's: the next allocator's.
+    unsafe { next_free(p) }
 }
 
+/// `realloc` called from `caller`.
+///
 /// # Safety
 /// `realloc(3)`'s contract.
-#[no_mangle]
-pub unsafe extern "C" fn realloc(p: *mut c_void, n: size_t) -> *mut c_void {
-    if alloc::owns(p.cast()) || (p.is_null() && alloc::serves_this_thread()) {
+unsafe extern "C" fn realloc_from(p: *mut c_void, n: size_t, caller: usize) -> *mut c_void {
+    if alloc::owns(p.cast()) || (p.is_null() && private_for(caller)) {
         // SAFETY: null or a live block of zpage's heap (realloc's contract).
         return unsafe { alloc::c_realloc(p.cast(), n) }.cast();
     }
     if p.is_null() {
         // SAFETY: same contract.
-        return unsafe { malloc(n) };
+        return unsafe { malloc_from(n, caller) };
     }
-    if let Some(len) = ours(p) {
-        if n == 0 {
-            free_ours(p);
-            return std::ptr::null_mut();
-        }
-        let min = state::get().map_or(usize::MAX, |s| s.config.min_mapping_bytes);
-        if n <= len && n >= min / 2 {
-            return p;
-        }
-        let q = if n >= min { place(n, 1) } else { None };
-        let (q, fresh) = match q {
-            Some(q) => (q, true),
-            // SAFETY: the C library's allocator.
-            None => (unsafe { next_malloc(n) }, false),
-        };
-        if q.is_null() {
+    if mimalloc_owns(p) {
+        // SAFETY: a live block of mimalloc's.
+        return unsafe { mi::mi_realloc(p, n) };
+    }
+    if uses_mimalloc() {
+        // A block the C library made before mimalloc served the program:
+        // moved into mimalloc's memory.
+        // SAFETY: mimalloc's malloc; `p` is a live block of the C library's
+        // of `usable` bytes.
+        unsafe {
+            let q = mi::mi_malloc(n);
+            if !q.is_null() {
+                let usable = next_usable_size(p);
+                std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, usable.min(n));
+                next_free(p);
+            }
             return q;
         }
-        let keep = len.min(n);
-        if fresh {
-            // SAFETY: both ranges are live for `keep` bytes and distinct.
-            unsafe { copy_nonzero_pages(p as usize, q as usize, keep) };
-        } else {
-            // SAFETY: as above.
-            unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, keep) };
-        }
-        free_ours(p);
-        return q;
-    }
-    if let Some(q) = place(n, 1) {
-        // A C library chunk growing past the threshold moves into a region.
-        let usable = match real::malloc_usable_size() {
-            // SAFETY: `p` is a live C library allocation.
-            Some(f) => unsafe { f(p) },
-            None => 0,
-        };
-        if usable > 0 {
-            // SAFETY: `p` is valid for `usable` bytes, `q` for `n`; distinct.
-            unsafe { copy_nonzero_pages(p as usize, q as usize, usable.min(n)) };
-            // SAFETY: the C library's allocation, no longer used.
-            unsafe { next_free(p) };
-            return q;
-        }
-        free_ours(q);
     }
     // SAFETY: the next allocator's allocation and allocator.
     unsafe {
@@ -263,8 +303,9 @@ fn aligned(align: size_t, n: size_t) -> *mut c_void {
     if alloc::serves_this_thread() {
         return alloc::c_malloc(n, align).cast();
     }
-    if let Some(p) = place(n, align) {
-        return p;
+    if uses_mimalloc() {
+        // SAFETY: mimalloc's aligned malloc (the caller checked `align`).
+        return unsafe { mi::mi_malloc_aligned(n, align) };
     }
     // SAFETY: the next allocator (it checks the alignment).
     unsafe {
@@ -309,30 +350,31 @@ pub unsafe extern "C" fn memalign(align: size_t, n: size_t) -> *mut c_void {
 /// `valloc(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn valloc(n: size_t) -> *mut c_void {
-    aligned(PAGE_SIZE, n)
+    aligned(zpage_codec::PAGE_SIZE, n)
 }
 
 /// # Safety
 /// `pvalloc(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn pvalloc(n: size_t) -> *mut c_void {
-    aligned(PAGE_SIZE, n.next_multiple_of(PAGE_SIZE).max(PAGE_SIZE))
+    let page = zpage_codec::PAGE_SIZE;
+    aligned(page, n.next_multiple_of(page).max(page))
 }
 
 /// # Safety
 /// `malloc_usable_size(3)`'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
+    if p.is_null() {
+        return 0;
+    }
     if alloc::owns(p.cast()) {
         // SAFETY: a live block of zpage's heap.
         return unsafe { alloc::c_usable_size(p.cast()) };
     }
-    if let Some(len) = ours(p) {
-        return len;
+    if mimalloc_owns(p) {
+        // SAFETY: a live block of mimalloc's.
+        return unsafe { mi::mi_usable_size(p) };
     }
-    match real::malloc_usable_size() {
-        // SAFETY: a C library allocation (or null).
-        Some(f) => unsafe { f(p) },
-        None => 0,
-    }
+    next_usable_size(p)
 }

@@ -1,30 +1,41 @@
 //! The memory-map interposers: `mmap`/`mmap64`, `munmap`, `mremap`,
-//! `mprotect`, `madvise`.
+//! `mprotect`, `madvise`, on the arena (module `arena`).
 //!
-//! What becomes a region (see the crate docs for why): a mapping with no
-//! address hint, `PROT_READ|PROT_WRITE`, flags `MAP_PRIVATE|MAP_ANONYMOUS`
-//! (with `MAP_NORESERVE` allowed) and at least the size threshold.
-//! Everything else goes to the C library unchanged, except that a call that
-//! changes part of a region first makes that region plain memory (same
-//! address, same contents, counted as ejected) or, when it covers the whole
-//! region, gives the region up.
+//! What the arena takes: every `mmap` of private anonymous memory that is
+//! not executable and asks for nothing the arena cannot give (a stack that
+//! grows down, huge pages, memory locked or populated at once, a place
+//! below 4 GiB), whatever its size or protection. A `MAP_FIXED` over arena
+//! addresses stays in the arena (private anonymous memory) or hands the
+//! range over (anything else). Everything else goes to the C library
+//! unchanged.
 #![allow(unsafe_code)]
 
+use crate::arena::Arena;
 use crate::real;
-use crate::state::{self, Placed};
+use crate::state;
 use crate::sys::{self, Inside};
 use libc::{c_int, c_void, off_t, size_t};
 use zpage_codec::PAGE_SIZE;
 
-const PLACEABLE_FLAGS: c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+/// Flags of a mapping the arena can hold (with `MAP_PRIVATE |
+/// MAP_ANONYMOUS`): what the others ask for (a stack growing down, huge
+/// pages, locked or populated memory, an address below 4 GiB, sharing) is
+/// the kernel's to give.
+const ARENA_FLAGS: c_int = libc::MAP_PRIVATE
+    | libc::MAP_ANONYMOUS
+    | libc::MAP_NORESERVE
+    | libc::MAP_FIXED
+    | libc::MAP_FIXED_NOREPLACE;
 
-fn placeable(addr: *mut c_void, len: usize, prot: c_int, flags: c_int, min: usize) -> bool {
-    addr.is_null()
-        && len >= min
-        && prot == libc::PROT_READ | libc::PROT_WRITE
-        && flags & (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS)
-            == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
-        && flags & !PLACEABLE_FLAGS == 0
+/// Protections the arena holds (not executable code: a JIT's pages are the
+/// kernel's).
+fn arena_prot(prot: c_int) -> bool {
+    prot & !(libc::PROT_READ | libc::PROT_WRITE) == 0
+}
+
+fn private_anonymous(flags: c_int) -> bool {
+    flags & (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
+        && flags & !ARENA_FLAGS == 0
 }
 
 pub fn next_mmap(
@@ -50,26 +61,69 @@ pub fn next_munmap(addr: *mut c_void, len: size_t) -> c_int {
     }
 }
 
-/// Gives up or ejects every region overlapping `[addr, addr + len)` before
-/// the caller unmaps or maps over that range: a region the range covers
-/// whole is given up (its contents are going away), one it covers in part
-/// becomes plain memory first.
-fn vacate(state: &state::State, addr: usize, len: usize) {
-    let end = addr.saturating_add(len.next_multiple_of(PAGE_SIZE));
-    for placed in state.take_overlapping(addr, len) {
-        if placed.base >= addr && placed.base + placed.len <= end {
-            state.release(placed);
-        } else {
-            state.eject(placed);
-        }
+/// The arena, for a call of the program's (not zpage's own) on memory
+/// that may be in it.
+fn program_arena(addr: usize, len: usize) -> Option<&'static Arena> {
+    // zpage's own calls (the region's `MADV_POPULATE_WRITE` on a page it is
+    // evicting, say) are its own business: served here they would wait on
+    // the page they act on.
+    if sys::inside() || zpage_region::on_zpage_thread() {
+        return None;
     }
+    state::get()?
+        .arena_if_started()
+        .filter(|a| a.overlaps(addr, len.max(1)))
 }
 
-/// Makes every region overlapping the range plain memory (contents kept).
-fn eject_overlapping(state: &state::State, addr: usize, len: usize) {
-    for placed in state.take_overlapping(addr, len) {
-        state.eject(placed);
+fn fail(errno: c_int) -> *mut c_void {
+    sys::set_errno(errno);
+    libc::MAP_FAILED
+}
+
+/// `mmap` on the arena; `None` when the call is not the arena's.
+fn arena_mmap(addr: usize, len: usize, prot: c_int, flags: c_int) -> Option<*mut c_void> {
+    let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0;
+    if len == 0 {
+        return None;
     }
+    if fixed {
+        let arena = program_arena(addr, len)?;
+        let _inside = Inside::enter();
+        if !arena.contains(addr, len) || !addr.is_multiple_of(PAGE_SIZE) {
+            // Across the arena's edge: not a layout any program asks for.
+            return Some(fail(libc::EINVAL));
+        }
+        if flags & libc::MAP_FIXED_NOREPLACE != 0 && arena.in_use(addr, len) {
+            return Some(fail(libc::EEXIST));
+        }
+        if private_anonymous(flags) && arena_prot(prot) {
+            return Some(match arena.map_fixed(addr, len, prot) {
+                Ok(()) => addr as *mut c_void,
+                Err(e) => fail(e),
+            });
+        }
+        // A file, shared or executable mapping over arena addresses.
+        if let Err(why) = arena.hand_over(addr, len) {
+            sys::stderr_line(&format!(
+                "zpage: could not hand {len} bytes at {addr:#x} over to the program's mapping: {why}\n"
+            ));
+            return Some(fail(libc::ENOMEM));
+        }
+        return None;
+    }
+    if !private_anonymous(flags) || !arena_prot(prot) {
+        return None;
+    }
+    let state = state::placing()?;
+    if zpage_region::on_zpage_thread() || len < state.config.min_mapping_bytes {
+        return None;
+    }
+    let _inside = Inside::enter();
+    let placed = state.arena().and_then(|arena| arena.map(len, prot, addr));
+    if placed.is_none() {
+        state.count_refused(len);
+    }
+    placed.map(|p| p as *mut c_void)
 }
 
 /// # Safety
@@ -83,23 +137,8 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    if let Some(state) = state::placing() {
-        if placeable(addr, len, prot, flags, state.config.min_mapping_bytes)
-            && !zpage_region::on_zpage_thread()
-        {
-            let _inside = Inside::enter();
-            if let Some(base) = state.place(len, false) {
-                return base as *mut c_void;
-            }
-        } else if flags & libc::MAP_FIXED != 0 && state.may_overlap(addr as usize, len) {
-            let _inside = Inside::enter();
-            vacate(state, addr as usize, len);
-        }
-    } else if let Some(state) = state::get() {
-        if flags & libc::MAP_FIXED != 0 && !sys::inside() && state.may_overlap(addr as usize, len) {
-            let _inside = Inside::enter();
-            vacate(state, addr as usize, len);
-        }
+    if let Some(p) = arena_mmap(addr as usize, len, prot, flags) {
+        return p;
     }
     next_mmap(addr, len, prot, flags, fd, off)
 }
@@ -119,42 +158,48 @@ pub unsafe extern "C" fn mmap64(
     unsafe { mmap(addr, len, prot, flags, fd, off) }
 }
 
-/// The state, when a call from the program (not from zpage itself) may
-/// involve regions.
-fn program_call(addr: usize, len: usize) -> Option<&'static state::State> {
-    let state = state::get()?;
-    (!sys::inside() && state.may_overlap(addr, len)).then_some(state)
-}
-
 /// # Safety
 /// The caller's contract is `munmap(2)`'s.
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    if let Some(state) = program_call(addr as usize, len) {
+    if let Some(arena) = program_arena(addr as usize, len) {
+        if !(addr as usize).is_multiple_of(PAGE_SIZE) {
+            sys::set_errno(libc::EINVAL);
+            return -1;
+        }
         let _inside = Inside::enter();
-        vacate(state, addr as usize, len);
+        let (at, n) = arena.clip(addr as usize, len).unwrap_or((0, 0));
+        if let Err(e) = arena.unmap(at, n) {
+            sys::set_errno(e);
+            return -1;
+        }
+        // The parts outside the arena are the kernel's.
+        let before = at - addr as usize;
+        let after = (addr as usize + len.next_multiple_of(PAGE_SIZE)).saturating_sub(at + n);
+        let mut rc = 0;
+        if before > 0 {
+            rc |= next_munmap(addr, before);
+        }
+        if after > 0 {
+            rc |= next_munmap((at + n) as *mut c_void, after);
+        }
+        return rc;
     }
     next_munmap(addr, len)
 }
 
+/// `mprotect` goes to the kernel: an arena page follows its own
+/// protection (the region restores it on access whatever it is, and moves
+/// out only pages that are read-write).
+///
 /// # Safety
 /// The caller's contract is `mprotect(2)`'s.
 #[no_mangle]
 pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: size_t, prot: c_int) -> c_int {
-    // Read-write is what a region already is; any other protection on part
-    // of a region would leave pages the reclaimer cannot move out (and
-    // write-protected restores it could not make): plain memory instead.
-    if prot != libc::PROT_READ | libc::PROT_WRITE {
-        if let Some(state) = program_call(addr as usize, len) {
-            let _inside = Inside::enter();
-            eject_overlapping(state, addr as usize, len);
-        }
-    }
     match real::mprotect() {
         // SAFETY: the C library's mprotect with the caller's arguments.
         Some(f) => unsafe { f(addr, len, prot) },
-        // SAFETY: the raw system call with the caller's arguments.
-        None => unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as c_int },
+        None => sys::raw_mprotect(addr as usize, len, prot),
     }
 }
 
@@ -162,19 +207,18 @@ fn next_madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
     match real::madvise() {
         // SAFETY: the C library's madvise with the caller's arguments.
         Some(f) => unsafe { f(addr, len, advice) },
-        // SAFETY: the raw system call with the caller's arguments.
-        None => unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as c_int },
+        None => sys::raw_madvise(addr as usize, len, advice),
     }
 }
 
-/// `madvise` goes through: `MADV_DONTNEED` on region memory reaches the
-/// region as a userfaultfd remove event (the pages read as zeros afterwards,
-/// as without zpage), and the other advice values leave a region's contents
-/// alone, except `MADV_FREE`, made a `MADV_DONTNEED` on region memory. Its
-/// remove event is the same, but the kernel zaps nothing, so the region
-/// cannot tell its pages from ones a `MADV_DONTNEED` is about to zap and
-/// keeps them resident for a second (`zpage_region`'s hazards table);
-/// dropping the contents at once is what `MADV_FREE` allows anyway.
+/// `madvise` goes through: `MADV_DONTNEED` on arena memory reaches the
+/// region as a userfaultfd remove event (the pages read as zeros
+/// afterwards, as without zpage); `MADV_FREE` is made a `MADV_DONTNEED` on
+/// arena memory (which `MADV_FREE` allows: the region cannot tell its pages
+/// from ones a `MADV_DONTNEED` is about to zap, see `zpage_region`'s
+/// hazards table); `MADV_HUGEPAGE` on arena memory is declined (the arena
+/// is kept in 4 KiB pages, which is what moves out); `MADV_POPULATE_*`
+/// restores the range first (the kernel cannot fault an evicted page in).
 ///
 /// `MADV_WIPEONFORK`, `MADV_KEEPONFORK`, `MADV_DONTFORK` and `MADV_DOFORK`
 /// on region memory go to the kernel through the region layer, which
@@ -188,8 +232,9 @@ fn next_madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
 /// The caller's contract is `madvise(2)`'s.
 #[no_mangle]
 pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) -> c_int {
+    let arena = program_arena(addr as usize, len);
     if let Some(fork_advice) = zpage_region::ForkAdvice::from_madvise(advice) {
-        if let Some(state) = program_call(addr as usize, len) {
+        if arena.is_some() {
             let _inside = Inside::enter();
             let advised = zpage_region::advise_fork(addr as usize, len, fork_advice, || {
                 match next_madvise(addr, len, advice) {
@@ -203,7 +248,20 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
                 Ok(()) => 0,
                 Err(failed) => {
                     if failed.regions_unsure {
-                        eject_overlapping(state, addr as usize, len);
+                        // The arena cannot be given back as plain memory, and
+                        // a child would get pages the kernel was told to
+                        // wipe, or lose pages it was told to keep.
+                        zpage_region::Fatal::new()
+                            .text("madvise(")
+                            .hex(addr as u64)
+                            .text(", ")
+                            .dec(len as u64)
+                            .text(") on compressed memory failed part way (errno ")
+                            .dec(failed.errno as u64)
+                            .text("): zpage cannot tell which pages a forked child must get, and ends \
+                                   the program rather than give it wrong ones. If the advised memory is a \
+                                   mapping of its own, a larger `zpage run --min-mapping` keeps it plain.\n")
+                            .abort();
                     }
                     sys::set_errno(failed.errno);
                     -1
@@ -211,25 +269,24 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: size_t, advice: c_int) 
             };
         }
     }
-    if matches!(advice, libc::MADV_POPULATE_READ | libc::MADV_POPULATE_WRITE) {
-        // The kernel cannot populate an evicted page (EFAULT): restore first.
-        // zpage's reclaimer issues this advice itself, on pages it holds.
-        if program_call(addr as usize, len).is_some() && !zpage_region::on_zpage_thread() {
+    let advice = match advice {
+        libc::MADV_POPULATE_READ | libc::MADV_POPULATE_WRITE
+            if arena.is_some() && !zpage_region::on_zpage_thread() =>
+        {
             let _inside = Inside::enter();
             let _ = zpage_region::prefault_range(addr as usize, len);
+            advice
         }
-    }
-    let advice = if advice == libc::MADV_FREE && program_call(addr as usize, len).is_some() {
-        libc::MADV_DONTNEED
-    } else {
-        advice
+        libc::MADV_FREE if arena.is_some() => libc::MADV_DONTNEED,
+        libc::MADV_HUGEPAGE if arena.is_some() => return 0,
+        other => other,
     };
     next_madvise(addr, len, advice)
 }
 
-/// Copies `len` bytes of one region's contents into fresh memory at `to`,
-/// skipping zero pages (the destination is fresh and reads as zeros), so
-/// pages the program never wrote are not made resident.
+/// Copies `len` bytes from `from` into fresh memory at `to`, skipping
+/// pages that read as zeros (the destination is fresh and reads as zeros),
+/// so pages never written are not made resident.
 ///
 /// # Safety
 /// `from` and `to` are valid for `len` bytes and do not overlap.
@@ -247,38 +304,73 @@ pub unsafe fn copy_nonzero_pages(from: usize, to: usize, len: usize) {
     }
 }
 
-/// Moves a whole region to a new region of `new_len` (the `mremap` of
-/// glibc's `realloc` and of runtimes growing a buffer): a fresh region,
-/// the contents copied, the old one given up and unmapped.
-fn move_region(state: &state::State, placed: Placed, new_len: usize) -> *mut c_void {
-    let Some(new_base) = state.place(new_len, placed.from_malloc) else {
-        // No region: plain memory, the contents copied, the old given up.
-        let p = next_mmap(
-            std::ptr::null_mut(),
-            new_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            state.put_back(placed);
-            sys::set_errno(libc::ENOMEM);
-            return libc::MAP_FAILED;
+/// `mremap` of arena memory: shrinking releases the tail; growing or
+/// moving makes a new read-write arena mapping (at `new_addr` with
+/// `MREMAP_FIXED`), copies the contents and releases the old one (kept
+/// with `MREMAP_DONTUNMAP`, as emptied memory).
+fn arena_mremap(
+    arena: &Arena,
+    old: usize,
+    old_len: usize,
+    new_len: usize,
+    flags: c_int,
+    new_addr: usize,
+) -> *mut c_void {
+    let old_len = old_len.next_multiple_of(PAGE_SIZE);
+    let new_len = new_len.next_multiple_of(PAGE_SIZE);
+    if !arena.contains(old, old_len) || new_len == 0 {
+        return fail(libc::EINVAL);
+    }
+    let fixed = flags & libc::MREMAP_FIXED != 0;
+    if new_len <= old_len && !fixed {
+        if new_len < old_len {
+            if let Err(e) = arena.unmap(old + new_len, old_len - new_len) {
+                return fail(e);
+            }
         }
-        // SAFETY: both ranges are live mappings of at least the copied length.
-        unsafe { copy_nonzero_pages(placed.base, p as usize, placed.len.min(new_len)) };
-        let (base, len) = (placed.base, placed.len);
-        state.release(placed);
-        next_munmap(base as *mut c_void, len);
-        return p;
+        return old as *mut c_void;
+    }
+    if flags & libc::MREMAP_MAYMOVE == 0 {
+        // Growing in place: only if nothing is in the way.
+        if arena.in_use(old + old_len, new_len - old_len) {
+            return fail(libc::ENOMEM);
+        }
+        return match arena.map_fixed(
+            old + old_len,
+            new_len - old_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+        ) {
+            Ok(()) => old as *mut c_void,
+            Err(e) => fail(e),
+        };
+    }
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    let to = if fixed {
+        if !arena.contains(new_addr, new_len) {
+            return fail(libc::EINVAL);
+        }
+        if let Err(e) = arena.map_fixed(new_addr, new_len, rw) {
+            return fail(e);
+        }
+        new_addr
+    } else {
+        match arena.map(new_len, rw, 0) {
+            Some(p) => p,
+            None => return fail(libc::ENOMEM),
+        }
     };
-    // SAFETY: both are live regions of at least the copied length.
-    unsafe { copy_nonzero_pages(placed.base, new_base, placed.len.min(new_len)) };
-    let (base, len) = (placed.base, placed.len);
-    state.release(placed);
-    next_munmap(base as *mut c_void, len);
-    new_base as *mut c_void
+    // SAFETY: both are live arena mappings of at least the copied length,
+    // and distinct.
+    unsafe { copy_nonzero_pages(old, to, old_len.min(new_len)) };
+    let released = if flags & libc::MREMAP_DONTUNMAP != 0 {
+        arena.map_fixed(old, old_len, rw)
+    } else {
+        arena.unmap(old, old_len)
+    };
+    if let Err(e) = released {
+        return fail(e);
+    }
+    to as *mut c_void
 }
 
 /// `mremap`'s fifth argument exists only with `MREMAP_FIXED`: on x86-64 and
@@ -296,24 +388,16 @@ pub unsafe extern "C" fn mremap(
     flags: c_int,
     new_addr: *mut c_void,
 ) -> *mut c_void {
-    if let Some(state) = program_call(old as usize, old_len.max(1)) {
+    if let Some(arena) = program_arena(old as usize, old_len) {
         let _inside = Inside::enter();
-        match state.take_exact(old as usize, state::Made::Either) {
-            Some(placed)
-                if placed.len == old_len.next_multiple_of(PAGE_SIZE)
-                    && flags == libc::MREMAP_MAYMOVE
-                    && !state::FORKED_CHILD.load(std::sync::atomic::Ordering::Relaxed)
-                    && new_len > 0 =>
-            {
-                return move_region(state, placed, new_len);
-            }
-            Some(placed) => state.eject(placed),
-            None => {}
-        }
-        eject_overlapping(state, old as usize, old_len.max(1));
-        if flags & libc::MREMAP_FIXED != 0 {
-            vacate(state, new_addr as usize, new_len);
-        }
+        return arena_mremap(
+            arena,
+            old as usize,
+            old_len,
+            new_len,
+            flags,
+            new_addr as usize,
+        );
     }
     match real::mremap() {
         // SAFETY: the C library's mremap with the caller's arguments.

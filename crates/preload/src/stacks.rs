@@ -268,11 +268,10 @@ pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
             s.lock_future.store(true, Ordering::Release);
         }
         if flags & libc::MCL_CURRENT != 0 {
-            for placed in s.lock().iter() {
-                if let Err(e) = placed.region.restore_all() {
+            if let Some(arena) = s.arena_if_started() {
+                if let Err(e) = arena.region().restore_all() {
                     sys::stderr_line(&format!(
-                        "zpage: mlockall could not restore the region at {:#x}: {e}\n",
-                        placed.base
+                        "zpage: mlockall could not restore every page of the arena: {e}\n"
                     ));
                 }
             }
@@ -304,8 +303,8 @@ pub unsafe extern "C" fn munlockall() -> c_int {
         let saved = zpage_syscalls::errno();
         let _inside = Inside::enter();
         s.lock_future.store(false, Ordering::Release);
-        for placed in s.lock().iter() {
-            placed.region.resume_eviction();
+        if let Some(arena) = s.arena_if_started() {
+            arena.region().resume_eviction();
         }
         let locked: Vec<(usize, usize)> = PINNED
             .lock()

@@ -20,6 +20,24 @@ pub fn raw_mmap(
     }
 }
 
+/// `mprotect(2)` as a raw system call; 0 or -1 with `errno`.
+pub fn raw_mprotect(addr: usize, len: usize, prot: i32) -> i32 {
+    // SAFETY: the kernel validates every argument.
+    unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as i32 }
+}
+
+/// `madvise(2)` as a raw system call; 0 or -1 with `errno`.
+pub fn raw_madvise(addr: usize, len: usize, advice: i32) -> i32 {
+    // SAFETY: the kernel validates every argument; advice that discards
+    // data is the caller's decision.
+    unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as i32 }
+}
+
+/// The calling thread's `errno`.
+pub fn errno() -> i32 {
+    zpage_syscalls::errno()
+}
+
 /// `munmap(2)` as a raw system call.
 pub fn raw_munmap(addr: *mut libc::c_void, len: usize) -> i32 {
     // SAFETY: as above; unmapping is the caller's decision.

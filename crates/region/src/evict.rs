@@ -84,10 +84,10 @@ pub enum Evict {
     /// Pinned, held by another thread for a moment, shared after fork, or
     /// another transient condition: try later.
     Retry,
-    /// Not a resident page any more, or one that cannot move out now (its
-    /// mapping is not read-write: `UFFDIO_MOVE` refuses it with `EINVAL`):
-    /// its record is dropped, and the victim lists pick it up again when
-    /// rebuilt from the page slots.
+    /// Not a resident page any more, or one that cannot move out now (a
+    /// page of a reserved region whose protection is not read-write:
+    /// `UFFDIO_MOVE` refuses it with `EINVAL`): its record is dropped, and
+    /// the victim lists pick it up again when rebuilt from the page slots.
     Stale,
     /// Eviction of this region is paused (fork, `restore_all`).
     Paused,

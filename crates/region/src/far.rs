@@ -156,13 +156,19 @@ pub unsafe fn syscall(nr: i64, args: [i64; 6]) -> i64 {
 /// read-write from the reserved range, or `None` when the range is not
 /// reserved or has no room.
 pub(crate) fn take(len: usize) -> Option<usize> {
+    take_with(len, libc::PROT_READ | libc::PROT_WRITE)
+}
+
+/// As [`take`], mapped with protection `prot` (`PROT_NONE`: reserved, for a
+/// region whose parts the program makes accessible itself).
+pub(crate) fn take_with(len: usize, prot: i32) -> Option<usize> {
     debug_assert!(len.is_multiple_of(PAGE_SIZE));
     if !is_reserved() || len == 0 {
         return None;
     }
     let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
     let base = carve(&mut free, len)?;
-    if sys::map_fixed(base, len, libc::PROT_READ | libc::PROT_WRITE, false).is_err() {
+    if sys::map_fixed(base, len, prot, false).is_err() {
         insert_free(&mut free, base, len);
         return None;
     }

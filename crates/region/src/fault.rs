@@ -149,6 +149,7 @@ impl Access {
 /// Returns `Err` only when the mapping is going away (munmap in flight,
 /// process exiting); the access then fails the way it would without zpage.
 pub fn resolve(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Result<(), Errno> {
+    core.touch(page);
     let started = sys::now_ns();
     if core.budget.in_forked_child() {
         let errno = core.budget.child().setup_errno();

@@ -168,7 +168,7 @@ extern "C" fn prepare() {
 /// on region memory, the only resolver the gate lets through) to settle.
 fn wait_until_pages_settle(shared: &Arc<Shared>) {
     for_each_region_of(shared, |core| {
-        for slot in core.pages.iter() {
+        for slot in core.touched_pages().iter() {
             while matches!(
                 slot.load().tag(),
                 Tag::Restoring | Tag::Evicting | Tag::Compressing
@@ -185,7 +185,7 @@ fn wait_until_pages_settle(shared: &Arc<Shared>) {
 /// gets none of their contents.
 fn restore_every_page(shared: &Arc<Shared>) {
     for_each_region_of(shared, |core| {
-        for page in 0..core.page_count() {
+        for page in 0..core.touched_pages().len() {
             if core.fork_marks.child_gets_nothing(page) {
                 continue;
             }
@@ -343,7 +343,7 @@ fn forget_advised_pages(core: &RegionCore) {
 /// If the parent's event thread was applying discards at the fork, a page
 /// our books call evicted whose entry is gone was discarded: zeros.
 fn adopt_pages(core: &RegionCore, events_in_flight: bool) {
-    for slot in core.pages.iter() {
+    for slot in core.touched_pages().iter() {
         let s = slot.load();
         if s.tag() == Tag::Resident && s.clean() {
             let _ = slot.take_page_ref();
@@ -353,14 +353,18 @@ fn adopt_pages(core: &RegionCore, events_in_flight: bool) {
     if events_in_flight {
         // If the page table cannot be read, the books stand: an evicted
         // page still has its marker unless a discard raced with the fork.
-        let _ = sys::page_table_entries(core.mapping.base(), core.page_count(), |page, entry| {
-            let slot = &core.pages[page];
-            let s = slot.load();
-            if s.tag() == Tag::Stored && !entry {
-                let _ = slot.take_page_ref();
-                slot.set(s.emptied());
-            }
-        });
+        let _ = sys::page_table_entries(
+            core.mapping.base(),
+            core.touched_pages().len(),
+            |page, entry| {
+                let slot = &core.pages[page];
+                let s = slot.load();
+                if s.tag() == Tag::Stored && !entry {
+                    let _ = slot.take_page_ref();
+                    slot.set(s.emptied());
+                }
+            },
+        );
     }
 }
 

@@ -257,7 +257,8 @@
 //! `unsafe` lives in `sys` and `sys/uffd` (system calls and ioctls),
 //! `mapping` (zpage's own mappings), `threads` (signal masks), `fatal` (the
 //! message written before `abort`), `far` (the trampoline's code page and
-//! calls through it), `signal` (the handler, chaining), `table` (the region
+//! calls through it), `page::SlotArray` (page slots in a mapping of their own),
+//! `signal` (the handler, chaining), `table` (the region
 //! table's pointers), `workers` (the preallocated decompression workers),
 //! `tier_reader` (the request slots handed to the tier reader thread) and
 //! `fork` (registering the atfork hooks), and in the tests (`sys/tests`,
@@ -313,6 +314,7 @@ mod evict;
 pub mod far;
 mod fatal;
 mod fault;
+mod foreign;
 mod fork;
 mod limits;
 mod mapping;

@@ -32,6 +32,18 @@ impl Mapping {
         }
     }
 
+    /// `pages` pages of the far range, reserved (`PROT_NONE`): for a region
+    /// whose parts the program maps and protects itself (the preload
+    /// library's arena). `ENOMEM` if the far range is not reserved or has
+    /// no room.
+    pub fn reserve_for_region(pages: usize) -> Result<Mapping, Errno> {
+        let len = pages * PAGE_SIZE;
+        match crate::far::take_with(len, libc::PROT_NONE) {
+            Some(base) => Mapping::at(base, len),
+            None => Err(Errno(libc::ENOMEM)),
+        }
+    }
+
     fn at(base: usize, len: usize) -> Result<Mapping, Errno> {
         let m = Mapping {
             base,

@@ -166,6 +166,88 @@ pub struct PageSlot {
     pub aging: PageAging,
 }
 
+/// A region's page slots, all EMPTY with no reference and no history when
+/// made: a private anonymous mapping of their own (`MAP_NORESERVE`), since
+/// all-zero is the EMPTY state and the kernel hands out zero pages lazily.
+/// So the slots of pages never touched cost nothing, which a reserved
+/// region of a terabyte (a runtime's heap reservation) relies on: its
+/// 8 GiB of slots are memory only where pages were used. A boxed slice
+/// would not do: its 32-byte alignment takes the allocator's aligned path,
+/// which clears every byte.
+pub struct SlotArray {
+    ptr: std::ptr::NonNull<PageSlot>,
+    len: usize,
+}
+
+// SAFETY: the slots are atomics only, shared between threads by design; the
+// array owns its mapping.
+#[allow(unsafe_code)]
+unsafe impl Send for SlotArray {}
+// SAFETY: as above: `&SlotArray` only hands out `&[PageSlot]` (atomics).
+#[allow(unsafe_code)]
+unsafe impl Sync for SlotArray {}
+
+impl SlotArray {
+    /// `n` slots, all EMPTY with no reference and no history.
+    #[allow(unsafe_code)]
+    pub fn zeroed(n: usize) -> Result<SlotArray, crate::sys::Errno> {
+        const _: () = assert!(Tag::Empty as u64 == 0);
+        const _: () =
+            assert!(crate::sys::PAGE_SIZE.is_multiple_of(std::mem::align_of::<PageSlot>()));
+        if n == 0 {
+            return Ok(SlotArray {
+                ptr: std::ptr::NonNull::dangling(),
+                len: 0,
+            });
+        }
+        let bytes = n
+            .checked_mul(std::mem::size_of::<PageSlot>())
+            .ok_or(crate::sys::Errno(libc::ENOMEM))?;
+        let p = crate::sys::mmap_anon(bytes)?;
+        Ok(SlotArray {
+            // SAFETY: mmap succeeded, so `p` is not null; page alignment
+            // covers PageSlot's (asserted above).
+            ptr: unsafe { std::ptr::NonNull::new_unchecked(p.cast()) },
+            len: n,
+        })
+    }
+}
+
+impl std::ops::Deref for SlotArray {
+    type Target = [PageSlot];
+    #[allow(unsafe_code)]
+    fn deref(&self) -> &[PageSlot] {
+        // SAFETY: `len` slots of fresh zeroed memory owned by `self` until
+        // drop; PageSlot is atomics only (u64, u64, u32, u32, u8), for which
+        // all-zero bytes are valid, and all-zero is the EMPTY state with no
+        // reference and no aging history (checked by a test against
+        // Default). A dangling pointer with `len` 0 is a valid empty slice.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for SlotArray {
+    #[allow(unsafe_code)]
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: the mapping `zeroed` made, no longer borrowed (drop
+            // has `&mut self`).
+            let _ = unsafe {
+                crate::sys::munmap(
+                    self.ptr.as_ptr().cast(),
+                    self.len * std::mem::size_of::<PageSlot>(),
+                )
+            };
+        }
+    }
+}
+
+impl std::fmt::Debug for SlotArray {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SlotArray({} slots)", self.len)
+    }
+}
+
 const _: () = assert!(
     std::mem::size_of::<PageSlot>() == 32,
     "one page's slot is a half cache line"
@@ -234,6 +316,17 @@ impl PageSlot {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn zeroed_slots_are_empty_with_no_reference_and_no_history() {
+        let slots = super::SlotArray::zeroed(3).unwrap();
+        for slot in slots.iter() {
+            assert_eq!(slot.load(), super::State::EMPTY);
+            assert!(slot.take_page_ref().is_none());
+            assert_eq!(slot.aging.activations(), 0);
+            assert_eq!(slot.aging.gen.load(std::sync::atomic::Ordering::Relaxed), 0);
+        }
+    }
+
     use super::*;
 
     #[test]

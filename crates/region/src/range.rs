@@ -21,7 +21,7 @@ pub fn prefault_range(addr: usize, len: usize) -> Result<(), RegionError> {
         let Some(range) = pages_in(core, addr, len) else {
             return;
         };
-        for page in range {
+        for page in range.filter(|&p| !core.foreign.contains(p)) {
             if let Err(e) = fault::resolve(core, page, Access::WRITABLE, Ctx::Api) {
                 result = Err(RegionError::sys("prefault", e));
                 return;

@@ -232,7 +232,7 @@ impl Reclaimer {
             if !std::ptr::eq(&*core.budget, &*budget) {
                 return;
             }
-            for (page, slot) in core.pages.iter().enumerate() {
+            for (page, slot) in core.touched_pages().iter().enumerate() {
                 if slot.load().tag() == Tag::Resident {
                     let gen = slot.aging.gen.load(Ordering::Acquire);
                     self.aging

@@ -44,25 +44,89 @@ impl Region {
     /// other region made on it.
     pub fn with_budget(budget: &Budget, size_bytes: usize) -> Result<Region, RegionError> {
         validate_size(size_bytes)?;
-        let shared: &Arc<Shared> = budget.shared();
         let pages = size_bytes.div_ceil(PAGE_SIZE);
         let mapping =
             Mapping::new_for_region(pages).map_err(|e| RegionError::sys("mmap(region)", e))?;
+        Region::on_mapping(budget, mapping)
+    }
+
+    /// A region of `size_bytes` of the far range (`crate::far`, reserved
+    /// first) that starts reserved, `PROT_NONE`: the caller makes its parts
+    /// accessible with `mprotect`, as a program does with address space it
+    /// reserved. Pages follow their own protection: read-write pages are
+    /// evicted and restored as in any region; a page made inaccessible or
+    /// read-only keeps its contents (restored on access, never moved out
+    /// while it is not writable). For the preload library, which places
+    /// every anonymous mapping of a program in one such region. Its page
+    /// slots cost memory only for pages touched.
+    pub fn reserved_with_budget(budget: &Budget, size_bytes: usize) -> Result<Region, RegionError> {
+        validate_size(size_bytes)?;
+        let pages = size_bytes.div_ceil(PAGE_SIZE);
+        let mapping = Mapping::reserve_for_region(pages)
+            .map_err(|e| RegionError::sys("reserve the region's range in the far range", e))?;
+        Region::on_mapping(budget, mapping)
+    }
+
+    /// Hands `[offset, offset + len)` over to something else the program is
+    /// about to map there (a file or shared mapping with `MAP_FIXED` over
+    /// address space of a [`Region::reserved_with_budget`] region): what the
+    /// region held there is dropped (as a program's `MADV_DONTNEED` drops
+    /// it), the range is unregistered from the userfaultfd, and zpage never
+    /// touches it again until [`Region::take_back`]. Page-aligned.
+    pub fn hand_over(&self, offset: usize, len: usize) -> Result<(), RegionError> {
+        self.check_live()?;
+        let range = self.pages_of(offset, len)?;
+        if !self.core.foreign.add(range.start, range.end) {
+            return Err(RegionError::InvalidConfig(format!(
+                "a region holds at most {} ranges mapped over by something else",
+                crate::foreign::MAX_FOREIGN
+            )));
+        }
+        let (addr, len) = (self.core.page_addr(range.start), range.len() * PAGE_SIZE);
+        // The program's own discard path: a remove event drops what the
+        // region held for these pages, resident or evicted.
+        sys::discard(addr, len).map_err(|e| RegionError::sys("madvise(MADV_DONTNEED)", e))?;
+        sys::uffd_unregister(self.core.budget.uffd().fd(), addr, len)
+            .map_err(|e| RegionError::sys("UFFDIO_UNREGISTER", e))
+    }
+
+    /// Takes `[offset, offset + len)` back after the program unmapped what it
+    /// had mapped there: the caller has mapped it reserved again
+    /// (`PROT_NONE`, private, anonymous); it is registered again, its pages
+    /// EMPTY. Page-aligned.
+    pub fn take_back(&self, offset: usize, len: usize) -> Result<(), RegionError> {
+        self.check_live()?;
+        let range = self.pages_of(offset, len)?;
+        let (addr, len) = (self.core.page_addr(range.start), range.len() * PAGE_SIZE);
+        let mode = if self.core.budget.keeps_clean_copies() {
+            sys::REGISTER_MODE_MISSING | sys::REGISTER_MODE_WP
+        } else {
+            sys::REGISTER_MODE_MISSING
+        };
+        sys::uffd_register(self.core.budget.uffd().fd(), addr, len, mode)
+            .map_err(|e| RegionError::sys("UFFDIO_REGISTER", e))?;
+        self.core.foreign.remove(range.start, range.end);
+        Ok(())
+    }
+
+    fn on_mapping(budget: &Budget, mapping: Mapping) -> Result<Region, RegionError> {
+        let shared: &Arc<Shared> = budget.shared();
         let mode = if shared.keeps_clean_copies() {
             sys::REGISTER_MODE_MISSING | sys::REGISTER_MODE_WP
         } else {
             sys::REGISTER_MODE_MISSING
         };
+        let slots = crate::page::SlotArray::zeroed(mapping.pages())
+            .map_err(|e| RegionError::sys("mmap(page slots)", e))?;
         sys::uffd_register(shared.uffd().fd(), mapping.base(), mapping.len(), mode)
             .map_err(|e| RegionError::sys("UFFDIO_REGISTER(region)", e))?;
-        let core = Arc::new(RegionCore::new(Arc::clone(shared), mapping));
+        let core = Arc::new(RegionCore::new(Arc::clone(shared), mapping, slots));
         let Some(id) = table::register(&core, core.mapping.base(), core.mapping.len()) else {
             let _ =
                 sys::uffd_unregister(shared.uffd().fd(), core.mapping.base(), core.mapping.len());
             return Err(RegionError::TooManyRegions(table::MAX_REGIONS));
         };
         core.set_id(id);
-        shared.add_region_pages(pages);
         Ok(Region {
             core,
             budget: budget.clone(),
@@ -378,7 +442,7 @@ pub(crate) fn pin_pages(
     let budget = &core.budget;
     let new_pins = range
         .clone()
-        .filter(|&p| core.pages[p].load().pins() == 0)
+        .filter(|&p| core.pages[p].load().pins() == 0 && !core.foreign.contains(p))
         .count();
     let total = budget_pinned(budget) + new_pins;
     if limit == PinLimit::HalfBudget && total > budget.limits().budget_pages / 2 {
@@ -396,6 +460,10 @@ pub(crate) fn pin_pages(
     let mut mapped = [0u8; 256];
     let mut chunk = usize::MAX..usize::MAX;
     for page in range.clone() {
+        if core.foreign.contains(page) {
+            // Not zpage's memory: nothing to pin.
+            continue;
+        }
         if !chunk.contains(&page) {
             let pages = mapped.len().min(range.end - page);
             chunk = page..page + pages;
@@ -439,10 +507,11 @@ pub(crate) fn unpin_pages(
     core: &RegionCore,
     range: std::ops::Range<usize>,
 ) -> Result<(), RegionError> {
-    if let Some(p) = range.clone().find(|&p| core.pages[p].load().pins() == 0) {
+    let range = || range.clone().filter(|&p| !core.foreign.contains(p));
+    if let Some(p) = range().find(|&p| core.pages[p].load().pins() == 0) {
         return Err(RegionError::NotPinned(p * PAGE_SIZE));
     }
-    for page in range {
+    for page in range() {
         let slot = &core.pages[page];
         loop {
             let s = slot.load();
@@ -470,7 +539,7 @@ fn budget_pinned(budget: &Shared) -> usize {
 
 /// Restores every evicted page of `core` (no allocation, no lock).
 pub(crate) fn restore_all(core: &RegionCore) -> Result<(), sys::Errno> {
-    for page in 0..core.page_count() {
+    for page in 0..core.touched_pages().len() {
         if core.pages[page].load().evicted() {
             fault::resolve(core, page, Access::READ, Ctx::Api)?;
         }
@@ -496,7 +565,7 @@ impl Drop for Region {
         // slots, and its share of the budget. Freeing takes the pool's lock.
         let _signals = SignalGuard::block_async();
         let _g = budget.lock_reclaim();
-        for slot in core.pages.iter() {
+        for slot in core.touched_pages().iter() {
             let s = slot.load();
             if let Some(page_ref) = slot.take_page_ref() {
                 budget.release(page_ref);
@@ -506,7 +575,7 @@ impl Drop for Region {
             }
         }
         budget.resident().sub(core.resident.load(Ordering::Acquire));
-        budget.remove_region_pages(core.page_count());
+        budget.remove_region_pages(core.touched_pages().len());
         budget.staging().discard_pending(budget.resident());
         budget.signal_room();
         // The mapping is unmapped with the core; the budget's threads stop

@@ -8,7 +8,7 @@ use crate::evict::gate::EvictionHold;
 use crate::fatal::Fatal;
 use crate::fork::marks::ForkMarks;
 use crate::mapping::Mapping;
-use crate::page::PageSlot;
+use crate::page::{PageSlot, SlotArray};
 use crate::queues::{Record, RegionId};
 use crate::shared::Shared;
 use crate::sys::{self, PAGE_SIZE};
@@ -20,7 +20,17 @@ use std::sync::{Arc, Mutex};
 pub struct RegionCore {
     pub budget: Arc<Shared>,
     pub mapping: Mapping,
-    pub pages: Box<[PageSlot]>,
+    /// One slot per page, allocated zeroed (every slot starts EMPTY), so a
+    /// region much larger than what the program uses of it (the preload
+    /// library's one arena per process) costs memory only for the slots of
+    /// pages it touches.
+    pub pages: SlotArray,
+    /// Parts of the region the program mapped something else over (module
+    /// `foreign`).
+    pub foreign: crate::foreign::ForeignRanges,
+    /// One past the highest page index that ever left EMPTY: every page at
+    /// or above it is EMPTY, so walks over the pages stop here.
+    touched: AtomicUsize,
     pub counters: Counters,
     /// Table index and incarnation, packed; set once registered.
     id: AtomicU32,
@@ -38,11 +48,14 @@ pub struct RegionCore {
 }
 
 impl RegionCore {
-    pub fn new(budget: Arc<Shared>, mapping: Mapping) -> RegionCore {
-        let pages = mapping.pages();
+    /// `pages` holds one slot for each page of `mapping`.
+    pub fn new(budget: Arc<Shared>, mapping: Mapping, pages: SlotArray) -> RegionCore {
+        debug_assert_eq!(pages.len(), mapping.pages());
         RegionCore {
             budget,
-            pages: (0..pages).map(|_| PageSlot::default()).collect(),
+            pages,
+            touched: AtomicUsize::new(0),
+            foreign: Default::default(),
             mapping,
             counters: Counters::default(),
             id: AtomicU32::new(u32::MAX),
@@ -113,6 +126,21 @@ impl RegionCore {
 
     pub fn page_count(&self) -> usize {
         self.pages.len()
+    }
+
+    /// Records that `page` leaves EMPTY (a fault or an API call resolves
+    /// it). Async-signal-safe.
+    pub fn touch(&self, page: usize) {
+        let before = self.touched.fetch_max(page + 1, Ordering::AcqRel);
+        if page + 1 > before {
+            self.budget.add_region_pages(page + 1 - before);
+        }
+    }
+
+    /// The slots of every page that ever left EMPTY (the others are EMPTY):
+    /// what walks over a region's pages go through.
+    pub fn touched_pages(&self) -> &[PageSlot] {
+        &self.pages[..self.touched.load(Ordering::Acquire).min(self.pages.len())]
     }
 
     /// The start of a fatal message about one page (async-signal-safe).

@@ -242,17 +242,21 @@ impl Shared {
 
     // ---- The regions drawing on it ----
 
-    /// A region of `pages` pages now draws on the budget.
+    /// Pages of the budget's regions that ever left EMPTY grew by `pages`
+    /// (a region's touched mark, `RegionCore::touch`). Async-signal-safe.
     pub fn add_region_pages(&self, pages: usize) {
         self.region_pages.fetch_add(pages, Ordering::AcqRel);
     }
 
-    /// A region of `pages` pages no longer draws on the budget.
+    /// A region whose touched mark was `pages` no longer draws on the budget.
     pub fn remove_region_pages(&self, pages: usize) {
         self.region_pages.fetch_sub(pages, Ordering::AcqRel);
     }
 
-    /// Pages of every live region of the budget.
+    /// Pages of every live region of the budget that ever left EMPTY: the
+    /// most pages the reclaimer's records can name, whatever the regions'
+    /// sizes (a region as large as the preload library's arena is mostly
+    /// never touched).
     pub fn region_pages(&self) -> usize {
         self.region_pages.load(Ordering::Relaxed)
     }

@@ -121,6 +121,10 @@ pub fn ensure_front() -> Result<(), sys::Errno> {
 fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
     table::at_address(addr, |core, page| {
         crate::profile::end(crate::profile::Part::Dispatch, entered, 1);
+        if core.foreign.contains(page) {
+            // Something else is mapped there: the fault is the kernel's.
+            return false;
+        }
         if core.owner_pid() != sys::getpid() && !core.vfork_child_can_resolve() {
             core.about_page(page)
                 .text(" was touched in a child process forked while it was evicted; the region's userfaultfd stayed with the parent, so it cannot be restored here")
@@ -137,8 +141,9 @@ fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
                 .text(" while resolving a fault; ending the process rather than loop")
                 .abort(),
         }
+        true
     })
-    .is_some()
+    .unwrap_or(false)
 }
 
 /// The access from the page-fault error code: a write, and a protection

@@ -67,10 +67,14 @@ fn ioctl<T>(fd: i32, request: u64, arg: &mut T) -> Result<(), Errno> {
 /// copy-on-write break after `fork()` makes it exclusive again, so
 /// `UFFDIO_MOVE` accepts it) without user space touching the page. An absent
 /// or write-protected page fails with `EFAULT` instead of raising a signal.
+///
+/// Made with `syscall(2)`, not `madvise(3)`: under the preload library the
+/// program's `madvise` is interposed, and its `MADV_POPULATE_*` restores
+/// the range first, which would wait on the very page being evicted.
 pub fn populate_write(addr: usize, len: usize) -> Result<(), Errno> {
     // SAFETY: populating (not discarding) a range of our own mapping; the
     // kernel keeps the contents.
-    let rc = unsafe { libc::madvise(addr as *mut c_void, len, MADV_POPULATE_WRITE) };
+    let rc = unsafe { libc::syscall(libc::SYS_madvise, addr, len, MADV_POPULATE_WRITE) };
     if rc == 0 {
         Ok(())
     } else {
