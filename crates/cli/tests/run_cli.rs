@@ -339,32 +339,66 @@ fn a_backing_file_holds_pages_and_the_output_is_a_plain_runs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The descriptors a Python program sees among its own (`os.listdir` of
-/// `/proc/self/fd`, each link read), after allocating `mib` MiB.
-fn own_descriptors_under_zpage(mib: u32) -> String {
-    let script = format!(
-        "import os\nkeep = bytearray({mib} << 20)\n\
-         print(sorted(os.readlink('/proc/self/fd/' + f) for f in os.listdir('/proc/self/fd') if os.path.exists('/proc/self/fd/' + f)))"
-    );
-    stdout_of(zpage_run(&["--budget", "16M"], &["python3", "-c", &script]))
+/// What a Python program sees of its descriptors: the number a new file
+/// gets, and, for each anonymous-inode descriptor, its number, what it is
+/// and whether it closes on `exec`.
+fn own_descriptors(under_zpage: bool) -> String {
+    let script = "import os, fcntl\n\
+        keep = [bytearray(64) for _ in range(100000)]\n\
+        fd = os.open('/dev/null', os.O_RDONLY)\n\
+        print('NEW', fd)\n\
+        for f in sorted(int(f) for f in os.listdir('/proc/self/fd')):\n\
+        \x20   try: what = os.readlink('/proc/self/fd/%d' % f)\n\
+        \x20   except OSError: continue\n\
+        \x20   if what.startswith('anon_inode:'):\n\
+        \x20       print('ANON', f, what, bool(fcntl.fcntl(f, fcntl.F_GETFD) & fcntl.FD_CLOEXEC))\n";
+    let args = ["python3", "-c", script];
+    if under_zpage {
+        stdout_of(zpage_run(&["--budget", "16M"], &args))
+    } else {
+        stdout_of(Command::new(args[0]).args(&args[1..]).output().unwrap())
+    }
 }
 
-/// Programs that list their own descriptors (CPython's `test_subprocess`
-/// checks that a child has exactly the ones it passed) see none of zpage's
-/// until zpage has placed memory: the budget, its userfaultfd and threads
-/// start with the first region.
+/// Programs that count their own descriptors (CPython's `test_subprocess`
+/// checks what a child inherits; servers expect the lowest free number)
+/// find zpage's far above theirs: every heap is in a region from the first
+/// `malloc`, so the budget's userfaultfd exists from then on, but it sits
+/// at 512 or above, closes on `exec`, and a new file gets the number it
+/// gets without zpage.
 #[test]
-fn the_budget_starts_with_the_first_region() {
-    let none_placed = own_descriptors_under_zpage(0);
-    assert!(
-        !none_placed.contains("userfaultfd"),
-        "a program that placed nothing sees zpage's descriptors: {none_placed}"
+fn zpage_descriptors_stay_out_of_the_programs_way() {
+    let plain = own_descriptors(false);
+    let under = own_descriptors(true);
+    let new_fd = |out: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix("NEW "))
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        new_fd(&under),
+        new_fd(&plain),
+        "plain:\n{plain}\nunder zpage:\n{under}"
     );
-    let placed = own_descriptors_under_zpage(64);
     assert!(
-        placed.contains("userfaultfd"),
-        "64 MiB placed in a region, yet no userfaultfd: {placed}"
+        under.contains("anon_inode:[userfaultfd]"),
+        "the heap is in a region, yet no userfaultfd: {under}"
     );
+    for line in under.lines().filter(|l| l.starts_with("ANON ")) {
+        let fields: Vec<&str> = line.split(' ').collect();
+        if plain.contains(fields[2]) {
+            continue;
+        }
+        let number: u32 = fields[1].parse().unwrap();
+        assert!(
+            number >= 512,
+            "zpage's descriptor among the program's: {line}"
+        );
+        assert_eq!(
+            fields[3], "True",
+            "zpage's descriptor survives exec: {line}"
+        );
+    }
 }
 
 /// What a Python program under `zpage run` finds of its own metrics file
