@@ -7,7 +7,9 @@
 
 use zpage_region::{BudgetConfig, BudgetOptions, Spelling, BUDGET_OPTIONS};
 
-pub use crate::env_names::{BUDGET_ENV, BUDGET_ENV_C, MIN_MAPPING_ENV, SYSCALLS_ENV};
+pub use crate::env_names::{
+    BUDGET_ENV, BUDGET_ENV_C, MIN_MAPPING_ENV, SYSCALLS_ENV, SYSCALLS_ENV_C,
+};
 
 /// How system calls on region memory are served (see [`SYSCALLS_ENV`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

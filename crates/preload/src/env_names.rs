@@ -19,3 +19,5 @@ pub const MIN_MAPPING_ENV: &str = "ZPAGE_RUN_MIN_MAPPING_BYTES";
 /// `EFAULT`). `wrappers` is for programs that must `exec` set-user-ID
 /// programs as a user other than root (the filter needs `no_new_privs`).
 pub const SYSCALLS_ENV: &str = "ZPAGE_RUN_SYSCALLS";
+/// [`SYSCALLS_ENV`], NUL-terminated (for `getenv` at the first `malloc`).
+pub const SYSCALLS_ENV_C: &str = "ZPAGE_RUN_SYSCALLS\0";

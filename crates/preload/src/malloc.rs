@@ -66,8 +66,9 @@ const NEXT: u8 = 2;
 /// Which allocator serves the program: decided at the first call.
 static CHOICE: AtomicU8 = AtomicU8::new(UNDECIDED);
 
-/// mimalloc when zpage is configured (its budget variable is set) and the
-/// program's allocator is the C library's; the next allocator otherwise.
+/// mimalloc when zpage is configured (its budget variable is set), serves
+/// system calls with the trap (not `wrappers`), and the program's allocator
+/// is the C library's; the next allocator otherwise.
 fn uses_mimalloc() -> bool {
     match CHOICE.load(Ordering::Acquire) {
         MIMALLOC => return true,
@@ -81,11 +82,18 @@ fn uses_mimalloc() -> bool {
     // SAFETY: getenv with a NUL-terminated name; it allocates nothing.
     let configured =
         unsafe { !libc::getenv(crate::config::BUDGET_ENV_C.as_ptr().cast()).is_null() };
+    // Under `wrappers` the C library's own system calls on evicted memory
+    // fail: its heap's objects (what it hands to those calls) stay plain.
+    // SAFETY: as above.
+    let wrappers = unsafe {
+        let v = libc::getenv(crate::config::SYSCALLS_ENV_C.as_ptr().cast());
+        !v.is_null() && std::ffi::CStr::from_ptr(v).to_bytes() == b"wrappers"
+    };
     let next_is_libc = match next_allocator!(malloc) {
         Some(f) => f as usize == __libc_malloc as *const () as usize,
         None => return false,
     };
-    let choice = if configured && next_is_libc {
+    let choice = if configured && !wrappers && next_is_libc {
         // SAFETY: setting an option before mimalloc's first allocation.
         // (Transparent huge pages are off in its build: `no_thp`.)
         unsafe { mi::mi_option_set(mi::mi_option_large_os_pages, 0) };
