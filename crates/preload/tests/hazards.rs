@@ -151,6 +151,32 @@ fn a_vfork_child_reads_evicted_pages_and_poll_works_on_one() {
 }
 
 #[test]
+fn a_vfork_child_that_closed_every_descriptor_reads_evicted_pages_and_execs() {
+    let r = run("vfork_closed");
+    assert_ok("vfork_closed", &r);
+    assert!(
+        r.stdout.contains("exec saw 2984 bytes"),
+        "the new program did not get its environment: {}",
+        r.stdout
+    );
+    let absent: Vec<usize> = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("absent before vfork"))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        absent.len() == 2 && absent[0] > 0 && absent[1] > 0,
+        "the data and the exec's strings must be evicted at the vfork: {}",
+        r.stdout
+    );
+}
+
+#[test]
 fn read_write_send_recv_futex_on_evicted_pages_work() {
     let r = run("io");
     assert_ok("io", &r);

@@ -103,6 +103,7 @@ use crate::aging;
 use crate::counters::Counters;
 use crate::evict::{self, Path};
 use crate::fatal::Fatal;
+use crate::fork::vfork::PageAccess;
 use crate::page::{State, Tag};
 use crate::profile;
 use crate::region_core::RegionCore;
@@ -170,6 +171,37 @@ pub fn resolve(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Resu
         profile::add_if_enabled(profile::Part::Resolve, ns);
     }
     result
+}
+
+/// Resolves `page` of `core` from this process: the region's owner
+/// (`owner`), or a `vfork()` child of it, which runs in the owner's memory.
+/// Such a child resolves the fault itself while its copy of the
+/// userfaultfd is open, and otherwise asks the owner's reclaimer to
+/// (module `fork::vfork`).
+pub fn resolve_from(
+    core: &RegionCore,
+    page: usize,
+    access: Access,
+    ctx: Ctx,
+    owner: bool,
+) -> Result<(), Errno> {
+    if owner || core.vfork_child_can_resolve() {
+        return resolve(core, page, access, ctx);
+    }
+    let budget = &*core.budget;
+    if budget.in_forked_child() {
+        // A forked child's budget has no reclaimer to ask.
+        return Err(Errno(libc::EBADF));
+    }
+    budget.vfork().ask(
+        core.page_addr(page),
+        PageAccess {
+            write: access.write,
+            protection: access.protection,
+        },
+        &|| budget.reclaim_signal().kick(),
+        &|| budget.reclaim_signal().stopping(),
+    )
 }
 
 fn resolve_inner(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Result<(), Errno> {
@@ -494,7 +526,7 @@ fn make_room(core: &RegionCore) {
         crate::fork::child::make_room_in_child(core);
         return;
     }
-    if budget.evictions().fork_paused() {
+    if budget.evictions().budget_paused() {
         return;
     }
     if budget.resident().pages() >= budget.limits().high_pages {
@@ -535,7 +567,7 @@ fn throttle(core: &RegionCore) {
         return;
     }
     budget.staging().discard_pending(budget.resident());
-    if !full() || budget.evictions().fork_paused() {
+    if !full() || budget.evictions().budget_paused() {
         return;
     }
     let signal = budget.reclaim_signal();

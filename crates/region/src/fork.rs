@@ -74,6 +74,7 @@ pub(crate) mod advice;
 pub(crate) mod child;
 pub(crate) mod marks;
 pub(crate) mod state;
+pub(crate) mod vfork;
 
 static INSTALL: Once = Once::new();
 

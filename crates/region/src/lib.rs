@@ -219,7 +219,7 @@
 //!
 //! | hazard | behaviour | test |
 //! |---|---|---|
-//! | `fork()` | nothing is restored: the prepare hook pauses eviction, lets restores in flight finish and holds the reclaimer and the pool's writes for the instant of the fork; the child takes the budget over (fresh userfaultfds, its own event thread), restores from its copy-on-write copy of the pool, frees nothing, and drops clean pages it restored to stay within one budget (module `fork`). Budgets in handler-thread mode or with a tier restore every page first, as before. A `vfork()` child (same memory until `exec`) resolves its faults as a thread of the parent (`kcmp(KCMP_VM)`) | `hazards::fork_child_sees_evicted_pages`, `hazards::forked_child_restores_its_own_pages_within_a_budget`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
+//! | `fork()` | nothing is restored: the prepare hook pauses eviction, lets restores in flight finish and holds the reclaimer and the pool's writes for the instant of the fork; the child takes the budget over (fresh userfaultfds, its own event thread), restores from its copy-on-write copy of the pool, frees nothing, and drops clean pages it restored to stay within one budget (module `fork`). Budgets in handler-thread mode or with a tier restore every page first, as before. A `vfork()` child (same memory until `exec`) resolves its faults as a thread of the parent (`kcmp(KCMP_VM)`), or, once it closed its descriptors, through the parent's reclaimer (`fork::vfork`); its `exec` holds eviction off until the kernel has its strings | `hazards::fork_child_sees_evicted_pages`, `hazards::forked_child_restores_its_own_pages_within_a_budget`, `hazards::fork_while_other_threads_fault_and_discard`, `stress::stress_shared_budget_with_timer_signals_and_forks` |
 //! | `MADV_WIPEONFORK`, `MADV_DONTFORK` (and `MADV_KEEPONFORK`, `MADV_DOFORK` undoing them) on region memory, through [`advise_fork`] | passed to the kernel and recorded per page, with no fork between the two; a forked child empties those pages in its books (compressed, staged or resident in the parent): zeros where the kernel wipes, and `MADV_DONTFORK` ranges left out of its registration (an access is the kernel's SIGSEGV) | `hazards::fork_advice_is_followed_for_compressed_pages` |
 //! | a program signal handler reading region memory | works on every thread: zpage's threads block asynchronous signals; API calls block them while they hold a page or a store lock | `signals::a_timer_signal_handler_reads_region_memory`, `examples/c/signal_handler.c` |
 //! | program `madvise(MADV_DONTNEED)` | `EVENT_REMOVE`: evicted copies dropped before any fault can restore them, pages present at the event marked so no eviction carries their old contents past the zap; reads give zeros | `hazards::dontneed_reads_zeros`, `hazards::dontneed_races_with_faults` |
@@ -362,7 +362,10 @@ pub use options::{
 #[cfg(feature = "fault-profile")]
 pub use profile::{fault_profile, reset_fault_profile};
 pub use profile::{Part as FaultPart, PARTS as FAULT_PARTS};
-pub use range::{pin_range, pin_range_over_budget, prefault_range, unpin_range};
+pub use range::{
+    hold_evictions_for_exec, pin_range, pin_range_over_budget, prefault_range, unpin_range,
+    ExecHold,
+};
 pub use region::Region;
 pub use signal::{
     chain_to as chain_sigbus_to, chained as chained_sigbus, installed as sigbus_handler_installed,

@@ -9,6 +9,7 @@
 use crate::error::RegionError;
 use crate::fault::{self, Access, Ctx};
 use crate::region::{pin_pages, unpin_pages, PinLimit};
+use crate::sys;
 use crate::table::{self, pages_in};
 
 /// Makes every region page of `[addr, addr + len)` present and writable
@@ -21,8 +22,9 @@ pub fn prefault_range(addr: usize, len: usize) -> Result<(), RegionError> {
         let Some(range) = pages_in(core, addr, len) else {
             return;
         };
+        let owner = core.owner_pid() == sys::getpid();
         for page in range.filter(|&p| !core.foreign.contains(p)) {
-            if let Err(e) = fault::resolve(core, page, Access::WRITABLE, Ctx::Api) {
+            if let Err(e) = fault::resolve_from(core, page, Access::WRITABLE, Ctx::Api, owner) {
                 result = Err(RegionError::sys("prefault", e));
                 return;
             }
@@ -93,4 +95,26 @@ pub fn unpin_range(addr: usize, len: usize) -> Result<(), RegionError> {
         }
     });
     result
+}
+
+/// Holds the evictions of every budget with a region in this process off
+/// until dropped (the exec hold of `evict::gate`): for `exec`, whose path, `argv`
+/// and `envp` may lie in region memory and must stay resident until the
+/// kernel has copied them. If the `exec` succeeds, the guard is never
+/// dropped: the reclaimer sees the holder gone from its memory and lets
+/// go. Async-signal-safe (the system-call trap takes it in its handler).
+pub fn hold_evictions_for_exec() -> ExecHold {
+    table::for_each(|core| core.budget.evictions().hold_for_exec());
+    ExecHold(())
+}
+
+/// See [`hold_evictions_for_exec`].
+#[must_use]
+#[derive(Debug)]
+pub struct ExecHold(());
+
+impl Drop for ExecHold {
+    fn drop(&mut self) {
+        table::for_each(|core| core.budget.evictions().release_exec_hold());
+    }
 }

@@ -58,6 +58,7 @@ mod compaction;
 #[cfg(test)]
 pub(crate) mod hook;
 pub(crate) mod lock;
+mod vfork;
 pub(crate) mod wake;
 mod writeback;
 
@@ -245,7 +246,7 @@ impl Reclaimer {
     /// Queues the next clean candidates for faulting threads to drop.
     fn refill_victims(&mut self) {
         let budget = Arc::clone(&self.budget);
-        if !budget.keeps_clean_copies() || budget.evictions().fork_paused() {
+        if !budget.keeps_clean_copies() || budget.evictions().budget_paused() {
             return;
         }
         // A dirty page at the front needs compressing: the refill stops
@@ -357,7 +358,7 @@ impl Reclaimer {
     /// the faults go on, then compresses what is staged while they run.
     fn burst(&mut self) {
         self.drained(|this, budget| {
-            if budget.evictions().fork_paused() {
+            if budget.evictions().budget_paused() {
                 return;
             }
             let limits = budget.limits();
@@ -447,7 +448,7 @@ impl Reclaimer {
     /// One round: brings resident memory down to the low watermark.
     pub fn round(&mut self) {
         self.drained(|this, budget| {
-            if budget.evictions().fork_paused() {
+            if budget.evictions().budget_paused() {
                 return;
             }
             let limits = budget.limits();
@@ -518,8 +519,17 @@ impl Reclaimer {
             #[cfg(test)]
             crate::reclaim::hook::run_hooks(&self.budget);
             let kick = self.budget.reclaim_signal().kicks();
+            vfork::serve_vfork_child(&self.budget);
+            if self.budget.evictions().drop_stale_exec_hold() {
+                // A process runs `exec` with strings in region memory: no
+                // page leaves until the kernel has copied them.
+                self.budget
+                    .reclaim_signal()
+                    .sleep(kick, vfork::EXEC_HOLD_LOOK_NS);
+                continue;
+            }
             let resident = self.budget.resident().pages();
-            if self.budget.evictions().fork_paused() {
+            if self.budget.evictions().budget_paused() {
                 // No eviction while a fork is prepared, but the queues keep
                 // being drained: the prepare hook's restores fill them.
                 self.drained(|_, _| ());

@@ -457,6 +457,8 @@ pub(crate) fn pin_pages(
     // writable and mapped needs no restore, and skipping `resolve` skips its
     // `UFFDIO_COPY`, which only finds the page there (EEXIST). System call
     // wrappers pin every buffer they pass, mostly resident ones.
+    // Pins reach here from a `vfork()` child's system calls too.
+    let owner = core.owner_pid() == sys::getpid();
     let mut mapped = [0u8; 256];
     let mut chunk = usize::MAX..usize::MAX;
     for page in range.clone() {
@@ -479,7 +481,7 @@ pub(crate) fn pin_pages(
             // Once a claim below fails, look again the slow way.
             maybe_mapped = false;
             if !in_place {
-                fault::resolve(core, page, Access::WRITABLE, Ctx::Api)
+                fault::resolve_from(core, page, Access::WRITABLE, Ctx::Api, owner)
                     .map_err(|e| RegionError::sys("pin", e))?;
             }
             let s = slot.load();

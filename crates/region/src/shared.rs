@@ -13,6 +13,7 @@
 //! | [`EvictionGate`] | `evict/gate` | pausing eviction for a fork or `restore_all` |
 //! | [`InstallGate`] | `event/gate` | the install/event protocol with the event thread |
 //! | [`ForkGate`], [`ForkedChild`] | `fork/state` | the resolve gate the fork prepare hook closes; a forked child's own budget |
+//! | [`VforkHelp`] | `fork/vfork` | a `vfork()` child's requests to the reclaimer, and its `exec`'s eviction hold |
 //! | [`Uffd`] | `uffd` | the regions' userfaultfd |
 //!
 //! What is left here is what needs several parts at once: the budget's
@@ -27,6 +28,7 @@ use crate::error::RegionError;
 use crate::event::gate::InstallGate;
 use crate::evict::gate::EvictionGate;
 use crate::fork::state::{ForkGate, ForkedChild};
+use crate::fork::vfork::VforkHelp;
 use crate::limits::{Limits, Resident};
 use crate::queues::Queues;
 use crate::reclaim::lock::{self, ReclaimGuard, ReclaimLock};
@@ -86,6 +88,7 @@ pub struct Shared {
     installs: InstallGate,
     fork_gate: ForkGate,
     child: ForkedChild,
+    vfork: VforkHelp,
 }
 
 impl Shared {
@@ -145,6 +148,7 @@ impl Shared {
             installs: InstallGate::default(),
             fork_gate: ForkGate::default(),
             child: ForkedChild::new(sys::getpid()),
+            vfork: VforkHelp::default(),
         })
     }
 
@@ -229,6 +233,10 @@ impl Shared {
 
     pub fn fork_gate(&self) -> &ForkGate {
         &self.fork_gate
+    }
+
+    pub fn vfork(&self) -> &VforkHelp {
+        &self.vfork
     }
 
     pub fn child(&self) -> &ForkedChild {

@@ -18,8 +18,8 @@
 //!   a `vfork()` child, which runs in its parent's memory until `exec`,
 //!   resolves its fault as a thread of the parent would (`kcmp` tells the
 //!   two apart) while its copy of the userfaultfd is open; one that closed
-//!   it (spawn libraries close every descriptor before `exec`) ends with
-//!   the message too.
+//!   it (spawn libraries close every descriptor before `exec`) asks the
+//!   parent's reclaimer and waits on a futex (module `fork::vfork`).
 //!
 //! **Chaining.** The handler is installed with raw `sigaction` (not
 //! signal-hook, which runs the previous handler first; Rust's std handler for
@@ -125,12 +125,13 @@ fn dispatch(addr: usize, access: Access, entered: u64) -> bool {
             // Something else is mapped there: the fault is the kernel's.
             return false;
         }
-        if core.owner_pid() != sys::getpid() && !core.vfork_child_can_resolve() {
+        let owner = core.owner_pid() == sys::getpid();
+        if !owner && !sys::shares_memory_with(core.owner_pid()) {
             core.about_page(page)
                 .text(" was touched in a child process forked while it was evicted; the region's userfaultfd stayed with the parent, so it cannot be restored here")
                 .abort()
         }
-        match fault::resolve(core, page, access, Ctx::Signal) {
+        match fault::resolve_from(core, page, access, Ctx::Signal, owner) {
             // ENOENT/ESRCH: the mapping or the process is going away;
             // returning lets the access fault again and fail as it would
             // without us.

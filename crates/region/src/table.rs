@@ -166,7 +166,10 @@ pub(crate) fn pages_in(
     if len == 0 || end <= base || addr >= top {
         return None;
     }
-    if core.owner_pid() != sys::getpid() && !core.vfork_child_can_resolve() {
+    // A `vfork()` child runs in the owner's memory: the regions are its
+    // too (`fault::resolve_from` serves its faults).
+    let owner = core.owner_pid();
+    if owner != sys::getpid() && !sys::shares_memory_with(owner) {
         return None;
     }
     let s = addr.max(base) - base;

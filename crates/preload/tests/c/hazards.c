@@ -272,6 +272,60 @@ static int mode_vfork(void) {
     return bad;
 }
 
+/* As a spawn library's child does (Python's subprocess with close_fds=True):
+ * a vfork() child that closes every descriptor above 2, the userfaultfd
+ * included, then reads evicted pages and execs with its path, argv and envp
+ * in evicted pages. The parent's zpage threads restore them. */
+#define SPAWN_VARS 64
+#define SPAWN_VAR_BYTES 3000
+static __attribute__((noinline)) int vfork_closed_exec(char *path, char **argv, char **envp,
+                                                       const uint64_t *w) {
+    pid_t child = vfork();
+    if (child == 0) {
+        syscall(SYS_close_range, 3U, ~0U, 0U);
+        for (size_t i = 0; i < SIZE / 8; i += 512) if (w[i] != pattern(16, i)) _exit(3);
+        execve(path, argv, envp);
+        _exit(4);
+    }
+    int status;
+    waitpid(child, &status, 0);
+    return status;
+}
+
+static int mode_vfork_closed(void) {
+    int bad = 0;
+    unsigned char *m = map(SIZE);
+    fill(m, SIZE, 16, 0);
+    /* The exec's strings and arrays, in a second mapping, each variable
+     * a page apart, the last one checked by the new program. */
+    unsigned char *s = map(SPAWN_VARS * 4096 + 64 * 1024);
+    char **envp = (char **)s, **argv = (char **)(s + 4096 * SPAWN_VARS + 32 * 1024);
+    char *strings = (char *)s + 4096;
+    for (int i = 0; i < SPAWN_VARS - 1; i++) {
+        char *v = strings + (size_t)i * 4096;
+        int n = sprintf(v, "ZPAGE_SPAWN_%d=", i);
+        memset(v + n, 'a' + i % 26, SPAWN_VAR_BYTES - n - 1);
+        v[SPAWN_VAR_BYTES - 1] = 0;
+        envp[i] = v;
+    }
+    envp[SPAWN_VARS - 1] = NULL;
+    char *path = (char *)(s + 4096 * SPAWN_VARS + 48 * 1024);
+    strcpy(path, "/bin/sh");
+    char *script = path + 64;
+    sprintf(script, "echo \"exec saw ${#ZPAGE_SPAWN_%d} bytes\"", SPAWN_VARS - 2);
+    argv[0] = path; argv[1] = "-c"; argv[2] = script; argv[3] = NULL;
+    fill(m, SIZE, 16, 0); /* evicts the strings again */
+    printf("absent before vfork: %zu pages of data, %zu of the exec's strings\n",
+           absent_pages(m, SIZE), absent_pages(s, SPAWN_VARS * 4096 + 64 * 1024));
+    fflush(stdout);
+    int status = vfork_closed_exec(path, argv, envp, (const uint64_t *)m);
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) { printf("vfork child: %#x\n", status); bad = 1; }
+    bad |= check("parent after vfork", m, SIZE, 16, 0);
+    munmap(m, SIZE);
+    munmap(s, SPAWN_VARS * 4096 + 64 * 1024);
+    return bad;
+}
+
 static int write_all(int fd, const unsigned char *p, size_t n, size_t chunk) {
     while (n) {
         ssize_t w = write(fd, p, n < chunk ? n : chunk);
@@ -493,6 +547,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "fork")) bad = mode_fork();
     else if (!strcmp(mode, "io")) bad = mode_io();
     else if (!strcmp(mode, "vfork")) bad = mode_vfork();
+    else if (!strcmp(mode, "vfork_closed")) bad = mode_vfork_closed();
     else if (!strcmp(mode, "raw")) bad = mode_raw();
     else if (!strcmp(mode, "masked")) bad = mode_masked();
     else if (!strcmp(mode, "sigbus_handlers")) bad = mode_sigbus_handlers();

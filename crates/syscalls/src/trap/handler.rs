@@ -607,10 +607,14 @@ fn sigaction(args: &[i64; 6]) -> i64 {
 
 /// `execve`/`execveat`: the path, and every `argv` and `envp` string
 /// touched into memory (restored, if evicted, by the SIGBUS handler) just
-/// before the call, which is made with the program's signal mask. The
-/// kernel copies the strings before anything is replaced: if one was
-/// evicted again meanwhile, it fails with `EFAULT` and nothing has
-/// happened, so the call is made again.
+/// before the call, which is made with the program's signal mask. Eviction
+/// is held off meanwhile (`zpage_region::hold_evictions_for_exec`): the
+/// kernel copies the strings before anything is replaced, and at a small
+/// budget the reclaimer would move them out again first, failing the call
+/// with `EFAULT`. In a `vfork()` child that closed the userfaultfd, the
+/// touches are restored by the parent's reclaimer. If the call succeeds
+/// the hold is never given back here: the reclaimer drops it once this
+/// process no longer shares its memory.
 fn exec(nr: i64, args: [i64; 6], uc: &libc::ucontext_t) -> i64 {
     let (path, argv, envp) = if nr == libc::SYS_execve {
         (args[0], args[1], args[2])
@@ -622,7 +626,10 @@ fn exec(nr: i64, args: [i64; 6], uc: &libc::ucontext_t) -> i64 {
     // SAFETY: the first word of the saved mask (see sigprocmask).
     mask[0] = unsafe { *(&uc.uc_sigmask as *const libc::sigset_t).cast::<u64>() };
     let mut r = -(libc::EFAULT as i64);
-    for _ in 0..8 {
+    let _held = zpage_region::hold_evictions_for_exec();
+    // With eviction held, a second try only covers a page a burst in flight
+    // at the hold moved out after it was touched.
+    for _ in 0..2 {
         touch_string(path as usize);
         touch_vector(argv as usize);
         touch_vector(envp as usize);
