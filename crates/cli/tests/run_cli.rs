@@ -335,7 +335,14 @@ fn a_backing_file_holds_pages_and_the_output_is_a_plain_runs() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|name| name.starts_with("tier."))
         .collect();
-    assert_eq!(kept.len(), 1, "{kept:?}");
+    // One per program a process runs: python3 may be a launcher script
+    // whose shells keep (empty) files too, and the interpreter a shell
+    // `exec`s keeps its own under `PATH.PID.N`. One holds the pages.
+    let written: Vec<_> = kept
+        .iter()
+        .filter(|name| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.len() > 0))
+        .collect();
+    assert_eq!(written.len(), 1, "{kept:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -211,20 +211,34 @@ impl State {
 /// A program under `zpage run` never drops its budget, and may be killed,
 /// so the file is unlinked once open, its space given back when the
 /// process ends however it ends, unless `keep_backing` keeps it (then named
-/// by its PID).
+/// by its PID, and `PATH.PID.N` for the programs it `exec`s later).
 fn per_process(config: &BudgetConfig) -> BudgetConfig {
     use std::os::unix::fs::FileTypeExt;
     let mut config = config.clone();
-    let Some(backing) = config.backing.as_deref() else {
+    let Some(backing) = config.backing.clone() else {
         return config;
     };
-    let is_device = std::fs::metadata(backing).is_ok_and(|m| m.file_type().is_block_device());
-    if RedisConfig::is_redis_url(backing) || is_device {
+    let is_device = std::fs::metadata(&backing).is_ok_and(|m| m.file_type().is_block_device());
+    if RedisConfig::is_redis_url(&backing) || is_device {
         return config;
     }
-    config.backing = Some(format!("{backing}.{}", std::process::id()));
+    let pid = std::process::id();
+    config.backing = Some(format!("{backing}.{pid}"));
     if config.backing_options.file != TierFile::Kept {
         config.backing_options.file = TierFile::UnlinkedWhenOpened;
+    } else {
+        // The program this process ran before an `exec` may have kept
+        // `PATH.PID` already (every process starts its budget at its first
+        // allocation): the next free `PATH.PID.N` then. The tier's own
+        // exclusive create stays the guard against any other file.
+        let taken = |path: &str| std::fs::symlink_metadata(path).is_ok();
+        if let Some(free) = (1..1000)
+            .map(|n| format!("{backing}.{pid}.{n}"))
+            .find(|path| !taken(path))
+            .filter(|_| config.backing.as_deref().is_some_and(taken))
+        {
+            config.backing = Some(free);
+        }
     }
     config
 }
