@@ -703,14 +703,16 @@ fn run_user(args: &Args, program: &Path, budget: u64) -> Result<RunExit> {
     }
     // The program's budgets publish their figures when this is set; a
     // directory the user chose is kept.
-    if args.no_metrics {
+    let metrics_dir = if args.no_metrics {
         command.env_remove(zpage_region::METRICS_DIR_ENV);
-    } else if std::env::var_os(zpage_region::METRICS_DIR_ENV).is_none() {
-        command.env(
-            zpage_region::METRICS_DIR_ENV,
-            zpage_region::default_metrics_dir(),
-        );
-    }
+        None
+    } else {
+        let dir = std::env::var_os(zpage_region::METRICS_DIR_ENV)
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(zpage_region::default_metrics_dir);
+        command.env(zpage_region::METRICS_DIR_ENV, &dir);
+        Some(dir)
+    };
     let facts = ProgramFacts::inspect(program);
     let descriptors = run_diagnosis::descriptor_limit();
     // Held from before the start, so a signal sent meanwhile reaches the
@@ -758,6 +760,13 @@ fn run_user(args: &Args, program: &Path, budget: u64) -> Result<RunExit> {
     // SAFETY: valid out pointer.
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut children) };
     let all = ProcessReport::read_dir(&reports.0).map_err(anyhow::Error::msg)?;
+    // Processes an `exec` replaced (or that ended by `_exit` or a signal)
+    // did not remove their published metrics.
+    if let Some(dir) = &metrics_dir {
+        for report in &all {
+            zpage_region::remove_published_if_gone(dir, report.pid as u32);
+        }
+    }
     let mut summary = summarize(&all, pid);
     summary.command = args
         .program

@@ -39,7 +39,7 @@
 //! | system calls naming arena memory | served, whoever makes them: see below |
 //! | `fork()` | nothing is restored (the region layer's hooks): the child takes the arena over, restores the pages it touches from its copy-on-write copy of the pool, and holds at most one budget of pages it restored |
 //! | `fork()` then `exec` | the new program loads the library again with a budget of its own |
-//! | `vfork()`/`posix_spawn()` | no restore: the child runs in the parent's memory until `exec`, and a fault it takes is resolved as one of the parent's threads would (the region layer tells it from a `fork()` child with `kcmp`) |
+//! | `vfork()`/`posix_spawn()` | no restore: the child runs in the parent's memory until `exec`, and a fault it takes is resolved as one of the parent's threads would (the region layer tells it from a `fork()` child with `kcmp`), or by the parent's reclaimer once the child closed its descriptors (spawn libraries do); its `exec` holds eviction off until the kernel has copied the path, `argv` and `envp` |
 //!
 //! A case the arena cannot follow never gives wrong bytes: a page that
 //! cannot be restored ends the process with a message naming it.

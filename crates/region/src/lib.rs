@@ -353,8 +353,8 @@ pub use fatal::Fatal;
 pub use fork::advice::{advise_fork, ForkAdviceFailed};
 pub use fork::marks::ForkAdvice;
 pub use metrics::{
-    default_metrics_dir, publish_metrics, publish_metrics_to, render as render_metrics,
-    sample_regions, RegionSample, METRICS_DIR_ENV,
+    default_metrics_dir, publish_metrics, publish_metrics_to, remove_published_if_gone,
+    render as render_metrics, sample_regions, RegionSample, METRICS_DIR_ENV,
 };
 pub use options::{
     BudgetOption, BudgetOptions, OptionEnum, OptionError, OptionValue, Spelling, BUDGET_OPTIONS,

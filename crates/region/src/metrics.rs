@@ -355,6 +355,26 @@ fn open_checked_dir(dir: &Path) -> Result<File, RegionError> {
     Ok(dir_file)
 }
 
+/// Removes the file process `pid` published in `dir`, if the process is
+/// gone: a process that ended without its exit hook (an `exec` replaced
+/// it, `_exit`, a signal) leaves it behind. For `zpage run`, which knows
+/// its processes from their reports. Only a regular file is removed, never
+/// through a symbolic link.
+pub fn remove_published_if_gone(dir: &Path, pid: u32) {
+    if Path::new("/proc").join(pid.to_string()).exists() {
+        return;
+    }
+    let path = dir.join(published_name(pid));
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file()) {
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// The name process `pid` publishes under.
+fn published_name(pid: u32) -> String {
+    format!("zpage-{pid}.prom")
+}
+
 /// Where the process publishes: the directory and the two names in it.
 struct Target {
     dir: PathBuf,
@@ -368,7 +388,7 @@ impl Target {
         Target {
             dir: dir.to_path_buf(),
             temporary: format!(".zpage-{pid}.prom.tmp"),
-            published: format!("zpage-{pid}.prom"),
+            published: published_name(pid),
         }
     }
 
