@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod hazard;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use zpage_region::{Region, PAGE_SIZE};
 
