@@ -17,27 +17,13 @@ pub struct BudgetFlags {
 
 impl BudgetFlags {
     /// The options, each read by its type's rules; the error names the flag.
+    /// `zpage run` reads what was given through these, not the flags.
     pub fn options(&self) -> Result<BudgetOptions, OptionError> {
         let mut options = BudgetOptions::new();
         for (option, text) in &self.given {
             options.set(option.name, text, Spelling::Flag)?;
         }
         Ok(options)
-    }
-
-    /// The text option `name` was given, if it was.
-    pub fn text(&self, name: &str) -> Option<&str> {
-        self.given
-            .iter()
-            .find(|(option, _)| option.name == name)
-            .map(|(_, text)| text.as_str())
-    }
-
-    /// Every option given, in the list's order.
-    pub fn iter(&self) -> impl Iterator<Item = (&'static BudgetOption, &str)> {
-        self.given
-            .iter()
-            .map(|(option, text)| (*option, text.as_str()))
     }
 }
 

@@ -38,6 +38,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use zpage_kernel::supervise;
 use zpage_region::run_report::{ProcessReport, TierReport, REPORT_DIR_ENV};
+use zpage_region::BudgetOptions;
 
 /// The environment variables the preload library reads, from its own
 /// source (see that file for why it is included, not linked). Not every
@@ -449,32 +450,32 @@ impl Drop for ReportDir {
 pub fn run(args: Args) -> Result<RunExit> {
     let budget = budget_bytes(&args.budget, mem_total()?)?;
     // Each value read by its option's rules, in every mode.
-    args.options.options()?;
+    let budget_options = args.options.options()?;
     // Before anything is set up: a missing program is the caller's mistake.
     let program =
         supervise::resolve_program(&args.program[0], std::env::var_os("PATH").as_deref())?;
     match args.mode {
-        Mode::User => run_user(&args, &program, budget),
+        Mode::User => run_user(&args, &budget_options, &program, budget),
         Mode::Kernel => {
-            let options = kernel_options(&args, budget)?;
+            let options = kernel_options(&args, &budget_options, budget)?;
             zpage_kernel::run::check_available(&options)
                 .map_err(|e| anyhow::anyhow!("--mode kernel: {e}; or use --mode user (no root)"))?;
             run_kernel(&args, &program, &options)
         }
-        Mode::Auto if user_mode_option(&args).is_some() => {
+        Mode::Auto if user_mode_option(&budget_options).is_some() => {
             eprintln!(
                 "zpage run: --mode auto: user mode, since --{} is user mode's",
-                user_mode_option(&args).unwrap_or_default()
+                user_mode_option(&budget_options).unwrap_or_default()
             );
-            run_user(&args, &program, budget)
+            run_user(&args, &budget_options, &program, budget)
         }
         Mode::Auto => {
-            let options = kernel_options(&args, budget)?;
+            let options = kernel_options(&args, &budget_options, budget)?;
             match zpage_kernel::run::check_available(&options) {
                 Ok(()) => run_kernel(&args, &program, &options),
                 Err(why) => {
                     eprintln!("zpage run: --mode auto: user mode, since kernel mode cannot be set up here: {why}");
-                    run_user(&args, &program, budget)
+                    run_user(&args, &budget_options, &program, budget)
                 }
             }
         }
@@ -500,13 +501,17 @@ fn run_exit(exit: zpage_kernel::run::ChildExit) -> RunExit {
 /// Kernel mode's options from the command line: `--codec`'s algorithm
 /// (`lz4`, `zstd`; a level or acceleration is zpage's and is dropped) for
 /// the chosen swap.
-fn kernel_options(args: &Args, budget: u64) -> Result<zpage_kernel::run::RunOptions> {
-    if let Some(flag) = user_mode_option(args) {
+fn kernel_options(
+    args: &Args,
+    budget_options: &BudgetOptions,
+    budget: u64,
+) -> Result<zpage_kernel::run::RunOptions> {
+    if let Some(flag) = user_mode_option(budget_options) {
         bail!(
             "--{flag} is for user mode: kernel mode's zram compresses with --codec only; drop --{flag} or use --mode user"
         );
     }
-    let codec = args.options.text("codec").unwrap_or("lz4");
+    let codec = budget_options.text("codec").unwrap_or("lz4");
     let algorithm = codec.split(':').next().unwrap_or_default().to_string();
     if algorithm.is_empty() || algorithm == "zstd-dict" {
         bail!(
@@ -523,8 +528,8 @@ fn kernel_options(args: &Args, budget: u64) -> Result<zpage_kernel::run::RunOpti
 
 /// The flag of the first budget option given that only user mode has
 /// (every one but `--codec`).
-fn user_mode_option(args: &Args) -> Option<String> {
-    args.options
+fn user_mode_option(budget_options: &BudgetOptions) -> Option<String> {
+    budget_options
         .iter()
         .find(|(option, _)| option.name != "codec")
         .map(|(option, _)| option.flag())
@@ -636,17 +641,19 @@ fn run_kernel(
     Ok(run_exit(summary.outcome.exit))
 }
 
-fn run_user(args: &Args, program: &Path, budget: u64) -> Result<RunExit> {
+fn run_user(
+    args: &Args,
+    budget_options: &BudgetOptions,
+    program: &Path,
+    budget: u64,
+) -> Result<RunExit> {
     // Every option checked together before anything runs, as each
     // process's library will check them; a backing also for what it names
     // (a path that can hold pages, a password file that is private).
-    let config = args
-        .options
-        .options()?
+    let config = budget_options
         .config(usize::try_from(budget).unwrap_or(usize::MAX))
         .map_err(|e| {
-            let given: Vec<String> = args
-                .options
+            let given: Vec<String> = budget_options
                 .iter()
                 .map(|(option, text)| format!("--{} {text}", option.flag()))
                 .collect();
@@ -696,7 +703,7 @@ fn run_user(args: &Args, program: &Path, budget: u64) -> Result<RunExit> {
     // a Redis password travels as a file's path (ps shows the environment
     // to its owner, /proc/PID/environ too).
     for option in zpage_region::BUDGET_OPTIONS {
-        match args.options.text(option.name) {
+        match budget_options.text(option.name) {
             Some(text) => command.env(option.env(), text),
             None => command.env_remove(option.env()),
         };
@@ -788,7 +795,7 @@ fn run_user(args: &Args, program: &Path, budget: u64) -> Result<RunExit> {
     }
     summary.budget_bytes = budget;
     if summary.codec.is_empty() {
-        summary.codec = args.options.text("codec").unwrap_or("lz4").to_string();
+        summary.codec = budget_options.text("codec").unwrap_or("lz4").to_string();
     }
     summary.peak_resident_bytes = (usage.ru_maxrss.max(children.ru_maxrss) as u64) * 1024;
     summary.wall_seconds = wall;
