@@ -490,6 +490,34 @@ fn program_command(args: &Args, program: &Path) -> std::process::Command {
     command
 }
 
+/// The program's command line, as the summary shows it.
+fn command_words(args: &Args) -> Vec<String> {
+    args.program
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The summary of either mode, as `--summary-json` and `--json` ask: its
+/// JSON written to the file when one is named, and on stderr either that
+/// JSON or the text `render` makes.
+fn report_summary<S: serde::Serialize>(
+    args: &Args,
+    summary: &S,
+    render: fn(&S) -> String,
+) -> Result<()> {
+    let json = serde_json::to_string_pretty(summary)?;
+    if let Some(path) = &args.summary_json {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        eprintln!("{json}");
+    } else {
+        eprint!("{}", render(summary));
+    }
+    Ok(())
+}
+
 /// How to end after the program ended so.
 fn run_exit(exit: zpage_kernel::run::ChildExit) -> RunExit {
     match exit {
@@ -620,24 +648,12 @@ fn run_kernel(
         )
     })?;
     let summary = KernelSummary {
-        command: args
-            .program
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect(),
+        command: command_words(args),
         mode: "kernel",
         exit_status: outcome.exit.shell_status(),
         outcome,
     };
-    let json = serde_json::to_string_pretty(&summary)?;
-    if let Some(path) = &args.summary_json {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
-    }
-    if args.json {
-        eprintln!("{json}");
-    } else {
-        eprint!("{}", render_kernel(&summary));
-    }
+    report_summary(args, &summary, render_kernel)?;
     Ok(run_exit(summary.outcome.exit))
 }
 
@@ -775,11 +791,7 @@ fn run_user(
         }
     }
     let mut summary = summarize(&all, pid);
-    summary.command = args
-        .program
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    summary.command = command_words(args);
     summary.exit_status = exit_code;
     summary.killed_by_signal = killed_by;
     if summary.processes == 0 {
@@ -802,15 +814,7 @@ fn run_user(
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     summary.user_seconds = secs(usage.ru_utime);
     summary.system_seconds = secs(usage.ru_stime);
-    let json = serde_json::to_string_pretty(&summary)?;
-    if let Some(path) = &args.summary_json {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
-    }
-    if args.json {
-        eprintln!("{json}");
-    } else {
-        eprint!("{}", render(&summary));
-    }
+    report_summary(args, &summary, render)?;
     Ok(match killed_by {
         Some(signal) => RunExit::Signal(signal),
         None => RunExit::Code(exit_code.clamp(0, 255) as u8),
