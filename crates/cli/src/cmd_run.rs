@@ -29,9 +29,12 @@
 //! unconstrained peak would need a run without zpage first, which a command
 //! that runs arbitrary programs (with side effects) must not do on its own.
 //! Measure that peak with `/usr/bin/time -v` and pass a size instead.
+//!
+//! Both modes' memory figures share one definition ([`crate::run_figures`]).
 
 use crate::budget_flags::BudgetFlags;
 use crate::run_diagnosis::{self, ProgramFacts};
+use crate::run_figures::{Estimate, MemoryFigures, PlainRun, ZpageRun};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -194,8 +197,9 @@ pub struct Summary {
     /// resident memory plus the uncompressed size of what zpage held
     /// evicted, less the pool's memory, at the worst sample.
     pub unconstrained_peak_estimate_bytes: u64,
-    /// That estimate less the program's sampled peak resident.
-    pub memory_saved_bytes: u64,
+    /// The peaks and what was saved, as kernel mode gives them too.
+    #[serde(flatten)]
+    pub memory: MemoryFigures,
     pub compressed_bytes: u64,
     pub pool_bytes: u64,
     pub regions_made: u64,
@@ -238,7 +242,7 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         signal_note: None,
         peak_resident_bytes: 0,
         unconstrained_peak_estimate_bytes: 0,
-        memory_saved_bytes: 0,
+        memory: MemoryFigures::default(),
         compressed_bytes: 0,
         pool_bytes: 0,
         regions_made: 0,
@@ -316,11 +320,30 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
     s.fault_latency_p99_ns = latency.p99_ns;
     if let Some(main) = reports.iter().find(|r| r.pid == main_pid && r.active) {
         s.unconstrained_peak_estimate_bytes = main.unconstrained_peak_estimate_bytes;
-        s.memory_saved_bytes = main
-            .unconstrained_peak_estimate_bytes
-            .saturating_sub(main.peak_rss_bytes);
     }
     s
+}
+
+/// How user mode measures the run under zpage's peak.
+const USER_PEAK_METHOD: &str = "max RSS of the program and its descendants, pool included";
+
+/// User mode's figures: its peak is `peak_resident_bytes`; without a plain
+/// run, the program's own estimate of its peak is the baseline.
+fn user_figures(s: &Summary, plain: Option<&PlainRun>) -> MemoryFigures {
+    MemoryFigures::new(
+        ZpageRun {
+            peak_bytes: s.peak_resident_bytes,
+            peak_method: USER_PEAK_METHOD,
+            wall_seconds: s.wall_seconds,
+            exit_status: s.exit_status,
+            cut_short: None,
+        },
+        plain,
+        Some(Estimate {
+            peak_bytes: s.unconstrained_peak_estimate_bytes,
+            method: "resident + evicted pages' size - pool, at the program's worst sample",
+        }),
+    )
 }
 
 use zpage_units::format_bytes as mib;
@@ -354,18 +377,9 @@ pub fn render(s: &Summary) -> String {
         format!("\tElapsed (wall clock) time: {:.2} s", s.wall_seconds),
         format!("\tUser time: {:.2} s", s.user_seconds),
         format!("\tSystem time: {:.2} s", s.system_seconds),
-        format!(
-            "\tPeak resident (program and descendants): {}",
-            mib(s.peak_resident_bytes)
-        ),
-        format!(
-            "\tProgram's own peak without zpage (estimated): {}",
-            mib(s.unconstrained_peak_estimate_bytes)
-        ),
-        format!(
-            "\tMemory saved against that peak: {}",
-            mib(s.memory_saved_bytes)
-        ),
+    ]);
+    lines.extend(s.memory.lines());
+    lines.extend([
         format!(
             "\tCompressed at exit: {} in {} of pool",
             mib(s.compressed_bytes),
@@ -454,32 +468,127 @@ pub fn run(args: Args) -> Result<RunExit> {
     // Before anything is set up: a missing program is the caller's mistake.
     let program =
         supervise::resolve_program(&args.program[0], std::env::var_os("PATH").as_deref())?;
-    match args.mode {
-        Mode::User => run_user(&args, &budget_options, &program, budget),
+    let kernel = match args.mode {
+        Mode::User => None,
         Mode::Kernel => {
             let options = kernel_options(&args, &budget_options, budget)?;
             zpage_kernel::run::check_available(&options)
                 .map_err(|e| anyhow::anyhow!("--mode kernel: {e}; or use --mode user (no root)"))?;
-            run_kernel(&args, &program, &options)
+            Some(options)
         }
         Mode::Auto if user_mode_option(&budget_options).is_some() => {
             eprintln!(
                 "zpage run: --mode auto: user mode, since --{} is user mode's",
                 user_mode_option(&budget_options).unwrap_or_default()
             );
-            run_user(&args, &budget_options, &program, budget)
+            None
         }
         Mode::Auto => {
             let options = kernel_options(&args, &budget_options, budget)?;
             match zpage_kernel::run::check_available(&options) {
-                Ok(()) => run_kernel(&args, &program, &options),
+                Ok(()) => Some(options),
                 Err(why) => {
                     eprintln!("zpage run: --mode auto: user mode, since kernel mode cannot be set up here: {why}");
-                    run_user(&args, &budget_options, &program, budget)
+                    None
                 }
             }
         }
+    };
+    // Every option checked before anything runs.
+    let plan = match kernel {
+        Some(options) => Plan::Kernel(options),
+        None => Plan::User {
+            preload: check_user_options(&args, &budget_options, budget)?,
+        },
+    };
+    match plan {
+        Plan::Kernel(options) => run_kernel(&args, &program, &options, None),
+        Plan::User { preload } => {
+            run_user(&args, &budget_options, &program, budget, &preload, None)
+        }
     }
+}
+
+/// The mode chosen, with what it needs, all checked.
+enum Plan {
+    User { preload: PathBuf },
+    Kernel(zpage_kernel::run::RunOptions),
+}
+
+/// How a program `wait4` reaped ended, and its resource use.
+struct Ended {
+    pid: i32,
+    status: i32,
+    usage: libc::rusage,
+    /// `ru_maxrss` in bytes: the program's, or a descendant's it waited
+    /// for, whichever was larger.
+    peak_bytes: u64,
+}
+
+impl Ended {
+    fn killed_by(&self) -> Option<i32> {
+        libc::WIFSIGNALED(self.status).then(|| libc::WTERMSIG(self.status))
+    }
+
+    /// The exit code, or 128 + the signal, as a shell reports it.
+    fn shell_status(&self) -> i32 {
+        if libc::WIFEXITED(self.status) {
+            libc::WEXITSTATUS(self.status)
+        } else if let Some(signal) = self.killed_by() {
+            128 + signal
+        } else {
+            1
+        }
+    }
+}
+
+/// Starts `command` with every signal zpage is sent passed on to it, and
+/// waits for it: how it ended, and the wall time from spawn to reaping.
+///
+/// The peak is `wait4`'s of this one child (which counts the descendants
+/// it waited for), not `getrusage(RUSAGE_CHILDREN)`: zpage is no
+/// subreaper, so that would add no orphan, only any other child zpage ran.
+fn spawn_and_wait(command: &mut std::process::Command, program: &Path) -> Result<(Ended, f64)> {
+    // Held from before the start, so a signal sent meanwhile reaches the
+    // program rather than ending zpage and orphaning it.
+    let held = supervise::hold_signals(command).context("holding signals back")?;
+    let started = std::time::Instant::now();
+    let child = command
+        .spawn()
+        .map_err(|e| supervise::launch_error(program, &e))?;
+    let pid = child.id() as i32;
+    let forwarding = held
+        .forward_to(pid)
+        .context("passing signals on to the program")?;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waits for our own child; both out pointers are valid.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            break;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            bail!(
+                "waiting for the program: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    // Signals act on zpage again (it prints the summary, then ends as the program did).
+    drop(forwarding);
+    let peak_bytes = u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024;
+    Ok((
+        Ended {
+            pid,
+            status,
+            usage,
+            peak_bytes,
+        },
+        wall,
+    ))
 }
 
 /// A command for `program` (found on PATH) that the program sees started
@@ -571,6 +680,56 @@ pub struct KernelSummary {
     pub exit_status: i32,
     #[serde(flatten)]
     pub outcome: zpage_kernel::run::RunOutcome,
+    /// The peaks and what was saved, as user mode gives them too.
+    #[serde(flatten)]
+    pub memory: MemoryFigures,
+}
+
+/// Kernel mode's figures: its peak is the cgroup's peak RAM plus the
+/// compressed store's peak (what the program swapped out is not in its
+/// RSS); without a plain run, the cgroup's highest RAM + swap is the
+/// baseline. A program the cgroup's OOM killer ended is no measure of the
+/// program's peak.
+fn kernel_figures(
+    outcome: &zpage_kernel::run::RunOutcome,
+    plain: Option<&PlainRun>,
+) -> MemoryFigures {
+    let killed = matches!(
+        outcome.exit,
+        zpage_kernel::run::ChildExit::Signal(libc::SIGKILL)
+    );
+    let cut_short = (killed && outcome.oom_kills > 0).then(|| {
+        format!(
+            "was OOM-killed ({} kill(s) in its memory cgroup): raise --budget, or run it again (this kernel's cgroup reclaim now and then loses a race with the program)",
+            outcome.oom_kills
+        )
+    });
+    let zram = outcome.compressed_source.starts_with("zram");
+    let mut figures = MemoryFigures::new(
+        ZpageRun {
+            peak_bytes: outcome.cgroup_peak_bytes + outcome.compressed_memory_peak_bytes,
+            peak_method: if zram {
+                "memory cgroup's peak RAM + zram's peak memory"
+            } else {
+                "memory cgroup's peak RAM + zswap's peak, machine-wide"
+            },
+            wall_seconds: outcome.wall_seconds,
+            exit_status: outcome.exit.shell_status(),
+            cut_short,
+        },
+        plain,
+        Some(Estimate {
+            peak_bytes: outcome.footprint_peak_bytes,
+            method: "the cgroup's highest sampled RAM + swap",
+        }),
+    );
+    if !killed && outcome.oom_kills > 0 {
+        figures.notes.push(format!(
+            "the memory cgroup's OOM killer killed {} of the program's processes",
+            outcome.oom_kills
+        ));
+    }
+    figures
 }
 
 /// The kernel summary as `/usr/bin/time -v` lays its lines out.
@@ -591,18 +750,18 @@ pub fn render_kernel(s: &KernelSummary) -> String {
         format!("\tUser time: {:.2} s", o.user_seconds),
         format!("\tSystem time: {:.2} s", o.system_seconds),
         format!(
-            "\tPeak resident (program and descendants): {}",
+            "\tPeak resident of the program (wait4; what it swapped out is not in it): {}",
             mib(o.max_rss_bytes)
         ),
-        format!("\tCgroup's peak memory: {}", mib(o.cgroup_peak_bytes)),
         format!(
-            "\tProgram's own peak without a budget (RAM + swap at the highest footprint): {}",
-            mib(o.footprint_peak_bytes)
+            "\tCgroup's peak memory: {}; compressed store's: {}",
+            mib(o.cgroup_peak_bytes),
+            mib(o.compressed_memory_peak_bytes)
         ),
-        format!(
-            "\tMemory saved against that peak: {}",
-            mib(o.memory_saved_bytes)
-        ),
+    ]
+    .into_iter()
+    .chain(s.memory.lines())
+    .chain([
         format!(
             "\tSwap used: {} at peak, {} at end",
             mib(o.swap_peak_bytes),
@@ -630,7 +789,8 @@ pub fn render_kernel(s: &KernelSummary) -> String {
                 zpage_kernel::run::ChildExit::Code(_) => None,
             },
         ),
-    ]
+    ])
+    .collect::<Vec<_>>()
     .join("\n")
         + "\n"
 }
@@ -639,6 +799,7 @@ fn run_kernel(
     args: &Args,
     program: &Path,
     options: &zpage_kernel::run::RunOptions,
+    plain: Option<&PlainRun>,
 ) -> Result<RunExit> {
     let command = program_command(args, program);
     let outcome = zpage_kernel::run::run(command, options).with_context(|| {
@@ -651,21 +812,18 @@ fn run_kernel(
         command: command_words(args),
         mode: "kernel",
         exit_status: outcome.exit.shell_status(),
+        memory: kernel_figures(&outcome, plain),
         outcome,
     };
     report_summary(args, &summary, render_kernel)?;
     Ok(run_exit(summary.outcome.exit))
 }
 
-fn run_user(
-    args: &Args,
-    budget_options: &BudgetOptions,
-    program: &Path,
-    budget: u64,
-) -> Result<RunExit> {
-    // Every option checked together before anything runs, as each
-    // process's library will check them; a backing also for what it names
-    // (a path that can hold pages, a password file that is private).
+/// Every user-mode option checked together before anything runs, as each
+/// process's library will check them; a backing also for what it names (a
+/// path that can hold pages, a password file that is private). Returns the
+/// preload library.
+fn check_user_options(args: &Args, budget_options: &BudgetOptions, budget: u64) -> Result<PathBuf> {
     let config = budget_options
         .config(usize::try_from(budget).unwrap_or(usize::MAX))
         .map_err(|e| {
@@ -692,7 +850,17 @@ fn run_user(
         );
     }
     let exe = std::env::current_exe().context("locating the zpage binary")?;
-    let preload = find_preload(std::env::var_os(PRELOAD_ENV), &exe)?;
+    find_preload(std::env::var_os(PRELOAD_ENV), &exe)
+}
+
+fn run_user(
+    args: &Args,
+    budget_options: &BudgetOptions,
+    program: &Path,
+    budget: u64,
+    preload: &Path,
+    plain: Option<&PlainRun>,
+) -> Result<RunExit> {
     let reports = ReportDir(std::env::temp_dir().join(format!(
         "zpage-run-{}-{}",
         std::process::id(),
@@ -703,7 +871,7 @@ fn run_user(
     std::fs::create_dir_all(&reports.0)
         .with_context(|| format!("creating {}", reports.0.display()))?;
 
-    let mut preload_list = OsString::from(&preload);
+    let mut preload_list = OsString::from(preload);
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload_list.push(":");
         preload_list.push(existing);
@@ -738,50 +906,9 @@ fn run_user(
     };
     let facts = ProgramFacts::inspect(program);
     let descriptors = run_diagnosis::descriptor_limit();
-    // Held from before the start, so a signal sent meanwhile reaches the
-    // program rather than ending zpage and orphaning it.
-    let held = supervise::hold_signals(&mut command).context("holding signals back")?;
-    let started = std::time::Instant::now();
-    let child = command
-        .spawn()
-        .map_err(|e| supervise::launch_error(program, &e))?;
-    let pid = child.id() as i32;
-    let forwarding = held
-        .forward_to(pid)
-        .context("passing signals on to the program")?;
-    let mut status = 0;
-    // SAFETY: a zeroed rusage is a valid out value.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: waits for our own child; both out pointers are valid.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-        if r == pid {
-            break;
-        }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            bail!(
-                "waiting for the program: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-    let wall = started.elapsed().as_secs_f64();
-    // Signals act on zpage again (it prints the summary, then ends as the program did).
-    drop(forwarding);
-    let killed_by = libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status));
-    let exit_code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else if let Some(signal) = killed_by {
-        128 + signal
-    } else {
-        1
-    };
-    // The descendants zpage's child reaped count in its rusage; others
-    // (orphans) in ours.
-    // SAFETY: a zeroed rusage is a valid out value.
-    let mut children: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out pointer.
-    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut children) };
+    let (ended, wall) = spawn_and_wait(&mut command, program)?;
+    let killed_by = ended.killed_by();
+    let exit_code = ended.shell_status();
     let all = ProcessReport::read_dir(&reports.0).map_err(anyhow::Error::msg)?;
     // Processes an `exec` replaced (or that ended by `_exit` or a signal)
     // did not remove their published metrics.
@@ -790,7 +917,7 @@ fn run_user(
             zpage_region::remove_published_if_gone(dir, report.pid as u32);
         }
     }
-    let mut summary = summarize(&all, pid);
+    let mut summary = summarize(&all, ended.pid);
     summary.command = command_words(args);
     summary.exit_status = exit_code;
     summary.killed_by_signal = killed_by;
@@ -809,11 +936,12 @@ fn run_user(
     if summary.codec.is_empty() {
         summary.codec = budget_options.text("codec").unwrap_or("lz4").to_string();
     }
-    summary.peak_resident_bytes = (usage.ru_maxrss.max(children.ru_maxrss) as u64) * 1024;
+    summary.peak_resident_bytes = ended.peak_bytes;
     summary.wall_seconds = wall;
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    summary.user_seconds = secs(usage.ru_utime);
-    summary.system_seconds = secs(usage.ru_stime);
+    summary.user_seconds = secs(ended.usage.ru_utime);
+    summary.system_seconds = secs(ended.usage.ru_stime);
+    summary.memory = user_figures(&summary, plain);
     report_summary(args, &summary, render)?;
     Ok(match killed_by {
         Some(signal) => RunExit::Signal(signal),
@@ -861,10 +989,23 @@ mod tests {
         a.unconstrained_peak_estimate_bytes = 400;
         let mut b = ProcessReport::new(11, "b".into());
         b.inactive_reason = Some("ZPAGE_RUN_BUDGET_BYTES is not set".into());
-        let s = summarize(&[a, b], 10);
+        let mut s = summarize(&[a, b], 10);
         assert_eq!(s.faults, 2);
         assert_eq!(s.fault_latency_p99_ns, 2048);
-        assert_eq!(s.memory_saved_bytes, 300);
+        // Without a plain run, saved is the estimate less the peak of the
+        // program and its descendants.
+        s.peak_resident_bytes = 150;
+        s.memory = user_figures(&s, None);
+        assert_eq!(s.memory.saved_bytes, Some(250));
+        assert!(s.memory.saved_method.starts_with("estimated: "));
+        let plain = PlainRun {
+            peak_bytes: 120,
+            wall_seconds: 1.0,
+            exit_status: 0,
+        };
+        s.memory = user_figures(&s, Some(&plain));
+        assert_eq!(s.memory.saved_bytes, Some(-30));
+        assert_eq!(s.memory.saved_method, "measured");
         assert_eq!(s.processes_without_zpage, 1);
         assert!(render(&s).contains("Why without zpage"));
     }

@@ -13,6 +13,7 @@ mod cmd_demo;
 mod cmd_kernel;
 mod cmd_run;
 mod run_diagnosis;
+mod run_figures;
 mod table;
 
 #[derive(Debug, Parser)]

@@ -121,10 +121,11 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("checked"));
     for line in [
-        "Peak resident (program and descendants)",
+        "Peak under zpage (max RSS of the program and its descendants",
+        "Program's own peak without zpage (estimated: ",
+        "Memory saved (estimated: ",
         "Fault latency p50 / p99",
         "Time in fault handling",
-        "Memory saved against that peak",
         "Exit status: 3",
     ] {
         assert!(stderr.contains(line), "no {line:?} in:\n{stderr}");
@@ -144,10 +145,12 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
         peak < 48 << 20,
         "peak {peak} with a 16 MiB budget over 64 MiB"
     );
+    assert_eq!(summary["zpage_peak_bytes"], peak);
     assert!(
-        summary["memory_saved_bytes"].as_u64().unwrap() > 16 << 20,
+        summary["saved_bytes"].as_i64().unwrap() > 16 << 20,
         "{summary}"
     );
+    assert!(summary["plain_peak_bytes"].is_null(), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -235,12 +235,14 @@ pub struct RunOutcome {
     /// (bytes). For a killed program that sample may fall inside its exit,
     /// while the kernel is already freeing its memory.
     pub swap_last_bytes: u64,
-    /// Highest RAM + swap of the cgroup in one sample: the program's own
-    /// footprint, had it not been compressed (bytes).
+    /// Highest RAM + swap of the cgroup in one sample: an estimate of the
+    /// program's own footprint, had it not been compressed (bytes).
     pub footprint_peak_bytes: u64,
-    /// At that sample: footprint minus the RAM actually used (cgroup RAM +
-    /// compressed store), i.e. what compression saved (bytes, 0 when nothing was swapped).
-    pub memory_saved_bytes: u64,
+    /// Highest RAM the compressed store took (zram `mem_used_max` of the
+    /// run's own device, or the highest sample of `mem_used_total`; zswap:
+    /// the highest sample of meminfo `Zswap`, machine-wide; bytes). With
+    /// `cgroup_peak_bytes` it bounds what the run held at its peak.
+    pub compressed_memory_peak_bytes: u64,
     /// Compressed store at the sample with the most data in it ("at peak").
     pub compressed_at_peak: CompressedSample,
     /// Compressed store at the last sample before the program ended ("at end";
@@ -276,7 +278,7 @@ struct Tracker {
     swap_peak: u64,
     swap_last: u64,
     footprint_peak: u64,
-    saved_at_footprint_peak: u64,
+    compressed_memory_peak: u64,
     at_peak: CompressedSample,
     at_end: CompressedSample,
 }
@@ -295,12 +297,10 @@ impl Tracker {
         let swap = counters.swap_bytes.unwrap_or(0);
         self.usage_peak = self.usage_peak.max(counters.usage_bytes);
         self.swap_peak = self.swap_peak.max(swap);
-        let footprint = counters.usage_bytes + swap;
-        if footprint > self.footprint_peak {
-            self.footprint_peak = footprint;
-            let ram = counters.usage_bytes + compressed.memory_used_bytes;
-            self.saved_at_footprint_peak = footprint.saturating_sub(ram);
-        }
+        self.footprint_peak = self.footprint_peak.max(counters.usage_bytes + swap);
+        self.compressed_memory_peak = self
+            .compressed_memory_peak
+            .max(compressed.memory_used_bytes);
         if compressed.original_bytes >= self.at_peak.original_bytes {
             self.at_peak = compressed.clone();
         }
@@ -549,6 +549,13 @@ impl KernelRun {
             .as_ref()
             .map_or(CgroupVersion::V1, MemoryCgroup::version);
         let vmstat_after = procfs::vmstat().unwrap_or_default();
+        // The device's own peak, which no 50 ms sample can miss; read
+        // before the device is removed.
+        let zram_peak = self
+            .zram
+            .as_ref()
+            .and_then(|device| device.mm_stat().ok())
+            .map_or(0, |m| m.mem_used_max);
         self.cgroup = None;
         self.guard.restore()?;
 
@@ -585,7 +592,7 @@ impl KernelRun {
                 .max(tracker.swap_peak),
             swap_last_bytes: tracker.swap_last,
             footprint_peak_bytes: tracker.footprint_peak,
-            memory_saved_bytes: tracker.saved_at_footprint_peak,
+            compressed_memory_peak_bytes: tracker.compressed_memory_peak.max(zram_peak),
             compressed_at_peak: tracker.at_peak.clone(),
             compressed_at_end: tracker.at_end.clone(),
             compressed_source: match self.zram {
