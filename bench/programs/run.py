@@ -36,10 +36,12 @@ MODES = ("plain", "user", "kernel")
 # reclaim loses a race with the program's allocations); such a run is retried.
 KERNEL_ATTEMPTS = 3
 KERNEL_PEAK_FIGURE = (
-    "cgroup_peak_bytes + compressed_at_peak.memory_used_bytes "
-    "(the memory cgroup's peak RAM plus zram's mem_used_total at its fullest sample)"
+    "zpage_peak_bytes: cgroup_peak_bytes + compressed_memory_peak_bytes "
+    "(the memory cgroup's peak RAM plus zram's peak memory, mem_used_max)"
 )
-USER_PEAK_FIGURE = "peak_resident_bytes (wait4 ru_maxrss of the program; the compressed pool lives in the process)"
+USER_PEAK_FIGURE = (
+    "zpage_peak_bytes: peak_resident_bytes (wait4 ru_maxrss of the program; the compressed pool lives in the process)"
+)
 PLAIN_PEAK_FIGURE = "wait4 ru_maxrss of the program"
 
 
@@ -543,13 +545,10 @@ def run_once(
             # zpage's own wall time: the program's, spawn to reap, without
             # the set-up and tear-down of zram and the cgroup in kernel mode.
             run.wall_seconds = summary.get("wall_seconds")
-            run.zpage_saved_bytes = summary.get("memory_saved_bytes")
-            if mode == "user":
-                run.peak_bytes = summary.get("peak_resident_bytes")
-            else:
-                at_peak = summary.get("compressed_at_peak") or {}
-                if summary.get("cgroup_peak_bytes") is not None and at_peak.get("memory_used_bytes") is not None:
-                    run.peak_bytes = summary["cgroup_peak_bytes"] + at_peak["memory_used_bytes"]
+            # zpage's own estimate (no --compare here: the plain runs are
+            # this script's), and its peak, one definition in both modes.
+            run.zpage_saved_bytes = summary.get("saved_bytes")
+            run.peak_bytes = summary.get("zpage_peak_bytes")
     if not run.ok:
         why = f"timed out after {timeout:.0f} s, killed" if got.timed_out else f"exit status {got.exit_status}"
         run.error = f"{why}; stderr: {got.stderr_tail.strip()[-600:]}"
