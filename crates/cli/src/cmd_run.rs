@@ -30,7 +30,10 @@
 //! that runs arbitrary programs (with side effects) must not do on its own.
 //! Measure that peak with `/usr/bin/time -v` and pass a size instead.
 //!
-//! Both modes' memory figures share one definition ([`crate::run_figures`]).
+//! `--compare` asks for that run: the program runs once plainly first
+//! (its output discarded), and the summary's "saved" is measured against
+//! its peak rather than estimated. Both modes' figures share one
+//! definition ([`crate::run_figures`]).
 
 use crate::budget_flags::BudgetFlags;
 use crate::run_diagnosis::{self, ProgramFacts};
@@ -124,6 +127,14 @@ pub struct Args {
     /// Print the summary on stderr as JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Run the program once plainly first, then under zpage, and report
+    /// the memory saved against the plain run's measured peak instead of an
+    /// estimate. The program runs twice, and has its side effects twice;
+    /// the plain run gets the same arguments, environment, directory and
+    /// standard input (which must be a regular file or /dev/null), and its
+    /// output is discarded.
+    #[arg(long)]
+    pub compare: bool,
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub program: Vec<OsString>,
@@ -468,6 +479,12 @@ pub fn run(args: Args) -> Result<RunExit> {
     // Before anything is set up: a missing program is the caller's mistake.
     let program =
         supervise::resolve_program(&args.program[0], std::env::var_os("PATH").as_deref())?;
+    // Standard input checked before anything runs: --compare gives it twice.
+    let stdin = if args.compare {
+        Some(ReusableStdin::check()?)
+    } else {
+        None
+    };
     let kernel = match args.mode {
         Mode::User => None,
         Mode::Kernel => {
@@ -494,18 +511,46 @@ pub fn run(args: Args) -> Result<RunExit> {
             }
         }
     };
-    // Every option checked before anything runs.
+    // Every option checked before the plain run, not after it.
     let plan = match kernel {
         Some(options) => Plan::Kernel(options),
         None => Plan::User {
             preload: check_user_options(&args, &budget_options, budget)?,
         },
     };
-    match plan {
-        Plan::Kernel(options) => run_kernel(&args, &program, &options, None),
-        Plan::User { preload } => {
-            run_user(&args, &budget_options, &program, budget, &preload, None)
+    let plain = match stdin {
+        None => None,
+        Some(stdin) => {
+            if !args.json {
+                eprintln!("zpage run: --compare: running the program plainly first (its output discarded)");
+            }
+            let plain = run_plain(&args, &program)?;
+            stdin.rewind()?;
+            // Ctrl-C or a SIGTERM to zpage during the plain run ends it:
+            // the user asked to stop, not for the run under zpage.
+            if let Some(signal) = plain
+                .killed_by
+                .filter(|&signal| supervise::is_forwarded(signal))
+            {
+                eprintln!(
+                    "zpage run: --compare: the plain run was killed by {}; not running it under zpage",
+                    run_diagnosis::signal_name(signal)
+                );
+                return Ok(RunExit::Signal(signal));
+            }
+            Some(plain.run)
         }
+    };
+    match plan {
+        Plan::Kernel(options) => run_kernel(&args, &program, &options, plain.as_ref()),
+        Plan::User { preload } => run_user(
+            &args,
+            &budget_options,
+            &program,
+            budget,
+            &preload,
+            plain.as_ref(),
+        ),
     }
 }
 
@@ -513,6 +558,98 @@ pub fn run(args: Args) -> Result<RunExit> {
 enum Plan {
     User { preload: PathBuf },
     Kernel(zpage_kernel::run::RunOptions),
+}
+
+/// Standard input as `--compare` can give it to the program twice: a
+/// regular file, read from the same offset both times, or /dev/null.
+struct ReusableStdin {
+    /// A duplicate of descriptor 0 (sharing its offset) and that offset;
+    /// `None` for /dev/null.
+    file: Option<(std::fs::File, u64)>,
+}
+
+impl ReusableStdin {
+    fn check() -> Result<ReusableStdin> {
+        use std::io::Seek;
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let file = std::fs::File::from(
+            std::io::stdin()
+                .as_fd()
+                .try_clone_to_owned()
+                .context("--compare: duplicating standard input")?,
+        );
+        let meta = file
+            .metadata()
+            .context("--compare: reading what standard input is")?;
+        let kind = meta.file_type();
+        let is_null = kind.is_char_device()
+            && std::fs::metadata("/dev/null").is_ok_and(|null| null.rdev() == meta.rdev());
+        if is_null {
+            return Ok(ReusableStdin { file: None });
+        }
+        if kind.is_file() {
+            let mut file = file;
+            let offset = file
+                .stream_position()
+                .context("--compare: reading standard input's offset")?;
+            return Ok(ReusableStdin {
+                file: Some((file, offset)),
+            });
+        }
+        // SAFETY: isatty only reads the descriptor's state.
+        let what = if unsafe { libc::isatty(0) } == 1 {
+            "a terminal"
+        } else if kind.is_fifo() {
+            "a pipe"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else {
+            "not a regular file"
+        };
+        bail!(
+            "--compare runs the program twice, and its standard input is {what}, which cannot be given to it twice: redirect it from a file (`< FILE`) or from /dev/null (`< /dev/null`), or drop --compare"
+        )
+    }
+
+    /// Back to where the plain run started reading, for the run under zpage.
+    fn rewind(&self) -> Result<()> {
+        use std::io::Seek;
+        if let Some((file, offset)) = &self.file {
+            let mut file = file;
+            file.seek(std::io::SeekFrom::Start(*offset))
+                .context("--compare: rewinding standard input for the run under zpage")?;
+        }
+        Ok(())
+    }
+}
+
+/// The plain run, and the signal that ended it, if one did.
+struct PlainOutcome {
+    run: PlainRun,
+    killed_by: Option<i32>,
+}
+
+/// Runs the program without zpage, as `zpage run` would (same arguments,
+/// environment, directory and standard input; signals passed on), its
+/// output discarded, as benchmark tools do by default; measures its peak
+/// and wall time.
+fn run_plain(args: &Args, program: &Path) -> Result<PlainOutcome> {
+    let mut command = program_command(args, program);
+    command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let (ended, wall) = spawn_and_wait(&mut command, program)?;
+    Ok(PlainOutcome {
+        run: PlainRun {
+            peak_bytes: ended.peak_bytes,
+            wall_seconds: wall,
+            exit_status: ended.shell_status(),
+        },
+        killed_by: ended.killed_by(),
+    })
 }
 
 /// How a program `wait4` reaped ended, and its resource use.
@@ -547,7 +684,8 @@ impl Ended {
 ///
 /// The peak is `wait4`'s of this one child (which counts the descendants
 /// it waited for), not `getrusage(RUSAGE_CHILDREN)`: zpage is no
-/// subreaper, so that would add no orphan, only any other child zpage ran.
+/// subreaper, so that would add no orphan, only the other runs (with
+/// `--compare`, the plain run's peak).
 fn spawn_and_wait(command: &mut std::process::Command, program: &Path) -> Result<(Ended, f64)> {
     // Held from before the start, so a signal sent meanwhile reaches the
     // program rather than ending zpage and orphaning it.

@@ -154,6 +154,100 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The JSON summary `zpage run --json` printed on stderr.
+fn json_summary(out: &Output) -> serde_json::Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let start = stderr.find("{\n").unwrap_or(0);
+    serde_json::from_str(&stderr[start..]).unwrap_or_else(|e| panic!("{e}: {stderr}"))
+}
+
+/// `--compare`'s figures: a plain run's peak measured, and saved equal to
+/// it less the zpage peak (within 5%), from the summary's own figures.
+fn assert_measured_saving(summary: &serde_json::Value, data_bytes: u64) {
+    let plain = summary["plain_peak_bytes"].as_u64().unwrap();
+    let zpage = summary["zpage_peak_bytes"].as_u64().unwrap();
+    let saved = summary["saved_bytes"].as_i64().unwrap();
+    assert!(plain > data_bytes, "plain peak {plain}: {summary}");
+    assert_eq!(summary["saved_method"], "measured", "{summary}");
+    assert_eq!(summary["baseline_peak_bytes"], plain, "{summary}");
+    let difference = plain as i64 - zpage as i64;
+    assert!(
+        (saved - difference).abs() * 20 <= difference.abs(),
+        "saved {saved} against plain {plain} - zpage {zpage}: {summary}"
+    );
+    // The budget holds: a quarter of the data, with room for the pool.
+    assert!(saved > (data_bytes / 4) as i64, "{summary}");
+    assert!(
+        summary["plain_wall_seconds"].as_f64().unwrap() > 0.0,
+        "{summary}"
+    );
+    assert_eq!(summary["plain_exit_status"], 0, "{summary}");
+}
+
+#[test]
+fn compare_measures_a_plain_run_and_saves_against_its_peak() {
+    let out = zpage_run(
+        &["--compare", "--budget", "16M", "--json"],
+        &[filler().to_str().unwrap(), "64", "0"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The plain run's output is discarded: "checked" once, from the run under zpage.
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "checked\n",
+        "{stderr}"
+    );
+    let summary = json_summary(&out);
+    assert_measured_saving(&summary, 64 << 20);
+    assert_eq!(summary["mode"], "user");
+    assert_eq!(summary["zpage_peak_bytes"], summary["peak_resident_bytes"]);
+    assert!(summary["evictions"].as_u64().unwrap() > 0, "{summary}");
+
+    // The text says the same, measured.
+    let out = zpage_run(
+        &["--compare", "--budget", "16M"],
+        &[filler().to_str().unwrap(), "64", "0"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for line in [
+        "running the program plainly first",
+        "Program's own peak without zpage (measured: a plain run first)",
+        "Memory saved (measured): ",
+        "Wall time plain / under zpage: ",
+    ] {
+        assert!(stderr.contains(line), "no {line:?} in:\n{stderr}");
+    }
+}
+
+#[test]
+fn compare_gives_both_runs_the_same_standard_input_or_refuses() {
+    let dir = tempdir("compare-stdin");
+    let input = dir.join("input");
+    std::fs::write(&input, "0123456789\n").unwrap();
+    // A regular file: the run under zpage reads it whole after the plain run did.
+    let out = zpage_run_command(&["--compare", "--budget", "16M"], &["wc", "-c"])
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(stdout_of(out).trim(), "11");
+    // A pipe cannot be read twice.
+    let mut child = zpage_run_command(&["--compare", "--budget", "16M"], &["wc", "-c"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("standard input is a pipe"), "{stderr}");
+    assert!(stderr.contains("< /dev/null"), "{stderr}");
+    assert!(out.stdout.is_empty(), "the program ran: {stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--cold-codec`: the program's evicted pages go to zstd, its pool holds
 /// far less than with LZ4 alone, and every word reads back (the filler
 /// checks them and says "checked").
@@ -883,6 +977,47 @@ fn kernel_mode_runs_the_program_over_its_budget_and_reports_the_swap() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("Mode: kernel"), "{err}");
+}
+
+/// Kernel mode with `--compare`: the same figures as user mode's. The
+/// cgroup's OOM killer now and then ends such a run on some kernels; the
+/// summary then says so and has no saving, and the run is tried again.
+#[test]
+fn kernel_mode_compare_saves_against_the_plain_peak() {
+    if !kernel_mode_here() {
+        eprintln!("skipped: needs root and ZPAGE_TEST_KERNEL_STATE=1");
+        return;
+    }
+    for attempt in 1..=3 {
+        let out = zpage_run(
+            &["--mode", "kernel", "--compare", "--budget", "16M", "--json"],
+            &["python3", "-c", VERIFY_64M],
+        );
+        let summary = json_summary(&out);
+        if summary["oom_kills"].as_u64().unwrap_or(0) > 0 && out.status.code() != Some(0) {
+            assert!(summary["saved_bytes"].is_null(), "{summary}");
+            assert!(
+                summary["saved_method"]
+                    .as_str()
+                    .unwrap()
+                    .contains("OOM-killed"),
+                "{summary}"
+            );
+            eprintln!("attempt {attempt}: OOM-killed, and the summary says so");
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(0), "{summary}");
+        assert_eq!(summary["mode"], "kernel");
+        assert_measured_saving(&summary, 64 << 20);
+        assert_eq!(
+            summary["zpage_peak_bytes"].as_u64().unwrap(),
+            summary["cgroup_peak_bytes"].as_u64().unwrap()
+                + summary["compressed_memory_peak_bytes"].as_u64().unwrap(),
+            "{summary}"
+        );
+        return;
+    }
+    panic!("kernel mode was OOM-killed three times in a row");
 }
 
 // ---- CPython's regression tests -------------------------------------------
