@@ -277,8 +277,14 @@ impl Aging {
     }
 
     /// The next page to evict: the oldest inactive one; when none is left,
-    /// the oldest active one (demoted). Stale records are dropped on the way;
-    /// busy ones go to the back.
+    /// or every one left is busy, the oldest active one (demoted). Stale
+    /// records are dropped on the way; busy ones go to the back.
+    ///
+    /// Busy inactive pages (pinned by a system call, or held for a moment)
+    /// must not hide the active ones: a single pinned page alone in the
+    /// inactive queue made the reclaimer find no victim while thousands of
+    /// active pages were resident, and the budget was marked stuck (node
+    /// under `zpage run` passed its budget by 50-80 MiB so).
     pub fn next_victim(
         &mut self,
         standing: &mut dyn FnMut(Record) -> Standing,
@@ -286,7 +292,12 @@ impl Aging {
     ) -> Option<Record> {
         let mut busy_seen = 0;
         loop {
-            let record = match self.inactive.pop_front() {
+            let inactive = if busy_seen < self.inactive.len() {
+                self.inactive.pop_front()
+            } else {
+                None
+            };
+            let record = match inactive {
                 Some(record) => record,
                 None => self.demote(standing, page_of)?,
             };
@@ -296,9 +307,6 @@ impl Aging {
                 Standing::Busy => {
                     self.inactive.push_back(record);
                     busy_seen += 1;
-                    if busy_seen > self.inactive.len() {
-                        return None;
-                    }
                 }
             }
         }
@@ -348,5 +356,67 @@ impl Aging {
     /// Records held (for stats and tests).
     pub fn len(&self) -> usize {
         self.inactive.len() + self.active_len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queues::RegionId;
+
+    fn record(page: usize) -> Record {
+        let region = RegionId {
+            index: 0,
+            incarnation: 0,
+        };
+        Record::new(region, page, 0, page >= 100)
+    }
+
+    #[test]
+    fn busy_inactive_pages_do_not_hide_the_active_ones() {
+        let mut aging = Aging::new(AgingPolicy::Refault, 1000, 10);
+        // Page 1 inactive and pinned; pages 100-102 active and evictable.
+        aging.admit(record(1), 0);
+        for page in 100..103 {
+            aging.admit(record(page), 0);
+        }
+        let mut standing = |r: Record| {
+            if r.page() == 1 {
+                Standing::Busy
+            } else {
+                Standing::Evictable
+            }
+        };
+        let mut page_of = |_: Record, _: &mut dyn FnMut(&PageAging, &Counters)| {};
+        let victims: Vec<usize> = (0..3)
+            .map(|_| {
+                aging
+                    .next_victim(&mut standing, &mut page_of)
+                    .map(|r| r.page())
+            })
+            .map(Option::unwrap)
+            .collect();
+        assert_eq!(victims, vec![100, 101, 102]);
+        // Only the busy page is left: no victim, and its record is kept.
+        assert!(aging.next_victim(&mut standing, &mut page_of).is_none());
+        assert_eq!(aging.len(), 1);
+    }
+
+    #[test]
+    fn an_evictable_inactive_page_goes_before_the_active_ones() {
+        let mut aging = Aging::new(AgingPolicy::Refault, 1000, 10);
+        aging.admit(record(100), 0);
+        aging.admit(record(2), 0);
+        aging.admit(record(1), 0);
+        let mut standing = |r: Record| {
+            if r.page() == 1 {
+                Standing::Busy
+            } else {
+                Standing::Evictable
+            }
+        };
+        let mut page_of = |_: Record, _: &mut dyn FnMut(&PageAging, &Counters)| {};
+        let first = aging.next_victim(&mut standing, &mut page_of).unwrap();
+        assert_eq!(first.page(), 2);
     }
 }
