@@ -201,6 +201,18 @@ impl Aging {
         }
     }
 
+    /// The budget changed (it may while it runs): the active queues' share
+    /// and the quick-refault threshold follow it.
+    pub fn set_budget(&mut self, budget_pages: usize, staging_target: usize) {
+        if budget_pages != self.budget_pages {
+            let inactive_min = (budget_pages / 64).max(16);
+            self.active_max = budget_pages
+                .saturating_sub(staging_target + inactive_min)
+                .max(1);
+            self.budget_pages = budget_pages;
+        }
+    }
+
     /// Records a page that became resident; `activations` is its history's
     /// count (read by the caller from the page).
     pub fn admit(&mut self, record: Record, activations: u8) {

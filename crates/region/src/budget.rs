@@ -98,9 +98,20 @@ impl Budget {
         &self.owner.shared
     }
 
-    /// The budget in bytes.
+    /// The budget in bytes now: the one configured, or set since
+    /// ([`Budget::set_budget_bytes`]).
     pub fn budget_bytes(&self) -> usize {
         self.shared().limits().budget_pages * PAGE_SIZE
+    }
+
+    /// Changes the budget while it runs: to `bytes`, held between the
+    /// smallest budget ([`crate::MIN_BUDGET_BYTES`]) and the configured one
+    /// (what the budget's staging area and queues were sized for); returns
+    /// the budget asked for after that, in bytes. A lower budget wakes the
+    /// reclaimer, which brings resident memory under it; faults that would
+    /// pass it wait meanwhile.
+    pub fn set_budget_bytes(&self, bytes: usize) -> usize {
+        self.shared().set_budget_pages(bytes / PAGE_SIZE) * PAGE_SIZE
     }
 
     /// Bytes every region of the budget holds resident now (with staged pages).

@@ -19,7 +19,7 @@
 //! | `aging` | the whole aging policy: per-page history, refault distance, the queues |
 //! | `budget` | the public [`Budget`] handle: starts and stops the budget's threads |
 //! | `shared` | what the regions of one budget and its threads share: its parts below, and what needs several of them (the limit check, giving references up, waking the reclaimer) |
-//! | `limits`, `staging`, `uffd` | the budget in pages and the resident count; the staging area and its slot allocator; the userfaultfds |
+//! | `limits`, `staging`, `uffd` | the budget in pages (it may change while it runs) and the resident count; the staging area and its slot allocator; the userfaultfds |
 //! | `queues` | the lock-free rings between the fault path and the reclaimer, and the record naming a page in them |
 //! | `reclaim/wake`, `reclaim/lock` | how the fault path and the reclaimer wake each other (kick, room, bursts); the reclaim lock |
 //! | `evict/gate`, `event/gate`, `fork/state` | the eviction pause; the install/event protocol; the resolve gate of `fork()` and a forked child's own budget |

@@ -1,12 +1,24 @@
-//! A budget's limits in pages, computed once from its configuration, and
-//! the count of resident pages they limit.
+//! A budget's limits in pages, and the count of resident pages they limit.
+//!
+//! The budget itself may change while it runs: [`BudgetLimit`] holds it in
+//! atomics, and every reader takes a [`Limits`] snapshot computed from one
+//! look at them, with the watermarks, the trial set and the burst size in
+//! the proportions the configuration gave. The budget's owner sets it
+//! (`Budget::set_budget_bytes`; later a budget that follows the machine's
+//! memory, or a limit on the whole process's). It never rises above the
+//! configured budget, which the staging area and the reclaimer's rings
+//! were sized for, nor falls below the smallest budget
+//! ([`MIN_BUDGET_BYTES`]).
+//!
+//! Everything here is async-signal-safe (atomics and arithmetic): the fault
+//! path reads the limits at every fault that makes a page resident.
 
-use crate::config::{AgingPolicy, BudgetConfig};
+use crate::config::{AgingPolicy, BudgetConfig, MIN_BUDGET_BYTES};
 use crate::sys::PAGE_SIZE;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The limits in pages, computed once from the configuration.
-#[derive(Clone, Copy, Debug)]
+/// The limits in pages at one moment (a snapshot of [`BudgetLimit`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
     pub budget_pages: usize,
     pub high_pages: usize,
@@ -25,25 +37,87 @@ pub struct Limits {
 /// a burst of N pages holds the faulting threads about 1.7 µs x N.
 const MAX_BURST_PAGES: usize = 256;
 
+/// The smallest budget in pages.
+pub const MIN_BUDGET_PAGES: usize = MIN_BUDGET_BYTES / PAGE_SIZE;
+
+/// What the configuration fixes: the proportions of the limits.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    high_pct: usize,
+    low_pct: usize,
+    /// 0 with FIFO aging.
+    staging_pct: usize,
+}
+
 impl Limits {
-    /// The limits of a budget configured with `config` (already validated).
-    pub fn new(config: &BudgetConfig) -> Limits {
-        let budget_pages = config.budget_bytes / PAGE_SIZE;
-        let staging_target = match config.aging {
-            AgingPolicy::Fifo => 0,
-            AgingPolicy::Refault => budget_pages * config.staging_pct as usize / 100,
-        };
+    fn of(budget_pages: usize, shape: Shape) -> Limits {
+        let staging_target = budget_pages * shape.staging_pct / 100;
         let burst_pages = (budget_pages / 64).clamp(1, MAX_BURST_PAGES);
         Limits {
             budget_pages,
-            high_pages: budget_pages * config.high_watermark_pct as usize / 100,
-            low_pages: budget_pages * config.low_watermark_pct as usize / 100,
+            high_pages: budget_pages * shape.high_pct / 100,
+            low_pages: budget_pages * shape.low_pct / 100,
             staging_target,
             burst_pages,
             mapped_limit: budget_pages
                 .saturating_sub(staging_target + burst_pages)
                 .max(1),
         }
+    }
+}
+
+/// A budget that may change while it runs (see the module documentation).
+#[derive(Debug)]
+pub struct BudgetLimit {
+    shape: Shape,
+    /// The configured budget: the most it may be.
+    capacity_pages: usize,
+    /// What the budget's owner asks for.
+    wanted_pages: AtomicUsize,
+}
+
+impl BudgetLimit {
+    /// The limits of a budget configured with `config` (already validated).
+    pub fn new(config: &BudgetConfig) -> BudgetLimit {
+        let capacity_pages = (config.budget_bytes / PAGE_SIZE).max(MIN_BUDGET_PAGES);
+        BudgetLimit {
+            shape: Shape {
+                high_pct: config.high_watermark_pct as usize,
+                low_pct: config.low_watermark_pct as usize,
+                staging_pct: match config.aging {
+                    AgingPolicy::Fifo => 0,
+                    AgingPolicy::Refault => config.staging_pct as usize,
+                },
+            },
+            capacity_pages,
+            wanted_pages: AtomicUsize::new(capacity_pages),
+        }
+    }
+
+    /// The budget in pages now (never below the smallest budget).
+    pub fn budget_pages(&self) -> usize {
+        self.wanted_pages
+            .load(Ordering::Acquire)
+            .max(MIN_BUDGET_PAGES)
+    }
+
+    /// The limits now.
+    pub fn now(&self) -> Limits {
+        Limits::of(self.budget_pages(), self.shape)
+    }
+
+    /// The limits at the configured budget, the largest they can be (what
+    /// the staging area and the rings are sized for).
+    pub fn at_capacity(&self) -> Limits {
+        Limits::of(self.capacity_pages, self.shape)
+    }
+
+    /// The owner asks for a budget of `pages`, held within the smallest
+    /// budget and the configured one; returns what it asks for after that.
+    pub fn set_wanted_pages(&self, pages: usize) -> usize {
+        let pages = pages.clamp(MIN_BUDGET_PAGES, self.capacity_pages);
+        self.wanted_pages.store(pages, Ordering::Release);
+        pages
     }
 }
 
@@ -72,5 +146,57 @@ impl Resident {
     /// waiters' count it pairs with.
     pub fn pages_for_room(&self) -> usize {
         self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(budget_bytes: usize, aging: AgingPolicy) -> BudgetLimit {
+        let mut config = BudgetConfig::new(budget_bytes);
+        config.aging = aging;
+        BudgetLimit::new(&config)
+    }
+
+    #[test]
+    fn the_limits_follow_the_budget_in_the_configured_proportions() {
+        let l = limit(64 << 20, AgingPolicy::Refault);
+        let full = l.now();
+        assert_eq!(full, l.at_capacity());
+        assert_eq!(full.budget_pages, 16384);
+        assert_eq!(full.high_pages, 16384 * 97 / 100);
+        assert_eq!(full.low_pages, 16384 * 93 / 100);
+        assert_eq!(full.staging_target, 163);
+        assert_eq!(full.burst_pages, 256);
+        assert_eq!(full.mapped_limit, 16384 - 163 - 256);
+
+        assert_eq!(l.set_wanted_pages(4096), 4096);
+        let quarter = l.now();
+        assert_eq!(quarter.budget_pages, 4096);
+        assert_eq!(quarter.high_pages, 4096 * 97 / 100);
+        assert_eq!(quarter.low_pages, 4096 * 93 / 100);
+        assert_eq!(quarter.staging_target, 40);
+        assert_eq!(quarter.burst_pages, 64);
+        assert_eq!(quarter.mapped_limit, 4096 - 40 - 64);
+        // The capacity stays what the structures were sized for.
+        assert_eq!(l.at_capacity(), full);
+
+        let fifo = limit(64 << 20, AgingPolicy::Fifo);
+        assert_eq!(fifo.now().staging_target, 0);
+        fifo.set_wanted_pages(1000);
+        assert_eq!(fifo.now().staging_target, 0);
+    }
+
+    #[test]
+    fn the_budget_stays_between_the_smallest_and_the_configured() {
+        let l = limit(64 << 20, AgingPolicy::Refault);
+        assert_eq!(l.set_wanted_pages(1 << 30), 16384);
+        assert_eq!(l.budget_pages(), 16384);
+        assert_eq!(l.set_wanted_pages(3), MIN_BUDGET_PAGES);
+        assert_eq!(l.budget_pages(), MIN_BUDGET_PAGES);
+        let tiny = l.now();
+        assert!(tiny.low_pages < tiny.high_pages && tiny.high_pages <= tiny.budget_pages);
+        assert!(tiny.mapped_limit >= 1 && tiny.burst_pages >= 1);
     }
 }

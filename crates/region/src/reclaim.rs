@@ -55,12 +55,15 @@ use std::time::Instant;
 use zpage_store::Worker;
 
 mod compaction;
+mod eager;
 #[cfg(test)]
 pub(crate) mod hook;
 pub(crate) mod lock;
 mod vfork;
 pub(crate) mod wake;
 mod writeback;
+
+pub use eager::compress_now;
 
 /// Where a record stands, looked up in its region.
 fn standing(record: Record) -> Standing {
@@ -208,6 +211,9 @@ impl Reclaimer {
         while let Some(record) = queues.pop_returned() {
             self.aging.retry_first(record);
         }
+        let limits = budget.limits();
+        self.aging
+            .set_budget(limits.budget_pages, limits.staging_target);
         while let Some(record) = queues.pop_admitted() {
             let mut activations = 0;
             with_page_aging(record, &mut |aging, _| activations = aging.activations());
@@ -664,31 +670,4 @@ impl Reclaimer {
     fn sleep(&self, seen: u32) {
         self.budget.reclaim_signal().sleep(seen, 2_000_000);
     }
-}
-
-/// `advise_cold`: evicts and compresses the pages of `pages` of `core` now,
-/// on the calling thread (Zircon's eager trigger). The caller blocks
-/// asynchronous signals.
-pub fn compress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Result<(), RegionError> {
-    let budget = &*core.budget;
-    let mut worker = budget.store().worker()?;
-    let _g = budget.lock_reclaim();
-    for page in pages {
-        for _attempt in 0..3 {
-            match evict::evict(core, page) {
-                Evict::Staged(slot) => {
-                    evict::compress(core, page, slot, &mut worker, Trigger::Eager);
-                    break;
-                }
-                Evict::NoSlot => {
-                    budget.staging().discard_pending(budget.resident());
-                }
-                Evict::Retry => {}
-                _ => break,
-            }
-        }
-    }
-    budget.staging().discard_pending(budget.resident());
-    budget.signal_room();
-    Ok(())
 }

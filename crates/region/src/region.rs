@@ -425,7 +425,11 @@ impl Region {
 /// How much of a budget pins may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum PinLimit {
-    /// Half the budget: the rest stays for the pages that come and go.
+    /// Half the configured budget: the rest stays for the pages that come
+    /// and go. The configured one, not the budget now, which may be
+    /// lowered while it runs (to its smallest, by a memory max): a system
+    /// call's buffer must still be pinned, for as long as the call (pins
+    /// past the budget are an overshoot, counted).
     HalfBudget,
     /// Any amount, over the budget if need be: memory the kernel must be
     /// able to reach at any moment (a stack signals are delivered on, pages
@@ -445,11 +449,12 @@ pub(crate) fn pin_pages(
         .filter(|&p| core.pages[p].load().pins() == 0 && !core.foreign.contains(p))
         .count();
     let total = budget_pinned(budget) + new_pins;
-    if limit == PinLimit::HalfBudget && total > budget.limits().budget_pages / 2 {
+    let configured = budget.configured_budget_pages();
+    if limit == PinLimit::HalfBudget && total > configured / 2 {
         return Err(RegionError::PinExceedsBudget {
             requested: new_pins * PAGE_SIZE,
             total: total * PAGE_SIZE,
-            budget: budget.limits().budget_pages * PAGE_SIZE,
+            budget: configured * PAGE_SIZE,
         });
     }
     let _signals = SignalGuard::block_async();

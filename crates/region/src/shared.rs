@@ -5,7 +5,7 @@
 //!
 //! | part | module | what it is |
 //! |---|---|---|
-//! | [`Limits`], [`Resident`] | `limits` | the budget in pages, and the resident count it limits |
+//! | [`BudgetLimit`], [`Resident`] | `limits` | the budget in pages (it may change while it runs), and the resident count it limits |
 //! | [`Staging`] | `staging` | the staging area: slot allocator, batched discards, its own userfaultfd |
 //! | [`Queues`] | `queues` | the rings from the fault path to the reclaimer, and the victim queue back |
 //! | [`ReclaimSignal`] | `reclaim/wake` | the reclaimer's kick, the throttled faults' room, bursts, stop |
@@ -29,7 +29,7 @@ use crate::event::gate::InstallGate;
 use crate::evict::gate::EvictionGate;
 use crate::fork::state::{ForkGate, ForkedChild};
 use crate::fork::vfork::VforkHelp;
-use crate::limits::{Limits, Resident};
+use crate::limits::{BudgetLimit, Limits, Resident};
 use crate::queues::Queues;
 use crate::reclaim::lock::{self, ReclaimGuard, ReclaimLock};
 use crate::reclaim::wake::ReclaimSignal;
@@ -60,7 +60,7 @@ static NEXT_BUDGET_ID: AtomicU64 = AtomicU64::new(1);
 pub struct Shared {
     /// Tells budgets apart in published metrics.
     id: u64,
-    limits: Limits,
+    limits: BudgetLimit,
     mode: FaultMode,
     keep_clean_copies: bool,
     /// The writeback rate limit (pages per second).
@@ -95,14 +95,16 @@ impl Shared {
     pub fn new(config: &BudgetConfig) -> Result<Shared, RegionError> {
         config.check()?;
         let tier = config.open_tier()?;
-        let limits = Limits::new(config);
+        let limits = BudgetLimit::new(config);
+        let sized_for = limits.at_capacity();
         let features = EVENT_FEATURES | sys::FEATURE_MOVE | sys::FEATURE_POISON;
         let uffd = match config.mode {
             FaultMode::Sigbus => Uffd::new(features | sys::FEATURE_SIGBUS, false, config.mode)?,
             FaultMode::HandlerThread => Uffd::new(features, true, config.mode)?,
         };
         // Room for the trial set and one round's worth of pages in flight.
-        let staging = Staging::new(limits.staging_target + (limits.high_pages - limits.low_pages))?;
+        let staging =
+            Staging::new(sized_for.staging_target + (sized_for.high_pages - sized_for.low_pages))?;
         let store = PageStore::new(PageStoreConfig {
             codec: config.codec.clone(),
             recompress_codec: config.cold_codec.clone(),
@@ -138,8 +140,8 @@ impl Shared {
             dedup: config.dedup.then(Dedup::new),
             uffd,
             staging,
-            clock: AgingClock::new(config.aging, limits.budget_pages),
-            queues: Queues::new(limits.budget_pages),
+            clock: AgingClock::new(config.aging, sized_for.budget_pages),
+            queues: Queues::new(sized_for.budget_pages),
             resident: Resident::default(),
             region_pages: AtomicUsize::new(0),
             reclaim_signal: ReclaimSignal::default(),
@@ -159,8 +161,27 @@ impl Shared {
         self.id
     }
 
-    pub fn limits(&self) -> &Limits {
-        &self.limits
+    /// The limits now (the budget may change while it runs: read them
+    /// once per decision). Async-signal-safe.
+    pub fn limits(&self) -> Limits {
+        self.limits.now()
+    }
+
+    /// The budget as configured: the most it may be, what pins are limited
+    /// against.
+    pub fn configured_budget_pages(&self) -> usize {
+        self.limits.at_capacity().budget_pages
+    }
+
+    /// Asks for a budget of `pages` (held within the smallest budget and
+    /// the configured one); returns the budget asked for after that. A
+    /// lower budget wakes the reclaimer to bring resident memory under it;
+    /// a higher one wakes the faults waiting for room. Async-signal-safe.
+    pub fn set_budget_pages(&self, pages: usize) -> usize {
+        let wanted = self.limits.set_wanted_pages(pages);
+        self.kick_reclaimer();
+        self.signal_room();
+        wanted
     }
 
     pub fn mode(&self) -> FaultMode {
@@ -308,9 +329,10 @@ impl Shared {
     /// the budget is full, or the pages mapped in regions reached
     /// [`Limits::mapped_limit`], or a burst is under way. Async-signal-safe.
     pub fn over_limit(&self) -> bool {
+        let limits = self.limits.now();
         let resident = self.resident.pages_for_room();
-        resident >= self.limits.budget_pages
-            || resident.saturating_sub(self.staging.in_use()) >= self.limits.mapped_limit
+        resident >= limits.budget_pages
+            || resident.saturating_sub(self.staging.in_use()) >= limits.mapped_limit
             || self.reclaim_signal.bursting()
     }
 

@@ -1,5 +1,5 @@
 //! Basic behaviour: data survives eviction and restore, the budget holds.
-use zpage_region::{AgingPolicy, Region, RegionConfig, PAGE_SIZE};
+use zpage_region::{AgingPolicy, Budget, BudgetConfig, Region, RegionConfig, PAGE_SIZE};
 
 const MIB: usize = 1 << 20;
 
@@ -103,4 +103,44 @@ fn pool_limit_keeps_pages_resident_and_correct() {
             "word {i}"
         );
     }
+}
+
+/// Lowered while it runs, the budget holds at its new size: the reclaimer
+/// brings resident memory under it with no fault to wake it, and faults
+/// keep to it; it stays between the smallest budget and the configured one.
+#[test]
+fn the_budget_changes_while_it_runs() {
+    let budget = Budget::new(BudgetConfig::new(32 * MIB)).expect("budget");
+    assert_eq!(budget.budget_bytes(), 32 * MIB);
+    let region = Region::with_budget(&budget, 64 * MIB).expect("region");
+    let pages = region.len() / PAGE_SIZE;
+    let check = || {
+        for p in 0..pages {
+            for w in (0..PAGE_SIZE / 8).step_by(61) {
+                let got = word(&region, p, w).load(std::sync::atomic::Ordering::Relaxed);
+                assert_eq!(got, fill(p, w as u64), "page {p} word {w}");
+            }
+        }
+    };
+    for p in 0..pages {
+        for w in (0..PAGE_SIZE / 8).step_by(61) {
+            word(&region, p, w).store(fill(p, w as u64), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    assert_eq!(budget.set_budget_bytes(8 * MIB), 8 * MIB);
+    assert_eq!(budget.budget_bytes(), 8 * MIB);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while budget.resident_bytes() > 8 * MIB && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(budget.resident_bytes() <= 8 * MIB, "{:?}", region.stats());
+    check();
+    assert!(budget.resident_bytes() <= 9 * MIB, "{:?}", region.stats());
+    assert_eq!(region.stats().budget_bytes, 8 * MIB as u64);
+    assert_eq!(budget.set_budget_bytes(1 << 40), 32 * MIB);
+    assert_eq!(budget.set_budget_bytes(1), zpage_region::MIN_BUDGET_BYTES);
+    assert_eq!(budget.budget_bytes(), zpage_region::MIN_BUDGET_BYTES);
+    check();
+    budget.set_budget_bytes(32 * MIB);
+    check();
 }
