@@ -77,6 +77,7 @@ typedef struct zpage_options {
     const char *backing_ca_file; /* NULL: the default. For rediss://: the CA certificate(s) (PEM) the server's certificate is checked against, instead of the system's store. */
     const char *backing_cert_file; /* NULL: the default. For rediss://: a client certificate (PEM), for servers that ask for one; needs backing_key_file. */
     const char *backing_key_file; /* NULL: the default. For rediss://: the client certificate's private key (PEM; refused unless private: chmod 600). */
+    uint64_t memory_max_bytes; /* Bytes; 0: unset. A limit on the process's whole resident memory (a size; unset: none): its pages in compressed memory and out of it, the pool and zpage's own memory, as VmRSS and a container's limit count them. The budget shrinks to what the rest leaves (the pool grows as pages are compressed), and faults wait for eviction rather than pass the limit; with a budget too, both hold. What cannot be held (memory outside compressed memory alone over it, pages that cannot leave) is reported with how far over it went. */
     /* END GENERATED OPTIONS */
 } zpage_options;
 
@@ -129,6 +130,8 @@ typedef struct zpage_stats {
     uint64_t dedup_hit_count; /* Evicted pages found identical to a stored page (dedup): they share its blob. */
     uint64_t dedup_saved_bytes; /* Bytes of compressed blobs those pages would have taken stored on their own. */
     uint64_t dedup_verify_mismatch_count; /* Pages whose hash matched a stored page's and whose bytes did not (kept apart). */
+    uint64_t memory_max_over_count; /* Looks of the budget's memory max (`memory_max_bytes`) that found the process's resident memory over it (budget-wide; 0 without one). */
+    uint64_t memory_max_over_peak_bytes; /* The most the process's resident memory was over the memory max at a look (budget-wide; never falls; 0 if it never was). */
     /* END GENERATED FIELDS */
 } zpage_stats;
 

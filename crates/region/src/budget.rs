@@ -99,7 +99,7 @@ impl Budget {
     }
 
     /// The budget in bytes now: the one configured, or set since
-    /// ([`Budget::set_budget_bytes`]).
+    /// ([`Budget::set_budget_bytes`]), under what the memory max leaves.
     pub fn budget_bytes(&self) -> usize {
         self.shared().limits().budget_pages * PAGE_SIZE
     }
@@ -109,9 +109,17 @@ impl Budget {
     /// (what the budget's staging area and queues were sized for); returns
     /// the budget asked for after that, in bytes. A lower budget wakes the
     /// reclaimer, which brings resident memory under it; faults that would
-    /// pass it wait meanwhile.
+    /// pass it wait meanwhile. A memory max may hold the budget lower still
+    /// ([`Budget::budget_bytes`] says what is in effect).
     pub fn set_budget_bytes(&self, bytes: usize) -> usize {
         self.shared().set_budget_pages(bytes / PAGE_SIZE) * PAGE_SIZE
+    }
+
+    /// What the memory max (`BudgetConfig::memory_max_bytes`) saw of the
+    /// process's resident memory: the most it found, how often and how far
+    /// it was over the limit; `None` without a memory max.
+    pub fn memory_max_status(&self) -> Option<crate::MemoryMaxStatus> {
+        self.shared().memory_max_status()
     }
 
     /// Bytes every region of the budget holds resident now (with staged pages).

@@ -145,6 +145,15 @@ pub struct BudgetConfig {
     /// tier full or down), evictions at the cap are refused and pages stay
     /// resident (over budget if need be).
     pub max_pool_bytes: Option<u64>,
+    /// A limit on the whole process's resident memory (`None`: none): the
+    /// pages of its regions and of the rest of it, the compressed pool and
+    /// zpage's own memory, as `VmRSS` and a container's limit count them.
+    /// The budget shrinks to what the rest of the process leaves under it
+    /// (`memory_max.rs`), so as the pool grows resident pages make room;
+    /// faults wait for eviction rather than pass it. With `budget_bytes`,
+    /// both hold. What cannot be held (memory outside the regions alone
+    /// over the limit, pages that cannot leave) is counted and reported.
+    pub memory_max_bytes: Option<u64>,
     /// A tier below RAM for the oldest compressed pages when the pool nears
     /// `max_pool_bytes` (`zpage_store::PackedTier` on a file or device,
     /// `zpage_store::MemoryTier`, `zpage_store::RedisTier`). A fault on a
@@ -213,6 +222,7 @@ impl BudgetConfig {
             threshold: RejectThreshold::default(),
             pool: PoolKind::SizeClass,
             max_pool_bytes: None,
+            memory_max_bytes: None,
             tier: None,
             backing: None,
             backing_options: zpage_store::BackingOptions::default(),
@@ -237,6 +247,14 @@ impl BudgetConfig {
             return bad(format!(
                 "the budget ({} bytes) is below the smallest, {MIN_BUDGET_BYTES} bytes (64 pages, 256 KiB): the reclaimer needs room to batch; raise it",
                 self.budget_bytes
+            ));
+        }
+        if let Some(max) = self
+            .memory_max_bytes
+            .filter(|&max| max < MIN_MEMORY_MAX_BYTES)
+        {
+            return bad(format!(
+                "memory_max ({max} bytes) is below the smallest, {MIN_MEMORY_MAX_BYTES} bytes (4 MiB): a process with zpage's threads holds about that before its first page; raise it"
             ));
         }
         if self.codec.awaits_dictionary() {
@@ -394,6 +412,11 @@ pub(crate) fn validate_size(size_bytes: usize) -> Result<(), RegionError> {
 
 /// Smallest budget: 64 pages, room for the reclaimer to batch.
 pub const MIN_BUDGET_BYTES: usize = 64 * PAGE_SIZE;
+
+/// Smallest memory max: the smallest budget and the least margin kept
+/// under the limit are more than half of it; the process's own memory
+/// comes on top (checked when the budget starts).
+pub const MIN_MEMORY_MAX_BYTES: u64 = 4 << 20;
 
 impl BudgetConfig {
     /// The tier below RAM the budget writes back to: [`BudgetConfig::tier`],

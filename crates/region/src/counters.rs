@@ -108,6 +108,12 @@ macro_rules! region_stat_fields {
                 dedup_saved_bytes,
                 /// Pages whose hash matched a stored page's and whose bytes did not (kept apart).
                 dedup_verify_mismatch_count,
+                /// Looks of the budget's memory max (`memory_max_bytes`) that found the process's
+                /// resident memory over it (budget-wide; 0 without one).
+                memory_max_over_count,
+                /// The most the process's resident memory was over the memory max at a look
+                /// (budget-wide; never falls; 0 if it never was).
+                memory_max_over_peak_bytes,
             }
         }
     };
@@ -198,7 +204,8 @@ impl Counters {
         self.fault_hist[bucket].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The counters into `stats` (the gauges are the caller's).
+    /// The counters into `stats` (the gauges, and the budget-wide memory
+    /// max counters, are the caller's).
     pub(crate) fn snapshot_into(&self, stats: &mut RegionStats) {
         self.fill(stats);
     }

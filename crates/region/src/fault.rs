@@ -51,7 +51,8 @@
 //! - waits for the reclaimer at the budget's limit for at most 100 ms
 //!   (`throttle`), and, when the ring of given-up copies is full, until the
 //!   reclaimer drains it, only on a program thread that holds no reclaim
-//!   lock (`Shared::free_later`);
+//!   lock (`Shared::free_later`); with a memory max, at the limit too for
+//!   as long as pages can leave, only on such a thread;
 //! - never panics on a reachable path (page indices are checked by the caller).
 //!
 //! **Threads that hold zpage's state and fault on region memory.** zpage's
@@ -84,7 +85,8 @@
 //!   never faults while installs wait for it (`event::gate::InstallGate`);
 //! - the pool's locks and the dedup table's lock: what runs under them
 //!   touches only pool memory, which is Rust-allocated;
-//! - the wait at the limit is bounded (100 ms).
+//! - the wait at the limit is bounded (100 ms) on those threads, memory
+//!   max or not.
 //!
 //! Not excluded, for a zpage thread whose allocator lies in regions (never
 //! under `zpage run`): a page that thread holds (EVICTING, COMPRESSING)
@@ -556,10 +558,19 @@ fn make_room(core: &RegionCore) {
     throttle(core);
 }
 
+/// How long a fault waits for room before it goes over the budget, when it
+/// may not wait longer (see [`throttle`]).
+const THROTTLE_BOUND_NS: u64 = 100_000_000;
+
 /// Over the hard limit: give back the staging slots waiting to be
 /// discarded; if that is not enough, wake the reclaimer and sleep until it
-/// made room (bounded at 100 ms, after which the fault proceeds over budget
-/// rather than stall forever, e.g. when everything resident is pinned).
+/// made room. Without a memory max the wait is bounded at 100 ms, after
+/// which the fault proceeds over budget rather than stall forever; with
+/// one, a program thread waits for as long as pages can leave (the
+/// reclaimer marks the budget stuck when they cannot: everything resident
+/// pinned, the pool at its cap with nowhere to write back), since passing
+/// the budget would pass the limit. A fault that goes over the budget is
+/// counted (`overshoot_count`) with how far (`overshoot_peak_bytes`).
 fn throttle(core: &RegionCore) {
     let budget = &*core.budget;
     let full = || budget.over_limit();
@@ -587,9 +598,26 @@ fn throttle(core: &RegionCore) {
     let started = sys::now_ns();
     let timed = profile::start();
     Counters::bump(&core.counters.throttle_count);
-    budget
-        .reclaim_signal()
-        .wait_for_room(started, 100_000_000, &full, &|| budget.kick_reclaimer());
+    let unbounded = budget.has_memory_max() && Shared::thread_may_wait_for_reclaimer();
+    loop {
+        signal.wait_for_room(sys::now_ns(), THROTTLE_BOUND_NS, &full, &|| {
+            budget.kick_reclaimer()
+        });
+        if !unbounded
+            || !full()
+            || signal.stuck()
+            || signal.stopping()
+            || budget.evictions().budget_paused()
+        {
+            break;
+        }
+    }
     Counters::add(&core.counters.throttle_ns, sys::now_ns() - started);
     profile::end(profile::Part::Throttle, timed, 1);
+    let (resident, limit) = (budget.resident().pages(), budget.limits().budget_pages);
+    if resident >= limit && full() && !signal.stopping() {
+        // Going on over the budget: the bound passed, or pages cannot leave.
+        Counters::bump(&core.counters.overshoot_count);
+        signal.note_overshoot(resident - limit + 1);
+    }
 }

@@ -20,6 +20,7 @@
 //! | `budget` | the public [`Budget`] handle: starts and stops the budget's threads |
 //! | `shared` | what the regions of one budget and its threads share: its parts below, and what needs several of them (the limit check, giving references up, waking the reclaimer) |
 //! | `limits`, `staging`, `uffd` | the budget in pages (it may change while it runs) and the resident count; the staging area and its slot allocator; the userfaultfds |
+//! | `memory_max` | the limit on the whole process's resident memory: the budget capped at what the rest of the process leaves |
 //! | `queues` | the lock-free rings between the fault path and the reclaimer, and the record naming a page in them |
 //! | `reclaim/wake`, `reclaim/lock` | how the fault path and the reclaimer wake each other (kick, room, bursts); the reclaim lock |
 //! | `evict/gate`, `event/gate`, `fork/state` | the eviction pause; the install/event protocol; the resolve gate of `fork()` and a forked child's own budget |
@@ -318,6 +319,7 @@ mod foreign;
 mod fork;
 mod limits;
 mod mapping;
+mod memory_max;
 mod metrics;
 mod options;
 mod page;
@@ -345,13 +347,14 @@ pub use budget::Budget;
 pub use cold::COLD_DICTIONARY_SAMPLE_PAGES;
 pub use config::{
     cold_codec_problem, AgingPolicy, BudgetConfig, FaultMode, RegionConfig, MAX_REGION_BYTES,
-    MIN_BUDGET_BYTES,
+    MIN_BUDGET_BYTES, MIN_MEMORY_MAX_BYTES,
 };
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;
 pub use fatal::Fatal;
 pub use fork::advice::{advise_fork, ForkAdviceFailed};
 pub use fork::marks::ForkAdvice;
+pub use memory_max::MemoryMaxStatus;
 pub use metrics::{
     default_metrics_dir, publish_metrics, publish_metrics_to, remove_published_if_gone,
     render as render_metrics, sample_regions, RegionSample, METRICS_DIR_ENV,

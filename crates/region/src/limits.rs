@@ -3,12 +3,12 @@
 //! The budget itself may change while it runs: [`BudgetLimit`] holds it in
 //! atomics, and every reader takes a [`Limits`] snapshot computed from one
 //! look at them, with the watermarks, the trial set and the burst size in
-//! the proportions the configuration gave. The budget's owner sets it
-//! (`Budget::set_budget_bytes`; later a budget that follows the machine's
-//! memory, or a limit on the whole process's). It never rises above the
-//! configured budget, which the staging area and the reclaimer's rings
-//! were sized for, nor falls below the smallest budget
-//! ([`MIN_BUDGET_BYTES`]).
+//! the proportions the configuration gave. Two things set it: the budget's
+//! owner (`Budget::set_budget_bytes`, a later automatic budget) and the
+//! memory max (`memory_max.rs`), which caps it at what the process's other
+//! memory leaves; the smaller holds. It never rises above the configured
+//! budget, which the staging area and the reclaimer's rings were sized
+//! for, nor falls below the smallest budget ([`MIN_BUDGET_BYTES`]).
 //!
 //! Everything here is async-signal-safe (atomics and arithmetic): the fault
 //! path reads the limits at every fault that makes a page resident.
@@ -74,6 +74,8 @@ pub struct BudgetLimit {
     capacity_pages: usize,
     /// What the budget's owner asks for.
     wanted_pages: AtomicUsize,
+    /// What the memory max leaves (`usize::MAX` without one).
+    cap_pages: AtomicUsize,
 }
 
 impl BudgetLimit {
@@ -91,13 +93,16 @@ impl BudgetLimit {
             },
             capacity_pages,
             wanted_pages: AtomicUsize::new(capacity_pages),
+            cap_pages: AtomicUsize::new(usize::MAX),
         }
     }
 
-    /// The budget in pages now (never below the smallest budget).
+    /// The budget in pages now: what the owner wants, within what the
+    /// memory max leaves, never below the smallest budget.
     pub fn budget_pages(&self) -> usize {
         self.wanted_pages
             .load(Ordering::Acquire)
+            .min(self.cap_pages.load(Ordering::Acquire))
             .max(MIN_BUDGET_PAGES)
     }
 
@@ -118,6 +123,11 @@ impl BudgetLimit {
         let pages = pages.clamp(MIN_BUDGET_PAGES, self.capacity_pages);
         self.wanted_pages.store(pages, Ordering::Release);
         pages
+    }
+
+    /// The memory max leaves room for `pages` (`usize::MAX`: no cap).
+    pub fn set_cap_pages(&self, pages: usize) {
+        self.cap_pages.store(pages, Ordering::Release);
     }
 }
 
@@ -198,5 +208,22 @@ mod tests {
         let tiny = l.now();
         assert!(tiny.low_pages < tiny.high_pages && tiny.high_pages <= tiny.budget_pages);
         assert!(tiny.mapped_limit >= 1 && tiny.burst_pages >= 1);
+    }
+
+    #[test]
+    fn the_smaller_of_what_is_wanted_and_what_the_memory_max_leaves_holds() {
+        let l = limit(64 << 20, AgingPolicy::Refault);
+        l.set_cap_pages(8192);
+        assert_eq!(l.budget_pages(), 8192);
+        l.set_wanted_pages(2048);
+        assert_eq!(l.budget_pages(), 2048);
+        l.set_wanted_pages(16384);
+        assert_eq!(l.budget_pages(), 8192);
+        // A memory max that leaves less than the smallest budget: the
+        // smallest (the excess is the memory max's to report).
+        l.set_cap_pages(0);
+        assert_eq!(l.budget_pages(), MIN_BUDGET_PAGES);
+        l.set_cap_pages(usize::MAX);
+        assert_eq!(l.budget_pages(), 16384);
     }
 }

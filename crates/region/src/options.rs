@@ -119,6 +119,15 @@ macro_rules! budget_options {
             backing_key_file: std::path::PathBuf,
                 get |c| c.backing_options.tls.key_file.clone(),
                 set |c, v| c.backing_options.tls.key_file = Some(v);
+            /// A limit on the process's whole resident memory (a size; unset: none): its
+            /// pages in compressed memory and out of it, the pool and zpage's own memory,
+            /// as VmRSS and a container's limit count them. The budget shrinks to what the
+            /// rest leaves (the pool grows as pages are compressed), and faults wait for
+            /// eviction rather than pass the limit; with a budget too, both hold. What
+            /// cannot be held (memory outside compressed memory alone over it, pages that
+            /// cannot leave) is reported with how far over it went.
+            memory_max_bytes (flag "memory-max"): u64,
+                get |c| c.memory_max_bytes, set |c, v| c.memory_max_bytes = Some(v);
         }
     };
 }

@@ -308,6 +308,9 @@ impl Reclaimer {
     fn compress_staged(&mut self, keep: usize) -> usize {
         let mut done = 0;
         while self.staged.len() > keep {
+            // The pool grows as pages are compressed: with a memory max the
+            // budget shrinks with it.
+            self.budget.look_at_memory_max();
             if self.burst_would_release_faults() {
                 break;
             }
@@ -524,6 +527,7 @@ impl Reclaimer {
             }
             #[cfg(test)]
             crate::reclaim::hook::run_hooks(&self.budget);
+            self.budget.look_at_memory_max();
             let kick = self.budget.reclaim_signal().kicks();
             vfork::serve_vfork_child(&self.budget);
             if self.budget.evictions().drop_stale_exec_hold() {

@@ -112,6 +112,10 @@ impl RegionCore {
             ..RegionStats::default()
         };
         self.counters.snapshot_into(&mut stats);
+        if let Some(max) = budget.memory_max_status() {
+            stats.memory_max_over_count = max.over_count;
+            stats.memory_max_over_peak_bytes = max.over_peak_bytes;
+        }
         stats
     }
 

@@ -15,6 +15,7 @@
 //! | [`ForkGate`], [`ForkedChild`] | `fork/state` | the resolve gate the fork prepare hook closes; a forked child's own budget |
 //! | [`VforkHelp`] | `fork/vfork` | a `vfork()` child's requests to the reclaimer, and its `exec`'s eviction hold |
 //! | [`Uffd`] | `uffd` | the regions' userfaultfd |
+//! | [`MemoryMax`] | `memory_max` | the limit on the process's resident memory, and what its looks found |
 //!
 //! What is left here is what needs several parts at once: the budget's
 //! limit check, giving references up, waking the reclaimer. Everything
@@ -30,6 +31,7 @@ use crate::evict::gate::EvictionGate;
 use crate::fork::state::{ForkGate, ForkedChild};
 use crate::fork::vfork::VforkHelp;
 use crate::limits::{BudgetLimit, Limits, Resident};
+use crate::memory_max::{MemoryMax, MemoryMaxStatus};
 use crate::queues::Queues;
 use crate::reclaim::lock::{self, ReclaimGuard, ReclaimLock};
 use crate::reclaim::wake::ReclaimSignal;
@@ -61,6 +63,8 @@ pub struct Shared {
     /// Tells budgets apart in published metrics.
     id: u64,
     limits: BudgetLimit,
+    /// The limit on the process's resident memory, when there is one.
+    memory_max: Option<MemoryMax>,
     mode: FaultMode,
     keep_clean_copies: bool,
     /// The writeback rate limit (pages per second).
@@ -97,6 +101,10 @@ impl Shared {
         let tier = config.open_tier()?;
         let limits = BudgetLimit::new(config);
         let sized_for = limits.at_capacity();
+        let memory_max = config.memory_max_bytes.map(MemoryMax::new);
+        if let Some(max) = &memory_max {
+            max.check_start()?;
+        }
         let features = EVENT_FEATURES | sys::FEATURE_MOVE | sys::FEATURE_POISON;
         let uffd = match config.mode {
             FaultMode::Sigbus => Uffd::new(features | sys::FEATURE_SIGBUS, false, config.mode)?,
@@ -131,6 +139,7 @@ impl Shared {
             tier_reader,
             id: NEXT_BUDGET_ID.fetch_add(1, Ordering::Relaxed),
             limits,
+            memory_max,
             mode: config.mode,
             keep_clean_copies: config.keep_clean_copies,
             writeback_pages_per_sec: config.writeback_pages_per_sec,
@@ -174,14 +183,41 @@ impl Shared {
     }
 
     /// Asks for a budget of `pages` (held within the smallest budget and
-    /// the configured one); returns the budget asked for after that. A
-    /// lower budget wakes the reclaimer to bring resident memory under it;
-    /// a higher one wakes the faults waiting for room. Async-signal-safe.
+    /// the configured one; a memory max may hold it lower still); returns
+    /// the budget asked for after that. A lower budget wakes the reclaimer
+    /// to bring resident memory under it; a higher one wakes the faults
+    /// waiting for room. Async-signal-safe.
     pub fn set_budget_pages(&self, pages: usize) -> usize {
         let wanted = self.limits.set_wanted_pages(pages);
         self.kick_reclaimer();
         self.signal_room();
         wanted
+    }
+
+    /// Whether the budget has a memory max.
+    pub fn has_memory_max(&self) -> bool {
+        self.memory_max.is_some()
+    }
+
+    /// The memory max's look at the process's resident memory, if one is
+    /// due (the reclaimer's, about once a millisecond): caps the budget at
+    /// what the rest of the process leaves, and wakes faults waiting for
+    /// room if that cap rose. True if it looked.
+    pub fn look_at_memory_max(&self) -> bool {
+        let Some(max) = &self.memory_max else {
+            return false;
+        };
+        let before = self.limits.budget_pages();
+        let looked = max.look(sys::now_ns(), &self.limits, &self.resident);
+        if looked && self.limits.budget_pages() > before {
+            self.signal_room();
+        }
+        looked
+    }
+
+    /// What the memory max's looks found (`None` without one).
+    pub fn memory_max_status(&self) -> Option<MemoryMaxStatus> {
+        self.memory_max.as_ref().map(|max| max.status(&self.limits))
     }
 
     pub fn mode(&self) -> FaultMode {
@@ -396,13 +432,21 @@ impl Shared {
             return true;
         }
         while !self.queues.hand_over_freed(page_ref) {
-            if threads::on_zpage_thread() || lock::held_by_this_thread() {
+            if !Shared::thread_may_wait_for_reclaimer() {
                 return false;
             }
             self.kick_reclaimer();
             sys::yield_now();
         }
         true
+    }
+
+    /// Whether the calling thread may wait on the reclaimer for as long as
+    /// it takes: not one of zpage's threads (the reclaimer would wait on
+    /// itself), nor one holding a reclaim lock (the reclaimer needs it).
+    /// Async-signal-safe.
+    pub fn thread_may_wait_for_reclaimer() -> bool {
+        !threads::on_zpage_thread() && !lock::held_by_this_thread()
     }
 
     /// Budget-wide figures for a stats snapshot.

@@ -492,5 +492,45 @@ pub fn getpid() -> i32 {
     unsafe { libc::getpid() }
 }
 
+/// This process's resident memory in bytes (`/proc/self/statm`'s second
+/// field, the count `VmRSS` shows), read into a stack buffer: no
+/// allocation, so zpage's threads may call it with any allocator.
+pub fn resident_bytes() -> Result<u64, Errno> {
+    let path = b"/proc/self/statm\0";
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    let mut text = [0u8; 128];
+    // SAFETY: reads at most the array's length into our own array.
+    let got = unsafe { libc::pread(fd, text.as_mut_ptr().cast(), text.len(), 0) };
+    let result = if got <= 0 {
+        Err(Errno::last())
+    } else {
+        statm_resident_pages(&text[..got as usize])
+            .map(|pages| pages * PAGE_SIZE as u64)
+            .ok_or(Errno(libc::EINVAL))
+    };
+    close(fd);
+    result
+}
+
+/// The second field of a `statm` line (pages resident).
+pub fn statm_resident_pages(text: &[u8]) -> Option<u64> {
+    let mut fields = text.split(|&b| b == b' ');
+    fields.next()?;
+    let field = fields.next()?;
+    let digits = field.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 {
+        return None;
+    }
+    Some(
+        field[..digits]
+            .iter()
+            .fold(0u64, |n, &b| n * 10 + u64::from(b - b'0')),
+    )
+}
+
 #[cfg(test)]
 mod tests;

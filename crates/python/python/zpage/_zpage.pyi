@@ -34,6 +34,7 @@ class Budget:
         backing_ca_file: Optional[Path] = None,
         backing_cert_file: Optional[Path] = None,
         backing_key_file: Optional[Path] = None,
+        memory_max_bytes: Optional[Size] = None,
         # END GENERATED OPTIONS
     ) -> None: ...
     @property
@@ -66,6 +67,7 @@ class RegionBase:
         backing_ca_file: Optional[Path] = None,
         backing_cert_file: Optional[Path] = None,
         backing_key_file: Optional[Path] = None,
+        memory_max_bytes: Optional[Size] = None,
         # END GENERATED OPTIONS
     ) -> None: ...
     @property

@@ -133,3 +133,24 @@ fn move_page_reports_a_move_the_kernel_answers_with_eexist() {
         "(round, page, move_page's answer, source present, destination present)"
     );
 }
+
+#[test]
+fn resident_bytes_reads_statm_and_follows_what_is_touched() {
+    assert_eq!(statm_resident_pages(b"12345 678 90 1 0 2 0\n"), Some(678));
+    assert_eq!(statm_resident_pages(b"12345"), None);
+    assert_eq!(statm_resident_pages(b"1 x 2"), None);
+    let before = resident_bytes().unwrap();
+    assert!(before > 0);
+    let pages = 4096;
+    let mapping = Mapping::new(pages).unwrap();
+    for p in 0..pages {
+        // SAFETY: inside the mapping just made, which nothing else uses.
+        unsafe { (mapping.addr(p) as *mut u8).write_volatile(1) };
+    }
+    let after = resident_bytes().unwrap();
+    // 16 MiB touched (the kernel's count may lag by a few hundred KiB).
+    assert!(
+        after >= before + (pages * PAGE_SIZE) as u64 - (1 << 20),
+        "{before} -> {after}"
+    );
+}
