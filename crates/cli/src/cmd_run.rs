@@ -34,6 +34,11 @@
 //! (its output discarded), and the summary's "saved" is measured against
 //! its peak rather than estimated. Both modes' figures share one
 //! definition ([`crate::run_figures`]).
+//!
+//! `--memory-max` (a budget option) limits each process's whole resident
+//! memory, pool and zpage's own memory included; without `--budget` the
+//! budget is then the memory max, split by zpage as the pool grows. What
+//! each mode makes of it: `run_memory_max.rs`.
 
 use crate::budget_flags::BudgetFlags;
 use crate::run_diagnosis::{self, ProgramFacts};
@@ -95,9 +100,10 @@ pub enum KernelSwap {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Resident budget of each process: a size (256M, 2G) or a percentage
-    /// of the machine's memory (25%).
-    #[arg(long, default_value = "25%")]
-    pub budget: String,
+    /// of the machine's memory (25%). Default: 25%, or with --memory-max,
+    /// the memory max (zpage splits it between resident pages and the pool).
+    #[arg(long)]
+    pub budget: Option<String>,
     /// The budget's options (`--codec`, `--cold-codec`, `--pool-max`,
     /// `--backing`...), from the one option list; each process's preload
     /// library gets them in its environment. Kernel mode takes `--codec`'s
@@ -225,6 +231,17 @@ pub struct Summary {
     pub throttle_ns: u64,
     pub overshoot_count: u64,
     pub overshoot_peak_bytes: u64,
+    /// `--memory-max`: the limit on each process's whole resident memory.
+    pub memory_max_bytes: Option<u64>,
+    /// How far the highest resident set of a process (`peak_resident_bytes`,
+    /// the kernel's exact high-water mark) went over it (0: held).
+    pub memory_max_exceeded_bytes: u64,
+    /// Looks of the processes' memory max (about one a millisecond) that
+    /// found resident memory over it, and the most it was over at one.
+    pub memory_max_over_count: u64,
+    pub memory_max_over_peak_bytes: u64,
+    /// The most memory a process's compressed pool took (sampled).
+    pub peak_pool_bytes: u64,
     pub syscalls_pinned: u64,
     pub syscalls_retried: u64,
     pub syscalls_trapped: u64,
@@ -268,6 +285,11 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         throttle_ns: 0,
         overshoot_count: 0,
         overshoot_peak_bytes: 0,
+        memory_max_bytes: None,
+        memory_max_exceeded_bytes: 0,
+        memory_max_over_count: 0,
+        memory_max_over_peak_bytes: 0,
+        peak_pool_bytes: 0,
         syscalls_pinned: 0,
         syscalls_retried: 0,
         syscalls_trapped: 0,
@@ -299,6 +321,11 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         s.throttle_ns += r.throttle_ns;
         s.overshoot_count += r.overshoot_count;
         s.overshoot_peak_bytes = s.overshoot_peak_bytes.max(r.overshoot_peak_bytes);
+        s.memory_max_over_count += r.memory_max_over_count;
+        s.memory_max_over_peak_bytes = s
+            .memory_max_over_peak_bytes
+            .max(r.memory_max_over_peak_bytes);
+        s.peak_pool_bytes = s.peak_pool_bytes.max(r.peak_pool_bytes);
         s.syscalls_pinned += r.syscalls_pinned;
         s.syscalls_retried += r.syscalls_retried;
         s.syscalls_trapped += r.syscalls_trapped;
@@ -368,11 +395,18 @@ pub fn render(s: &Summary) -> String {
     let mut lines = vec![
         format!("\tCommand being run under zpage: {}", s.command.join(" ")),
         format!("\tMode: {}", s.mode),
-        format!(
-            "\tBudget per process: {} ({})",
-            mib(s.budget_bytes),
-            s.codec
-        ),
+        match s.memory_max_bytes {
+            None => format!(
+                "\tBudget per process: {} ({})",
+                mib(s.budget_bytes),
+                s.codec
+            ),
+            Some(_) => format!(
+                "\tBudget per process: {} at most, less as the memory max requires ({})",
+                mib(s.budget_bytes),
+                s.codec
+            ),
+        },
         match &s.no_report_reason {
             Some(why) if s.processes == 0 => format!("\tProcesses: 0 (no report: {why})"),
             _ => format!(
@@ -420,6 +454,15 @@ pub fn render(s: &Summary) -> String {
             "\tBudget exceeded: up to {} over, {} faults went over it (pages could not leave: the pool at its cap with no tier, a tier full or failing, or every resident page pinned or locked)",
             mib(s.overshoot_peak_bytes),
             s.overshoot_count
+        ));
+    }
+    if let Some(max) = s.memory_max_bytes {
+        lines.push(crate::run_memory_max::summary_line(
+            max,
+            s.peak_resident_bytes,
+            s.memory_max_over_count,
+            s.overshoot_count,
+            s.peak_pool_bytes,
         ));
     }
     if let Some(tier) = &s.tier {
@@ -473,9 +516,15 @@ impl Drop for ReportDir {
 /// Runs the command; returns how to end. A program that cannot be
 /// started is a [`supervise::LaunchError`] (exit status 127 or 126).
 pub fn run(args: Args) -> Result<RunExit> {
-    let budget = budget_bytes(&args.budget, mem_total()?)?;
     // Each value read by its option's rules, in every mode.
     let budget_options = args.options.options()?;
+    let memory_max = crate::run_memory_max::given(&budget_options)?;
+    let budget = match (&args.budget, memory_max) {
+        (Some(text), _) => budget_bytes(text, mem_total()?)?,
+        // zpage splits the memory max between resident pages and the pool.
+        (None, Some(max)) => max / 4096 * 4096,
+        (None, None) => budget_bytes("25%", mem_total()?)?,
+    };
     // Before anything is set up: a missing program is the caller's mistake.
     let program =
         supervise::resolve_program(&args.program[0], std::env::var_os("PATH").as_deref())?;
@@ -1071,10 +1120,14 @@ fn run_user(
         summary.signal_note = Some(run_diagnosis::SIGBUS_NOTE.to_string());
     }
     summary.budget_bytes = budget;
+    summary.memory_max_bytes = crate::run_memory_max::given(budget_options)?;
     if summary.codec.is_empty() {
         summary.codec = budget_options.text("codec").unwrap_or("lz4").to_string();
     }
     summary.peak_resident_bytes = ended.peak_bytes;
+    if let Some(max) = summary.memory_max_bytes {
+        summary.memory_max_exceeded_bytes = summary.peak_resident_bytes.saturating_sub(max);
+    }
     summary.wall_seconds = wall;
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     summary.user_seconds = secs(ended.usage.ru_utime);

@@ -14,6 +14,7 @@ mod cmd_kernel;
 mod cmd_run;
 mod run_diagnosis;
 mod run_figures;
+mod run_memory_max;
 mod table;
 
 #[derive(Debug, Parser)]

@@ -297,6 +297,106 @@ fn forkadvice() -> &'static Path {
     })
 }
 
+/// `tests/programs/fastfill.c`, compiled once.
+fn fastfill() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        compile_c(
+            &tempdir("fastfill"),
+            "fastfill",
+            include_str!("programs/fastfill.c"),
+            &["-Wall", "-Wextra", "-Werror", "-pthread"],
+        )
+    })
+}
+
+/// `VmRSS` of process `pid` in bytes (0 once it is gone).
+fn vm_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// The children of `pid` (of every thread of it).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// A program that allocates 256 MiB of compressible data from two threads
+/// as fast as it can, under `--memory-max 96M` (no budget: zpage splits the
+/// limit between resident pages and the pool): the program's resident set,
+/// sampled every 10 ms here and as the kernel's exact high-water mark in
+/// the summary, stays at or under 96 MiB, and its output is a plain run's.
+#[test]
+fn a_memory_max_holds_while_a_program_allocates_as_fast_as_it_can() {
+    const LIMIT: u64 = 96 << 20;
+    let exe = fastfill().to_str().unwrap();
+    let plain = stdout_of(Command::new(exe).args(["256", "2"]).output().unwrap());
+    assert!(plain.contains("checked"), "{plain}");
+    let dir = tempdir("memory-max");
+    let json = dir.join("summary.json");
+    let child = zpage_run_spawned(
+        &[
+            "--memory-max",
+            "96M",
+            "--summary-json",
+            json.to_str().unwrap(),
+        ],
+        &[exe, "256", "2"],
+    );
+    let zpage = child.id();
+    let mut sampled = 0;
+    let mut samples = 0;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(600);
+    while alive(zpage) && std::time::Instant::now() < deadline {
+        for pid in children_of(zpage) {
+            sampled = sampled.max(vm_rss(pid));
+        }
+        samples += 1;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = output_within(child, std::time::Duration::from_secs(30));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(stdout_of(out), plain, "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let peak = summary["peak_resident_bytes"].as_u64().unwrap();
+    eprintln!(
+        "256 MiB under --memory-max 96M: peak {:.1} MiB (kernel's high-water mark), {:.1} MiB at the highest of {samples} samples; {} evictions",
+        peak as f64 / (1 << 20) as f64,
+        sampled as f64 / (1 << 20) as f64,
+        summary["evictions"]
+    );
+    assert_eq!(summary["memory_max_bytes"], LIMIT, "{summary}");
+    assert!(peak <= LIMIT, "peak {peak} over the memory max:\n{stderr}");
+    assert!(sampled <= LIMIT, "a sample of {sampled} over it:\n{stderr}");
+    assert!(samples > 10, "only {samples} samples");
+    assert_eq!(summary["memory_max_exceeded_bytes"], 0, "{summary}");
+    assert_eq!(summary["memory_max_over_count"], 0, "{summary}");
+    // 256 MiB cannot fit in 96 MiB uncompressed: most of it was evicted.
+    assert!(summary["evictions"].as_u64().unwrap() > 40_000, "{summary}");
+    assert!(
+        stderr.contains("Memory max per process: 96.0 MiB (held"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `forkadvice MODE` under `zpage run` with a 16 MiB budget prints exactly
 /// what it prints without zpage (what each child read where the program
 /// advised `fork()`), and most of the advised range was compressed at the
@@ -902,6 +1002,11 @@ fn bad_options_and_kernel_mode_say_what_to_do() {
     refused_naming(&["--codec", "gzip"], &["--codec"]);
     refused_naming(&["--cold-codec", "lz4"], &["--cold-codec", "not stronger"]);
     refused_naming(&["--pool-max", "12Q"], &["--pool-max", "not a size"]);
+    refused_naming(&["--memory-max", "lots"], &["--memory-max", "not a size"]);
+    refused_naming(
+        &["--memory-max", "1M"],
+        &["--memory-max", "below the smallest"],
+    );
     refused_naming(&["--backing", "/tmp/zpage-t"], &["--pool-max"]);
     refused_naming(
         &["--pool-max", "1M", "--backing", "/dev/null"],

@@ -29,6 +29,7 @@ pub struct State {
     pub peak_rss: AtomicU64,
     pub peak_estimate: AtomicU64,
     pub peak_stored: AtomicU64,
+    pub peak_pool: AtomicU64,
     pub refused: AtomicU64,
     pub refused_bytes: AtomicU64,
     pub pinned_calls: AtomicU64,
@@ -40,6 +41,9 @@ pub struct State {
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
+/// The exit status of a process whose budget could not start under a
+/// memory max (`zpage run`'s own failures end with it too).
+const MEMORY_MAX_START_FAILED: i32 = 125;
 /// Set in a child made by `fork()`: it places nothing new in the arena
 /// (its mappings are plain). The arena it inherited is its own (the region
 /// layer's fork hook hands it over).
@@ -89,6 +93,7 @@ pub fn start(config: Config) -> Result<(), String> {
         peak_rss: AtomicU64::new(0),
         peak_estimate: AtomicU64::new(0),
         peak_stored: AtomicU64::new(0),
+        peak_pool: AtomicU64::new(0),
         refused: AtomicU64::new(0),
         refused_bytes: AtomicU64::new(0),
         pinned_calls: AtomicU64::new(0),
@@ -115,6 +120,16 @@ impl State {
                     Ok(started) => {
                         crate::report::start_sampler();
                         Some(started)
+                    }
+                    Err(why) if self.config.budget.memory_max_bytes.is_some() => {
+                        // Plain memory would not hold the limit: a limit
+                        // that cannot be held ends the process, as a
+                        // container's would, rather than go unenforced.
+                        sys::stderr_line(&format!(
+                            "zpage: {why}; with a memory max the program cannot run on plain memory: ending it\n"
+                        ));
+                        // SAFETY: ends the process at once; nothing of it is used after.
+                        unsafe { libc::_exit(MEMORY_MAX_START_FAILED) }
                     }
                     Err(why) => {
                         sys::stderr_line(&format!(
@@ -179,11 +194,17 @@ impl State {
         r.peak_rss_bytes = self.peak_rss.load(Ordering::Relaxed);
         r.unconstrained_peak_estimate_bytes = self.peak_estimate.load(Ordering::Relaxed);
         r.peak_stored_pages = self.peak_stored.load(Ordering::Relaxed);
+        r.peak_pool_bytes = self.peak_pool.load(Ordering::Relaxed);
         r.syscalls_pinned = self.pinned_calls.load(Ordering::Relaxed);
         r.syscalls_retried = self.retried_calls.load(Ordering::Relaxed);
         r.syscalls_trapped = zpage_syscalls::trap::trapped_calls();
         r.forks = self.forks.load(Ordering::Relaxed);
         r.tier = store.tier.as_ref().map(TierReport::of);
+        if let Some(max) = self.started_budget().and_then(Budget::memory_max_status) {
+            r.memory_max_over_count = max.over_count;
+            r.memory_max_over_peak_bytes = max.over_peak_bytes;
+        }
+        r.memory_max_bytes = self.config.budget.memory_max_bytes.unwrap_or(0);
         r
     }
 
@@ -202,6 +223,8 @@ impl State {
         self.peak_estimate
             .fetch_max(estimate.max(rss), Ordering::Relaxed);
         self.peak_stored.fetch_max(stored, Ordering::Relaxed);
+        self.peak_pool
+            .fetch_max(store.contents.pool_memory_used_bytes, Ordering::Relaxed);
     }
 }
 

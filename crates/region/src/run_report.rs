@@ -46,6 +46,9 @@ pub struct ProcessReport {
     pub pool_bytes: u64,
     /// The most pages held evicted at any sample.
     pub peak_stored_pages: u64,
+    /// The most memory the compressed pool took at any sample.
+    #[serde(default)]
+    pub peak_pool_bytes: u64,
     pub fault_count: u64,
     pub fault_ns: u64,
     pub restore_count: u64,
@@ -60,6 +63,16 @@ pub struct ProcessReport {
     pub overshoot_count: u64,
     #[serde(default)]
     pub overshoot_peak_bytes: u64,
+    /// The process's memory max (`--memory-max`; 0: none): a limit on its
+    /// whole resident memory, [`ProcessReport::peak_rss_bytes`] included.
+    #[serde(default)]
+    pub memory_max_bytes: u64,
+    /// Looks of the memory max (about one a millisecond) that found the
+    /// process's resident memory over it, and the most it was over then.
+    #[serde(default)]
+    pub memory_max_over_count: u64,
+    #[serde(default)]
+    pub memory_max_over_peak_bytes: u64,
     /// Fault latencies in log2 buckets of nanoseconds (see [`LatencySummary`]).
     pub fault_latency_log2_buckets: Vec<u64>,
     /// System calls whose buffers lay in regions (pinned for the call), and
