@@ -591,7 +591,7 @@ pub fn run(args: Args) -> Result<RunExit> {
         }
     };
     match plan {
-        Plan::Kernel(options) => run_kernel(&args, &program, &options, plain.as_ref()),
+        Plan::Kernel(options) => run_kernel(&args, &program, &options, memory_max, plain.as_ref()),
         Plan::User { preload } => run_user(
             &args,
             &budget_options,
@@ -843,6 +843,17 @@ fn kernel_options(
         );
     }
     let mut options = zpage_kernel::run::RunOptions::new(budget);
+    if let Some(max) = crate::run_memory_max::given(budget_options)? {
+        if args.kernel_swap == KernelSwap::Zswap {
+            bail!(
+                "--memory-max in kernel mode needs --kernel-swap zram: the limit is the cgroup's for RAM plus zram's mem_limit for the pool, and a v1 memory cgroup does not charge zswap's pool; use zram, or --mode user"
+            );
+        }
+        let given = args.budget.is_some().then_some(budget);
+        let split = crate::run_memory_max::kernel_split(max, given)?;
+        options.budget_bytes = split.cgroup_limit_bytes;
+        options.zram_mem_limit_bytes = Some(split.zram_mem_limit_bytes);
+    }
     options.backend = match args.kernel_swap {
         KernelSwap::Zram => zpage_kernel::machine::SwapBackend::Zram(algorithm),
         KernelSwap::Zswap => zpage_kernel::machine::SwapBackend::Zswap(algorithm),
@@ -851,11 +862,11 @@ fn kernel_options(
 }
 
 /// The flag of the first budget option given that only user mode has
-/// (every one but `--codec`).
+/// (every one but `--codec` and `--memory-max`).
 fn user_mode_option(budget_options: &BudgetOptions) -> Option<String> {
     budget_options
         .iter()
-        .find(|(option, _)| option.name != "codec")
+        .find(|(option, _)| option.name != "codec" && option.name != crate::run_memory_max::OPTION)
         .map(|(option, _)| option.flag())
 }
 
@@ -865,6 +876,9 @@ pub struct KernelSummary {
     pub command: Vec<String>,
     pub mode: &'static str,
     pub exit_status: i32,
+    /// `--memory-max`: the cgroup's limit (`budget_bytes`) plus zram's
+    /// `mem_limit` (`zram_mem_limit_bytes`).
+    pub memory_max_bytes: Option<u64>,
     #[serde(flatten)]
     pub outcome: zpage_kernel::run::RunOutcome,
     /// The peaks and what was saved, as user mode gives them too.
@@ -922,6 +936,15 @@ fn kernel_figures(
 /// The kernel summary as `/usr/bin/time -v` lays its lines out.
 pub fn render_kernel(s: &KernelSummary) -> String {
     let o = &s.outcome;
+    let memory_max = match (s.memory_max_bytes, o.zram_mem_limit_bytes) {
+        (Some(max), Some(zram)) => Some(format!(
+            "\tMemory max: {} = the cgroup's limit {} + zram's pool limit (mem_limit) {}; zram's table and the kernel's own memory for the cgroup are not counted, and a full pool ends in the cgroup's OOM killer, not a wait",
+            mib(max),
+            mib(o.budget_bytes),
+            mib(zram)
+        )),
+        _ => None,
+    };
     [
         format!("\tCommand being run under zpage: {}", s.command.join(" ")),
         format!(
@@ -933,6 +956,10 @@ pub fn render_kernel(s: &KernelSummary) -> String {
             mib(o.budget_bytes),
             mib(o.swap_area_bytes)
         ),
+    ]
+    .into_iter()
+    .chain(memory_max)
+    .chain([
         format!("\tElapsed (wall clock) time: {:.2} s", o.wall_seconds),
         format!("\tUser time: {:.2} s", o.user_seconds),
         format!("\tSystem time: {:.2} s", o.system_seconds),
@@ -945,8 +972,7 @@ pub fn render_kernel(s: &KernelSummary) -> String {
             mib(o.cgroup_peak_bytes),
             mib(o.compressed_memory_peak_bytes)
         ),
-    ]
-    .into_iter()
+    ])
     .chain(s.memory.lines())
     .chain([
         format!(
@@ -986,6 +1012,7 @@ fn run_kernel(
     args: &Args,
     program: &Path,
     options: &zpage_kernel::run::RunOptions,
+    memory_max: Option<u64>,
     plain: Option<&PlainRun>,
 ) -> Result<RunExit> {
     let command = program_command(args, program);
@@ -999,6 +1026,7 @@ fn run_kernel(
         command: command_words(args),
         mode: "kernel",
         exit_status: outcome.exit.shell_status(),
+        memory_max_bytes: memory_max,
         memory: kernel_figures(&outcome, plain),
         outcome,
     };

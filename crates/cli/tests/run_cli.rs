@@ -1007,6 +1007,17 @@ fn bad_options_and_kernel_mode_say_what_to_do() {
         &["--memory-max", "1M"],
         &["--memory-max", "below the smallest"],
     );
+    refused_naming(
+        &[
+            "--mode",
+            "kernel",
+            "--memory-max",
+            "256M",
+            "--kernel-swap",
+            "zswap",
+        ],
+        &["--memory-max", "zram"],
+    );
     refused_naming(&["--backing", "/tmp/zpage-t"], &["--pool-max"]);
     refused_naming(
         &["--pool-max", "1M", "--backing", "/dev/null"],

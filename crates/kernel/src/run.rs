@@ -57,6 +57,11 @@ pub struct RunOptions {
     pub sample_every: Duration,
     /// Whether swap areas already active stay on during the run.
     pub other_swap: OtherSwap,
+    /// zram's `mem_limit`: the most RAM its compressed pool may take
+    /// (`None`: no limit). With the cgroup's limit, a limit on the
+    /// program's whole memory (`zpage run --memory-max`): zram's pool is
+    /// not charged to the cgroup. zram only.
+    pub zram_mem_limit_bytes: Option<u64>,
 }
 
 impl RunOptions {
@@ -70,6 +75,7 @@ impl RunOptions {
             scratch_dir: PathBuf::from("/var/tmp"),
             sample_every: Duration::from_millis(50),
             other_swap: OtherSwap::KeepOn,
+            zram_mem_limit_bytes: None,
         }
     }
 
@@ -139,6 +145,9 @@ pub fn check_available(options: &RunOptions) -> Result<()> {
                     "the kernel cannot add a zram device (no /sys/class/zram-control/hot_add), and kernel mode uses only a device it adds: use --kernel-swap zswap".into(),
                 );
             }
+        }
+        SwapBackend::Zswap(_) if options.zram_mem_limit_bytes.is_some() => {
+            reasons.push("a limit on zram's pool (mem_limit) is set with zswap: use zram".into())
         }
         SwapBackend::Zswap(compressor) => match zswap::parameters() {
             Err(e) => reasons.push(e.to_string()),
@@ -214,6 +223,9 @@ pub struct RunOutcome {
     pub backend: String,
     /// The cgroup's RAM limit (bytes).
     pub budget_bytes: u64,
+    /// zram's `mem_limit`, when one was set (bytes).
+    #[serde(default)]
+    pub zram_mem_limit_bytes: Option<u64>,
     /// Size of the swap area made for the run (bytes).
     pub swap_area_bytes: u64,
     /// Cgroup interface used.
@@ -451,6 +463,9 @@ impl KernelRun {
             SwapBackend::Zram(_) => guard.zram_device().cloned(),
             SwapBackend::Zswap(_) => None,
         };
+        if let (Some(device), Some(limit)) = (&zram, options.zram_mem_limit_bytes) {
+            device.set_mem_limit(limit)?;
+        }
         let name = format!(
             "{CGROUP_PREFIX}run-{}-{}",
             std::process::id(),
@@ -579,6 +594,7 @@ impl KernelRun {
             exit,
             backend: self.options.backend.name(),
             budget_bytes: self.options.budget_bytes,
+            zram_mem_limit_bytes: self.options.zram_mem_limit_bytes,
             swap_area_bytes: self.swap_area_bytes,
             cgroup_version: version,
             wall_seconds,
