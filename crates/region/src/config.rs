@@ -254,7 +254,7 @@ impl BudgetConfig {
             .filter(|&max| max < MIN_MEMORY_MAX_BYTES)
         {
             return bad(format!(
-                "memory_max ({max} bytes) is below the smallest, {MIN_MEMORY_MAX_BYTES} bytes (4 MiB): a process with zpage's threads holds about that before its first page; raise it"
+                "memory_max ({max} bytes) is below the smallest, {MIN_MEMORY_MAX_BYTES} bytes (8 MiB): the least budget it leaves and the margin it keeps are 4 MiB each, and the process's own memory comes on top; raise it"
             ));
         }
         if self.codec.awaits_dictionary() {
@@ -413,10 +413,10 @@ pub(crate) fn validate_size(size_bytes: usize) -> Result<(), RegionError> {
 /// Smallest budget: 64 pages, room for the reclaimer to batch.
 pub const MIN_BUDGET_BYTES: usize = 64 * PAGE_SIZE;
 
-/// Smallest memory max: the smallest budget and the least margin kept
-/// under the limit are more than half of it; the process's own memory
+/// Smallest memory max: the least budget a memory max leaves (4 MiB) and
+/// the least margin kept under the limit (4 MiB); the process's own memory
 /// comes on top (checked when the budget starts).
-pub const MIN_MEMORY_MAX_BYTES: u64 = 4 << 20;
+pub const MIN_MEMORY_MAX_BYTES: u64 = 8 << 20;
 
 impl BudgetConfig {
     /// The tier below RAM the budget writes back to: [`BudgetConfig::tier`],

@@ -52,7 +52,10 @@
 //!   (`throttle`), and, when the ring of given-up copies is full, until the
 //!   reclaimer drains it, only on a program thread that holds no reclaim
 //!   lock (`Shared::free_later`); with a memory max, at the limit too for
-//!   as long as pages can leave, only on such a thread;
+//!   as long as pages can leave, only on such a thread, for API calls as
+//!   for faults (a pin waits holding the pins it took before: pages the
+//!   reclaimer skips, so if they are all it has, it finds the budget
+//!   stuck and the wait ends);
 //! - never panics on a reachable path (page indices are checked by the caller).
 //!
 //! **Threads that hold zpage's state and fault on region memory.** zpage's
@@ -209,8 +212,13 @@ pub fn resolve_from(
 fn resolve_inner(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Result<(), Errno> {
     let budget = &*core.budget;
     let slot = &core.pages[page];
-    // API calls leave the budget to the reclaimer; a fault makes room once.
-    let mut room_made = ctx == Ctx::Api;
+    // A fault makes room once. API calls (pins of system calls' buffers,
+    // prefaults) leave the budget to the reclaimer, except under a memory
+    // max on a thread that may wait for it: there a system call reading a
+    // large file into fresh memory would otherwise pass the limit by what
+    // it pins before the reclaimer catches up.
+    let mut room_made =
+        ctx == Ctx::Api && !(budget.has_memory_max() && Shared::thread_may_wait_for_reclaimer());
     let mut protection = access.protection;
     loop {
         let s = slot.load();

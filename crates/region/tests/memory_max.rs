@@ -208,3 +208,30 @@ fn a_memory_max_the_process_passes_already_is_refused() {
     let e = config.check().unwrap_err().to_string();
     assert!(e.contains("below the smallest"), "{e}");
 }
+
+/// A prefault (as the system-call trap's pins of a buffer a `read` fills)
+/// makes fresh pages resident without a fault: under a memory max it waits
+/// for room as a fault does.
+#[test]
+fn a_prefault_under_a_memory_max_waits_for_room_too() {
+    let _serial = serial();
+    let limit = status_bytes("VmRSS:") + 32 * MIB as u64;
+    let mut config = BudgetConfig::new(1 << 30);
+    config.memory_max_bytes = Some(limit);
+    let budget = Budget::new(config).expect("budget");
+    let region = Region::with_budget(&budget, 96 * MIB).expect("region");
+    reset_peak();
+    region.prefault(0, region.len()).expect("prefault");
+    let peak = status_bytes("VmHWM:");
+    let st = region.stats();
+    eprintln!(
+        "96 MiB prefaulted under a memory max of {} MiB: high-water mark {:.1} MiB, {} evictions",
+        limit >> 20,
+        peak as f64 / MIB as f64,
+        st.eviction_count
+    );
+    assert!(peak <= limit, "high-water mark {peak} over {limit}: {st:?}");
+    assert!(st.eviction_count > 0, "{st:?}");
+    fill(&region, 0, 96 * MIB / PAGE_SIZE, compressible);
+    check(&region, compressible);
+}
