@@ -59,6 +59,8 @@ class Launch:
     exit_status: Optional[int]
     wall_seconds: float
     max_rss_bytes: int
+    # The highest VmRSS of one process of the run's tree, sampled every 10 ms.
+    sampled_peak_bytes: int
     digest: Optional[str]
     output_head: str
     stderr_tail: str
@@ -85,6 +87,56 @@ def descendants(pid: int) -> list[int]:
         out += kids
         todo += kids
     return out
+
+
+def vm_rss(pid: int) -> int:
+    """VmRSS of a process in bytes (0 once it is gone)."""
+    try:
+        for line in (Path("/proc") / str(pid) / "status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class RssSampler:
+    """Samples the VmRSS of every process below (and of) a pid every
+    10 ms, on a thread: the highest of one process, as a limit per process
+    sees it. zpage's own supervisor (a few MiB) is the root of a supervised
+    run and counts like the others."""
+
+    PERIOD = 0.01
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def tree(self) -> list[int]:
+        out, todo = [], [self.pid]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            try:
+                for task in (Path("/proc") / str(pid) / "task").iterdir():
+                    todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+        return out
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            for pid in self.tree():
+                self.peak = max(self.peak, vm_rss(pid))
+            self.stopped.wait(self.PERIOD)
+
+    def stop(self) -> int:
+        self.stopped.set()
+        self.thread.join()
+        return self.peak
 
 
 def kill_hung(proc: "subprocess.Popen[bytes]", supervised: bool) -> None:
@@ -142,6 +194,7 @@ def launch(
             cwd=work,
         )
         timed_out = threading.Event()
+        sampler = RssSampler(proc.pid)
 
         def expire() -> None:
             timed_out.set()
@@ -174,6 +227,7 @@ def launch(
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.monotonic() - started
         timer.cancel()
+        sampled_peak = sampler.stop()
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.stdout:
             proc.stdout.close()
@@ -182,6 +236,7 @@ def launch(
         exit_status=proc.returncode,
         wall_seconds=wall,
         max_rss_bytes=usage.ru_maxrss * 1024,
+        sampled_peak_bytes=sampled_peak,
         digest=digest,
         output_head=head.decode(errors="replace"),
         stderr_tail=tail,
@@ -498,6 +553,8 @@ class Run:
     ok: bool
     wall_seconds: Optional[float] = None
     peak_bytes: Optional[int] = None
+    # The highest VmRSS of one process, sampled every 10 ms.
+    sampled_peak_bytes: Optional[int] = None
     digest: Optional[str] = None
     identical: Optional[bool] = None
     attempts: int = 1
@@ -511,8 +568,19 @@ class Run:
     zpage_summary: Optional[dict[str, Any]] = None
 
 
+def limit_flag(limit: str, budget: int) -> list[str]:
+    """`zpage run`'s flag for the limit at `budget` bytes (whole MiB)."""
+    return [f"--{limit}", f"{max(1, budget // MIB)}M"]
+
+
 def run_once(
-    workload: Workload, mode: str, zpage: Optional[str], budget: Optional[int], user_args: list[str], timeout: float
+    workload: Workload,
+    mode: str,
+    zpage: Optional[str],
+    budget: Optional[int],
+    user_args: list[str],
+    timeout: float,
+    limit: str = "budget",
 ) -> Run:
     run_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-", dir=workload.work))
     cmd = workload.command(run_dir)
@@ -520,7 +588,7 @@ def run_once(
     prefix: list[str] = []
     if mode != "plain":
         assert budget is not None and zpage is not None
-        prefix = [zpage, "run", "--budget", f"{max(1, budget // MIB)}M", "--summary-json", str(summary_path)]
+        prefix = [zpage, "run", *limit_flag(limit, budget), "--summary-json", str(summary_path)]
         prefix += ["--mode", "kernel"] if mode == "kernel" else user_args
         prefix.append("--")
     got = launch(prefix + cmd.argv, run_dir, cmd.stdin, cmd.env, cmd.client, timeout, supervised=bool(prefix))
@@ -532,6 +600,7 @@ def run_once(
         outer_wall_seconds=got.wall_seconds,
         digest=got.digest,
         output_head=got.output_head,
+        sampled_peak_bytes=got.sampled_peak_bytes,
     )
     if mode == "plain":
         run.wall_seconds = got.wall_seconds
@@ -552,6 +621,14 @@ def run_once(
     if not run.ok:
         why = f"timed out after {timeout:.0f} s, killed" if got.timed_out else f"exit status {got.exit_status}"
         run.error = f"{why}; stderr: {got.stderr_tail.strip()[-600:]}"
+    elif mode == "user" and limit == "memory-max":
+        # A limit on each process's whole memory: the kernel's high-water
+        # mark (zpage's peak_resident_bytes) and every 10 ms sample under it.
+        limit_bytes = max(1, budget // MIB) * MIB  # type: ignore[operator]
+        worst = max(run.peak_bytes or 0, run.sampled_peak_bytes or 0)
+        if worst > limit_bytes:
+            run.ok = False
+            run.error = f"the memory max of {limit_bytes / MIB:.0f} MiB was exceeded: peak {worst / MIB:.1f} MiB"
     return run
 
 
@@ -561,12 +638,18 @@ def oom_killed(run: Run) -> bool:
 
 
 def run_mode(
-    workload: Workload, mode: str, zpage: Optional[str], budget: Optional[int], user_args: list[str], timeout: float
+    workload: Workload,
+    mode: str,
+    zpage: Optional[str],
+    budget: Optional[int],
+    user_args: list[str],
+    timeout: float,
+    limit: str = "budget",
 ) -> Run:
     attempts = KERNEL_ATTEMPTS if mode == "kernel" else 1
     ooms = 0
     for attempt in range(1, attempts + 1):
-        run = run_once(workload, mode, zpage, budget, user_args, timeout)
+        run = run_once(workload, mode, zpage, budget, user_args, timeout, limit)
         run.attempts = attempt
         if run.ok or not oom_killed(run):
             break
@@ -599,6 +682,7 @@ def aggregate(runs: list[Run], plain_peak: Optional[float]) -> dict[str, Any]:
         "identical": identical,
         "wall_seconds": wall,
         "peak_bytes": peak,
+        "sampled_peak_bytes": max((r.sampled_peak_bytes or 0 for r in runs), default=0) if ok else None,
         "peak_ratio": peak / plain_peak if peak is not None and plain_peak else None,
         "saved_bytes": plain_peak - peak if peak is not None and plain_peak is not None else None,
         "attempts": sum(r.attempts for r in runs),
@@ -708,7 +792,7 @@ def bench_program(
             continue
         runs = []
         for i in range(args.runs):
-            run = run_mode(workload, mode, zpage, budget, user_args, args.timeout)
+            run = run_mode(workload, mode, zpage, budget, user_args, args.timeout, args.limit)
             run.identical = run.ok and run.digest == reference
             if run.ok and not run.identical:
                 log(f"  !!! {cls.name} {mode} run {i + 1}: OUTPUT DIFFERS from the plain run's")
@@ -718,6 +802,7 @@ def bench_program(
                 log(f"  !!! {cls.name} {mode} run {i + 1} FAILED: {run.error}")
             log(
                 f"  {mode} run {i + 1}: {fmt(run.wall_seconds, '.2f')} s, peak {fmt((run.peak_bytes or 0) / MIB if run.peak_bytes is not None else None, '.1f')} MiB"
+                + f" (10 ms samples: {fmt((run.sampled_peak_bytes or 0) / MIB, '.1f')} MiB)"
                 + (f", {run.attempts} attempts" if run.attempts > 1 else "")
             )
             runs.append(run)
@@ -739,6 +824,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--programs", default=",".join(WORKLOADS), help=f"comma list of {', '.join(WORKLOADS)} (default: all)")
     ap.add_argument("--size", choices=("small", "full"), default="small", help="small: ~100-200 MB per program; full: ~1-2 GB")
     ap.add_argument("--fraction", type=float, default=0.25, help="budget as a fraction of the plain run's peak RSS (default 0.25)")
+    ap.add_argument(
+        "--limit",
+        choices=("budget", "memory-max"),
+        default="budget",
+        help="what --fraction sets: zpage run's --budget (default), or --memory-max (each process's whole memory, pool "
+        "included; user mode's run fails if a process's peak or a 10 ms sample of its RSS passes it)",
+    )
     ap.add_argument("--runs", type=int, default=1, help="runs per program and mode (default 1; figures are medians)")
     ap.add_argument("--modes", default=",".join(MODES), help="comma list of plain, user, kernel (plain always runs)")
     ap.add_argument(
@@ -806,6 +898,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "zpage_version": version,
             "size": args.size,
             "fraction": args.fraction,
+            "limit": args.limit,
             "runs": args.runs,
             "user_args": args.user_arg,
             "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "python": platform.python_version()},
@@ -821,7 +914,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(json.dumps(doc, indent=2))
     else:
         print(table(results))
-        print(f"\nzpage: {zpage} ({version}); size {args.size}; budget {args.fraction} of the plain peak; {args.runs} run(s) each")
+        print(f"\nzpage: {zpage} ({version}); size {args.size}; {args.limit} {args.fraction} of the plain peak; {args.runs} run(s) each")
         print(f"peak: plain = {PLAIN_PEAK_FIGURE}; user = {USER_PEAK_FIGURE}; kernel = {KERNEL_PEAK_FIGURE}")
     if not ok:
         log("FAILED: see the rows marked NO or FAILED above")
