@@ -18,6 +18,7 @@
 //! | `mmap(MAP_FIXED)` of private anonymous memory over arena addresses (the JVM's commits) | yes | those addresses, emptied and given the protection asked for |
 //! | `malloc` and its family, every size, when the program's allocator is the C library's | yes | served by mimalloc (module `malloc`), which takes its memory with `mmap`: from the arena. A program with its own allocator (jemalloc) keeps it; its `mmap`s come to the arena the same way |
 //! | the C library's heap before the library loads, the dynamic loader's allocations (thread vectors read by every thread-local access, zpage's handler's included) | no | the loader's calls are told apart by their return address and served from zpage's private heap (module `loader`) |
+//! | a locale's data (`setlocale`, `newlocale`, `duplocale`) | no | from zpage's private heap: a new thread reads it before it unblocks signals, when a fault would kill the process (module `locale`) |
 //! | stacks (`MAP_STACK`, `MAP_GROWSDOWN`), `MAP_SHARED`, file mappings, `PROT_EXEC`, `MAP_POPULATE`, `MAP_LOCKED`, `MAP_HUGETLB`, addresses below 4 GiB | no | shared and file pages belong to the page cache; stacks must never fault into a handler on the stack they grow; the others asked for memory present at once |
 //!
 //! The budget (its threads and userfaultfd) starts with the first
@@ -69,6 +70,7 @@ mod config;
 mod env_names;
 mod io;
 mod loader;
+mod locale;
 mod malloc;
 mod mm;
 mod real;

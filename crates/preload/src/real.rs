@@ -92,4 +92,7 @@ real_functions! {
     execvp: fn(file: *const libc::c_char, argv: *const *const libc::c_char) -> c_int;
     execvpe: fn(file: *const libc::c_char, argv: *const *const libc::c_char, envp: *const *const libc::c_char) -> c_int;
     popen: fn(command: *const libc::c_char, mode: *const libc::c_char) -> *mut libc::FILE;
+    setlocale: fn(category: c_int, locale: *const libc::c_char) -> *mut libc::c_char;
+    newlocale: fn(mask: c_int, locale: *const libc::c_char, base: libc::locale_t) -> libc::locale_t;
+    duplocale: fn(locale: libc::locale_t) -> libc::locale_t;
 }

@@ -150,6 +150,16 @@ fn a_vfork_child_reads_evicted_pages_and_poll_works_on_one() {
     assert!(r.report.restore_count > 0, "{:?}", r.report);
 }
 
+/// A thread started while the locale's data (allocated by the C library
+/// in `setlocale`) is evicted reads it before it unblocks signals: zpage
+/// keeps that data in its own heap (without it, the JVM was killed by
+/// SIGBUS at its first threads under `zpage run`).
+#[test]
+fn threads_start_while_the_locale_data_would_be_evicted() {
+    let r = run("locale_threads");
+    assert_ok("locale_threads", &r);
+}
+
 #[test]
 fn a_vfork_child_that_closed_every_descriptor_reads_evicted_pages_and_execs() {
     let r = run("vfork_closed");

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -326,6 +327,25 @@ static int mode_vfork_closed(void) {
     return bad;
 }
 
+static void *thread_returns(void *arg) { return arg; }
+
+/* A locale loaded from files (C.UTF-8) lives in memory the C library
+ * allocates; a new thread reads it (__ctype_init) before it unblocks
+ * signals. Threads are started with everything else pushed out. */
+static int mode_locale_threads(void) {
+    if (!setlocale(LC_ALL, "C.UTF-8")) { printf("setlocale C.UTF-8 failed\n"); return 1; }
+    unsigned char *m = map(SIZE);
+    for (int round = 0; round < 8; round++) {
+        fill(m, SIZE, 40 + round, 0);
+        pthread_t t;
+        if (pthread_create(&t, NULL, thread_returns, NULL)) { printf("pthread_create failed\n"); return 1; }
+        pthread_join(t, NULL);
+    }
+    int bad = check("after the threads", m, SIZE, 40 + 7, 0);
+    munmap(m, SIZE);
+    return bad;
+}
+
 static int write_all(int fd, const unsigned char *p, size_t n, size_t chunk) {
     while (n) {
         ssize_t w = write(fd, p, n < chunk ? n : chunk);
@@ -548,6 +568,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "io")) bad = mode_io();
     else if (!strcmp(mode, "vfork")) bad = mode_vfork();
     else if (!strcmp(mode, "vfork_closed")) bad = mode_vfork_closed();
+    else if (!strcmp(mode, "locale_threads")) bad = mode_locale_threads();
     else if (!strcmp(mode, "raw")) bad = mode_raw();
     else if (!strcmp(mode, "masked")) bad = mode_masked();
     else if (!strcmp(mode, "sigbus_handlers")) bad = mode_sigbus_handlers();
