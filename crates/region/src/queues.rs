@@ -252,6 +252,11 @@ impl VictimQueue {
     }
 }
 
+/// The most admission records queued between two drains.
+const MAX_ADMITS: usize = 1 << 18;
+/// The most freed compressed copies queued between two drains.
+const MAX_FREED: usize = 1 << 17;
+
 /// The queues of one budget, from its fault path (any thread, in signal
 /// handlers) to its reclaimer.
 #[derive(Debug)]
@@ -275,11 +280,21 @@ pub struct Queues {
 
 impl Queues {
     /// Queues sized for a budget of `budget_pages`.
+    ///
+    /// The rings need room for what faults queue between two drains by the
+    /// reclaimer (it drains at every wake, at least every few
+    /// milliseconds), not for the whole budget: sized by the budget alone,
+    /// they were 36 MiB of zpage's own memory in every process at
+    /// `zpage run`'s default budget (a quarter of a 24 GiB machine). Capped,
+    /// they hold a quarter of a million admissions (about a second of one
+    /// thread faulting without a drain) and half as many freed copies; an
+    /// admission that does not fit makes the reclaimer rebuild its queues
+    /// from the pages, and a freed copy that does not fit waits for a drain.
     pub fn new(budget_pages: usize) -> Queues {
         Queues {
-            admits: Ring::new(budget_pages * 2),
+            admits: Ring::new((budget_pages * 2).min(MAX_ADMITS)),
             returned: Ring::new(4096),
-            freed_refs: Ring::new(budget_pages),
+            freed_refs: Ring::new(budget_pages.min(MAX_FREED)),
             records_lost: AtomicBool::new(false),
             victims: VictimQueue::new((budget_pages / 16).clamp(16, 8192)),
             refill_wanted: AtomicBool::new(false),
@@ -404,6 +419,16 @@ mod tests {
         );
         assert_ne!(zero.0, 0);
         assert_eq!(Record::from_raw(zero.0), Some(zero));
+    }
+
+    #[test]
+    fn a_large_budget_does_not_make_large_rings() {
+        // zpage run's default budget on a 24 GiB machine: 6 GiB.
+        let q = Queues::new((6usize << 30) / 4096);
+        let slots = q.admits.slots.len() + q.freed_refs.slots.len() + q.returned.slots.len();
+        assert!(slots * 8 <= 4 << 20, "{slots} slots");
+        let small = Queues::new(1024);
+        assert_eq!(small.admits.slots.len(), 2048);
     }
 
     #[test]
