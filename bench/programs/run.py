@@ -569,7 +569,10 @@ class Run:
 
 
 def limit_flag(limit: str, budget: int) -> list[str]:
-    """`zpage run`'s flag for the limit at `budget` bytes (whole MiB)."""
+    """`zpage run`'s flag for the limit at `budget` bytes (whole MiB);
+    `auto`: a budget that finds itself (no size)."""
+    if limit == "auto":
+        return ["--budget", "auto"]
     return [f"--{limit}", f"{max(1, budget // MIB)}M"]
 
 
@@ -588,7 +591,8 @@ def run_once(
     prefix: list[str] = []
     if mode != "plain":
         assert budget is not None and zpage is not None
-        prefix = [zpage, "run", *limit_flag(limit, budget), "--summary-json", str(summary_path)]
+        flag_limit = "budget" if limit == "auto" and mode == "kernel" else limit
+        prefix = [zpage, "run", *limit_flag(flag_limit, budget), "--summary-json", str(summary_path)]
         prefix += ["--mode", "kernel"] if mode == "kernel" else user_args
         prefix.append("--")
     got = launch(prefix + cmd.argv, run_dir, cmd.stdin, cmd.env, cmd.client, timeout, supervised=bool(prefix))
@@ -826,10 +830,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--fraction", type=float, default=0.25, help="budget as a fraction of the plain run's peak RSS (default 0.25)")
     ap.add_argument(
         "--limit",
-        choices=("budget", "memory-max"),
+        choices=("budget", "memory-max", "auto"),
         default="budget",
         help="what --fraction sets: zpage run's --budget (default), or --memory-max (each process's whole memory, pool "
-        "included; user mode's run fails if a process's peak or a 10 ms sample of its RSS passes it)",
+        "included; user mode's run fails if a process's peak or a 10 ms sample of its RSS passes it); auto: user mode "
+        "runs with --budget auto (kernel mode, which has no automatic budget on cgroup v1, keeps --fraction)",
     )
     ap.add_argument("--runs", type=int, default=1, help="runs per program and mode (default 1; figures are medians)")
     ap.add_argument("--modes", default=",".join(MODES), help="comma list of plain, user, kernel (plain always runs)")

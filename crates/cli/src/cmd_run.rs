@@ -102,6 +102,9 @@ pub struct Args {
     /// Resident budget of each process: a size (256M, 2G) or a percentage
     /// of the machine's memory (25%). Default: 25%, or with --memory-max,
     /// the memory max (zpage splits it between resident pages and the pool).
+    /// `auto[:STALL%]` (user mode): the budget finds itself, going down
+    /// while the time the program loses to compressed memory stays under
+    /// STALL% of wall time (default 1%), back up when it passes it.
     #[arg(long)]
     pub budget: Option<String>,
     /// The budget's options (`--codec`, `--cold-codec`, `--pool-max`,
@@ -240,6 +243,8 @@ pub struct Summary {
     /// found resident memory over it, and the most it was over at one.
     pub memory_max_over_count: u64,
     pub memory_max_over_peak_bytes: u64,
+    /// `--budget auto`: what the program's budget found.
+    pub auto_budget: Option<crate::run_auto_budget::AutoBudgetSummary>,
     /// The most memory a process's compressed pool took (sampled).
     pub peak_pool_bytes: u64,
     pub syscalls_pinned: u64,
@@ -289,6 +294,7 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         memory_max_exceeded_bytes: 0,
         memory_max_over_count: 0,
         memory_max_over_peak_bytes: 0,
+        auto_budget: None,
         peak_pool_bytes: 0,
         syscalls_pinned: 0,
         syscalls_retried: 0,
@@ -358,6 +364,7 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
     s.fault_latency_p99_ns = latency.p99_ns;
     if let Some(main) = reports.iter().find(|r| r.pid == main_pid && r.active) {
         s.unconstrained_peak_estimate_bytes = main.unconstrained_peak_estimate_bytes;
+        s.auto_budget = crate::run_auto_budget::AutoBudgetSummary::of(main);
     }
     s
 }
@@ -396,6 +403,11 @@ pub fn render(s: &Summary) -> String {
         format!("\tCommand being run under zpage: {}", s.command.join(" ")),
         format!("\tMode: {}", s.mode),
         match s.memory_max_bytes {
+            None if s.auto_budget.is_some() => format!(
+                "\tBudget per process: found by itself, at most {} ({})",
+                mib(s.budget_bytes),
+                s.codec
+            ),
             None => format!(
                 "\tBudget per process: {} ({})",
                 mib(s.budget_bytes),
@@ -417,6 +429,9 @@ pub fn render(s: &Summary) -> String {
     ];
     if let Some(why) = &s.without_zpage_reason {
         lines.push(format!("\tWhy without zpage: {why}"));
+    }
+    if let Some(auto) = &s.auto_budget {
+        lines.push(auto.line());
     }
     lines.extend([
         format!("\tElapsed (wall clock) time: {:.2} s", s.wall_seconds),
@@ -517,14 +532,28 @@ impl Drop for ReportDir {
 /// started is a [`supervise::LaunchError`] (exit status 127 or 126).
 pub fn run(args: Args) -> Result<RunExit> {
     // Each value read by its option's rules, in every mode.
-    let budget_options = args.options.options()?;
+    let mut budget_options = args.options.options()?;
     let memory_max = crate::run_memory_max::given(&budget_options)?;
+    let auto = args
+        .budget
+        .as_deref()
+        .map(crate::run_auto_budget::stall_target)
+        .transpose()?
+        .flatten();
     let budget = match (&args.budget, memory_max) {
-        (Some(text), _) => budget_bytes(text, mem_total()?)?,
-        // zpage splits the memory max between resident pages and the pool.
-        (None, Some(max)) => max / 4096 * 4096,
-        (None, None) => budget_bytes("25%", mem_total()?)?,
+        (Some(text), _) if auto.is_none() => budget_bytes(text, mem_total()?)?,
+        // zpage splits the memory max between resident pages and the pool;
+        // an automatic budget stays under it.
+        (_, Some(max)) => max / 4096 * 4096,
+        _ => budget_bytes("25%", mem_total()?)?,
     };
+    if let Some(ppm) = auto {
+        budget_options.set(
+            crate::run_auto_budget::OPTION,
+            &ppm.to_string(),
+            zpage_region::Spelling::Flag,
+        )?;
+    }
     // Before anything is set up: a missing program is the caller's mistake.
     let program =
         supervise::resolve_program(&args.program[0], std::env::var_os("PATH").as_deref())?;
@@ -830,6 +859,14 @@ fn kernel_options(
     budget_options: &BudgetOptions,
     budget: u64,
 ) -> Result<zpage_kernel::run::RunOptions> {
+    if budget_options
+        .text(crate::run_auto_budget::OPTION)
+        .is_some()
+    {
+        bail!(
+            "--budget auto is user mode's: kernel mode would set memory.high from the cgroup's pressure stall information, which a v1 memory cgroup (this machine's) does not have; give a size, or use --mode user"
+        );
+    }
     if let Some(flag) = user_mode_option(budget_options) {
         bail!(
             "--{flag} is for user mode: kernel mode's zram compresses with --codec only; drop --{flag} or use --mode user"
@@ -1157,6 +1194,13 @@ fn run_user(
         summary.memory_max_exceeded_bytes = summary.peak_resident_bytes.saturating_sub(max);
     }
     summary.wall_seconds = wall;
+    if let Some(auto) = &mut summary.auto_budget {
+        auto.stall_share = if wall > 0.0 {
+            auto.stall_seconds / wall
+        } else {
+            0.0
+        };
+    }
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     summary.user_seconds = secs(ended.usage.ru_utime);
     summary.system_seconds = secs(ended.usage.ru_stime);

@@ -12,6 +12,7 @@ mod cmd_bench;
 mod cmd_demo;
 mod cmd_kernel;
 mod cmd_run;
+mod run_auto_budget;
 mod run_diagnosis;
 mod run_figures;
 mod run_memory_max;

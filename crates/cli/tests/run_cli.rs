@@ -154,6 +154,79 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A C program that fills `MiB` of malloc'd memory, sleeps `MS`
+/// milliseconds, then checks it.
+fn idler() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        compile_c(
+            &tempdir("idler"),
+            "idler",
+            r#"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    size_t n = strtoul(argv[1], 0, 10) << 20;
+    uint64_t *p = malloc(n);
+    for (size_t i = 0; i < n / 8; i++) p[i] = (i & 0xff) | ((i >> 9) << 32);
+    usleep(strtoul(argv[2], 0, 10) * 1000);
+    for (size_t i = 0; i < n / 8; i++)
+        if (p[i] != ((i & 0xff) | ((i >> 9) << 32))) { puts("MISMATCH"); return 99; }
+    puts("checked");
+    return 0;
+}
+"#,
+            &[],
+        )
+    })
+}
+
+/// `--budget auto`: a program that holds 64 MiB it does not touch for two
+/// seconds ends with a budget well below it, the summary saying what the
+/// budget found and the stall it measured; kernel mode and a bad target
+/// are refused with what to do.
+#[test]
+fn an_automatic_budget_finds_itself_and_says_so() {
+    let dir = tempdir("auto-budget");
+    let json = dir.join("summary.json");
+    let out = zpage_run(
+        &["--budget", "auto", "--summary-json", json.to_str().unwrap()],
+        &[idler().to_str().unwrap(), "64", "2000"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout_of(out), "checked\n");
+    assert!(
+        stderr.contains("Budget found by itself (stall target 1.00% of wall time)"),
+        "{stderr}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let auto = &summary["auto_budget"];
+    assert_eq!(auto["stall_target"], 0.01, "{summary}");
+    let lowest = auto["lowest_budget_bytes"].as_u64().unwrap();
+    assert!(lowest > 0 && lowest < 48 << 20, "{summary}");
+    assert!(auto["stall_share"].as_f64().unwrap() >= 0.0, "{summary}");
+    assert!(summary["evictions"].as_u64().unwrap() > 0, "{summary}");
+    for (args, words) in [
+        (
+            &["--budget", "auto", "--mode", "kernel"][..],
+            "--budget auto is user mode's",
+        ),
+        (&["--budget", "auto:90%"][..], "auto:STALL%"),
+    ] {
+        let out = zpage_run(args, &["true"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(words),
+            "{args:?}: {stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The JSON summary `zpage run --json` printed on stderr.
 fn json_summary(out: &Output) -> serde_json::Value {
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -205,6 +205,14 @@ impl State {
             r.memory_max_over_peak_bytes = max.over_peak_bytes;
         }
         r.memory_max_bytes = self.config.budget.memory_max_bytes.unwrap_or(0);
+        if let Some(budget) = self.started_budget() {
+            if let Some(auto) = budget.auto_budget_status() {
+                r.auto_budget_stall_target_ppm = u64::from(auto.target_ppm);
+                r.auto_budget_final_bytes = budget.budget_bytes() as u64;
+                r.auto_budget_lowest_bytes = auto.lowest_pages * zpage_codec::PAGE_SIZE as u64;
+                r.stall_ns = auto.stall_ns;
+            }
+        }
         r
     }
 

@@ -122,6 +122,13 @@ impl Budget {
         self.shared().memory_max_status()
     }
 
+    /// What the automatic budget (`BudgetConfig::auto_stall_ppm`) saw: its
+    /// target, the stall time and how often it moved the budget; `None`
+    /// when the budget is fixed.
+    pub fn auto_budget_status(&self) -> Option<crate::AutoBudgetStatus> {
+        self.shared().auto_budget_status()
+    }
+
     /// Bytes every region of the budget holds resident now (with staged pages).
     pub fn resident_bytes(&self) -> usize {
         self.shared().resident_pages() * PAGE_SIZE

@@ -154,6 +154,10 @@ pub struct BudgetConfig {
     /// both hold. What cannot be held (memory outside the regions alone
     /// over the limit, pages that cannot leave) is counted and reported.
     pub memory_max_bytes: Option<u64>,
+    /// A budget that finds itself (module `auto_budget`): the stall target,
+    /// in parts per million of wall time (10,000 is 1%); `budget_bytes` is
+    /// then the most the budget may be.
+    pub auto_stall_ppm: Option<u32>,
     /// A tier below RAM for the oldest compressed pages when the pool nears
     /// `max_pool_bytes` (`zpage_store::PackedTier` on a file or device,
     /// `zpage_store::MemoryTier`, `zpage_store::RedisTier`). A fault on a
@@ -223,6 +227,7 @@ impl BudgetConfig {
             pool: PoolKind::SizeClass,
             max_pool_bytes: None,
             memory_max_bytes: None,
+            auto_stall_ppm: None,
             tier: None,
             backing: None,
             backing_options: zpage_store::BackingOptions::default(),
@@ -255,6 +260,11 @@ impl BudgetConfig {
         {
             return bad(format!(
                 "memory_max ({max} bytes) is below the smallest, {MIN_MEMORY_MAX_BYTES} bytes (8 MiB): the least budget it leaves and the margin it keeps are 4 MiB each, and the process's own memory comes on top; raise it"
+            ));
+        }
+        if let Some(ppm) = self.auto_stall_ppm.filter(|&ppm| ppm > 500_000) {
+            return bad(format!(
+                "auto_budget_stall_ppm {ppm} asks for a stall of more than half of wall time: give a target such as 10000 (1%)"
             ));
         }
         if self.codec.awaits_dictionary() {

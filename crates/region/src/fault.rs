@@ -272,7 +272,10 @@ fn resolve_inner(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Re
                 if !slot.claim(s, s.with_slot(Tag::Restoring, s.slot())) {
                     continue;
                 }
-                match restore_staged(core, page, s) {
+                let started = sys::now_ns();
+                let restored = restore_staged(core, page, s);
+                budget.note_stall(sys::now_ns() - started);
+                match restored {
                     Err(Errno(libc::ECANCELED)) => continue,
                     r => return r,
                 }
@@ -286,7 +289,10 @@ fn resolve_inner(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Re
                 if !slot.claim(s, s.with(Tag::Restoring)) {
                     continue;
                 }
-                match restore_stored(core, page, s, access.write) {
+                let started = sys::now_ns();
+                let restored = restore_stored(core, page, s, access.write);
+                budget.note_stall(sys::now_ns() - started);
+                match restored {
                     Err(Errno(libc::ECANCELED)) => continue,
                     r => return r,
                 }
@@ -620,7 +626,9 @@ fn throttle(core: &RegionCore) {
             break;
         }
     }
-    Counters::add(&core.counters.throttle_ns, sys::now_ns() - started);
+    let waited = sys::now_ns() - started;
+    Counters::add(&core.counters.throttle_ns, waited);
+    budget.note_stall(waited);
     profile::end(profile::Part::Throttle, timed, 1);
     let (resident, limit) = (budget.resident().pages(), budget.limits().budget_pages);
     if resident >= limit && full() && !signal.stopping() {

@@ -21,6 +21,7 @@
 //! | `shared` | what the regions of one budget and its threads share: its parts below, and what needs several of them (the limit check, giving references up, waking the reclaimer) |
 //! | `limits`, `staging`, `uffd` | the budget in pages (it may change while it runs) and the resident count; the staging area and its slot allocator; the userfaultfds |
 //! | `memory_max` | the limit on the whole process's resident memory: the budget capped at what the rest of the process leaves |
+//! | `auto_budget` | a budget that finds itself: lowered while the program's stall time stays under a target, raised when it passes it |
 //! | `queues` | the lock-free rings between the fault path and the reclaimer, and the record naming a page in them |
 //! | `reclaim/wake`, `reclaim/lock` | how the fault path and the reclaimer wake each other (kick, room, bursts); the reclaim lock |
 //! | `evict/gate`, `event/gate`, `fork/state` | the eviction pause; the install/event protocol; the resolve gate of `fork()` and a forked child's own budget |
@@ -304,6 +305,7 @@
 #![deny(unsafe_code)]
 
 mod aging;
+mod auto_budget;
 mod budget;
 mod cold;
 mod config;
@@ -343,6 +345,7 @@ mod uffd;
 pub mod uffd_abi;
 mod workers;
 
+pub use auto_budget::{AutoBudgetStatus, DEFAULT_STALL_PPM};
 pub use budget::Budget;
 pub use cold::COLD_DICTIONARY_SAMPLE_PAGES;
 pub use config::{

@@ -125,6 +125,11 @@ impl BudgetLimit {
         pages
     }
 
+    /// What the budget's owner (or the automatic budget) asks for, in pages.
+    pub fn wanted_pages(&self) -> usize {
+        self.wanted_pages.load(Ordering::Acquire)
+    }
+
     /// The memory max leaves room for `pages` (`usize::MAX`: no cap).
     pub fn set_cap_pages(&self, pages: usize) {
         self.cap_pages.store(pages, Ordering::Release);

@@ -128,6 +128,13 @@ macro_rules! budget_options {
             /// cannot leave) is reported with how far over it went.
             memory_max_bytes (flag "memory-max"): u64,
                 get |c| c.memory_max_bytes, set |c, v| c.memory_max_bytes = Some(v);
+            /// A budget that finds itself: the stall target in parts per million of wall
+            /// time (10000 is 1%; 0: off). The budget shrinks from what is resident while
+            /// the time the program's threads spend restoring pages and waiting for room
+            /// stays under it, and grows back when it passes it; the budget given is the
+            /// most it may be.
+            auto_budget_stall_ppm: u32,
+                get |c| c.auto_stall_ppm, set |c, v| c.auto_stall_ppm = (v != 0).then_some(v);
         }
     };
 }

@@ -311,6 +311,7 @@ impl Reclaimer {
             // The pool grows as pages are compressed: with a memory max the
             // budget shrinks with it.
             self.budget.look_at_memory_max();
+            self.budget.look_at_auto_budget();
             if self.burst_would_release_faults() {
                 break;
             }
@@ -528,6 +529,7 @@ impl Reclaimer {
             #[cfg(test)]
             crate::reclaim::hook::run_hooks(&self.budget);
             self.budget.look_at_memory_max();
+            self.budget.look_at_auto_budget();
             let kick = self.budget.reclaim_signal().kicks();
             vfork::serve_vfork_child(&self.budget);
             if self.budget.evictions().drop_stale_exec_hold() {

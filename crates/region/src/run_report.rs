@@ -73,6 +73,18 @@ pub struct ProcessReport {
     pub memory_max_over_count: u64,
     #[serde(default)]
     pub memory_max_over_peak_bytes: u64,
+    /// With an automatic budget (`--budget auto`): its stall target in
+    /// parts per million of wall time (0: a fixed budget), the budget in
+    /// effect when the process ended, the lowest it set, and the time the
+    /// process's threads lost to restores and waits for room.
+    #[serde(default)]
+    pub auto_budget_stall_target_ppm: u64,
+    #[serde(default)]
+    pub auto_budget_final_bytes: u64,
+    #[serde(default)]
+    pub auto_budget_lowest_bytes: u64,
+    #[serde(default)]
+    pub stall_ns: u64,
     /// Fault latencies in log2 buckets of nanoseconds (see [`LatencySummary`]).
     pub fault_latency_log2_buckets: Vec<u64>,
     /// System calls whose buffers lay in regions (pinned for the call), and

@@ -23,6 +23,7 @@
 //! ioctls and `madvise` only.
 
 use crate::aging::AgingClock;
+use crate::auto_budget::{AutoBudget, AutoBudgetStatus};
 use crate::config::{BudgetConfig, ColdConfig, FaultMode};
 use crate::dedup::Dedup;
 use crate::error::RegionError;
@@ -65,6 +66,8 @@ pub struct Shared {
     limits: BudgetLimit,
     /// The limit on the process's resident memory, when there is one.
     memory_max: Option<MemoryMax>,
+    /// The automatic budget's controller, when the budget finds itself.
+    auto: Option<AutoBudget>,
     mode: FaultMode,
     keep_clean_copies: bool,
     /// The writeback rate limit (pages per second).
@@ -140,6 +143,9 @@ impl Shared {
             id: NEXT_BUDGET_ID.fetch_add(1, Ordering::Relaxed),
             limits,
             memory_max,
+            auto: config
+                .auto_stall_ppm
+                .map(|ppm| AutoBudget::new(ppm, sys::now_ns())),
             mode: config.mode,
             keep_clean_copies: config.keep_clean_copies,
             writeback_pages_per_sec: config.writeback_pages_per_sec,
@@ -213,6 +219,31 @@ impl Shared {
             self.signal_room();
         }
         looked
+    }
+
+    /// Counts time a program thread lost to a restore or a wait for room,
+    /// for the automatic budget. Async-signal-safe.
+    pub fn note_stall(&self, ns: u64) {
+        if let Some(auto) = &self.auto {
+            auto.add_stall(ns);
+        }
+    }
+
+    /// The automatic budget's look, if one is due (the reclaimer's): sets
+    /// the budget from the last interval's stall; wakes faults waiting for
+    /// room if it rose.
+    pub fn look_at_auto_budget(&self) {
+        let Some(auto) = &self.auto else {
+            return;
+        };
+        if auto.look(sys::now_ns(), &self.limits, self.resident.pages()) == Some(true) {
+            self.signal_room();
+        }
+    }
+
+    /// What the automatic budget saw (`None` when the budget is fixed).
+    pub fn auto_budget_status(&self) -> Option<AutoBudgetStatus> {
+        self.auto.as_ref().map(|auto| auto.status(sys::now_ns()))
     }
 
     /// What the memory max's looks found (`None` without one).

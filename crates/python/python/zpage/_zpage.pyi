@@ -35,6 +35,7 @@ class Budget:
         backing_cert_file: Optional[Path] = None,
         backing_key_file: Optional[Path] = None,
         memory_max_bytes: Optional[Size] = None,
+        auto_budget_stall_ppm: Optional[int] = None,
         # END GENERATED OPTIONS
     ) -> None: ...
     @property
@@ -68,6 +69,7 @@ class RegionBase:
         backing_cert_file: Optional[Path] = None,
         backing_key_file: Optional[Path] = None,
         memory_max_bytes: Optional[Size] = None,
+        auto_budget_stall_ppm: Optional[int] = None,
         # END GENERATED OPTIONS
     ) -> None: ...
     @property

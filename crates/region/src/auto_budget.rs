@@ -1,0 +1,201 @@
+//! A budget that finds itself ([`BudgetConfig::auto_stall_ppm`], `zpage
+//! run --budget auto[:STALL%]`): the budget shrinks while the time the
+//! program's threads lose to compressed memory stays under a share of wall
+//! time, and grows back when it passes it, as Meta's Senpai does for a
+//! memory cgroup from the kernel's pressure stall information. zpage needs
+//! no PSI: it times its own stalls.
+//!
+//! **What counts as a stall**: time in restores (a page brought back from
+//! the pool, a tier or staging) and time a fault waited for room at the
+//! budget. A first touch of fresh memory is not one: the program pays it
+//! without zpage too. Summed over threads, so two threads stalled for the
+//! whole of a look count twice its length.
+//!
+//! **The controller**, run by the reclaimer at most every
+//! [`LOOK_EVERY_NS`]: with the share of the last interval under the
+//! target, the budget goes down from what is resident (a budget above the
+//! program's memory means nothing), by at most [`PROBE`] of it, less the
+//! closer the share is to the target; over the target, it goes up by at
+//! most [`BACKOFF`], more the further over. The configured budget is the
+//! most it may be; the smallest budget the least. A memory max, if any,
+//! still caps it.
+//!
+//! The fault path's side ([`AutoBudget::add_stall`]) is one relaxed atomic
+//! add: async-signal-safe.
+
+use crate::limits::{BudgetLimit, MIN_BUDGET_PAGES};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How often the controller looks: often enough for programs that run for
+/// seconds, seldom enough that a look covers many faults.
+pub const LOOK_EVERY_NS: u64 = 100_000_000;
+
+/// The most the budget goes down at a look, as a share of what is resident.
+pub const PROBE: f64 = 0.02;
+
+/// The most the budget goes up at a look, as a share of itself.
+pub const BACKOFF: f64 = 0.25;
+
+/// The default stall target: 1% of wall time, in parts per million.
+pub const DEFAULT_STALL_PPM: u32 = 10_000;
+
+/// What the controller saw.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AutoBudgetStatus {
+    /// The stall target, in parts per million of wall time.
+    pub target_ppm: u32,
+    /// Stall time so far, summed over threads.
+    pub stall_ns: u64,
+    /// Wall time since the budget started.
+    pub wall_ns: u64,
+    /// Looks that lowered the budget, and that raised it.
+    pub shrinks: u64,
+    pub grows: u64,
+    /// The lowest budget it set, in pages (0 before the first change).
+    pub lowest_pages: u64,
+}
+
+impl AutoBudgetStatus {
+    /// The stall share over the whole run, in parts per million.
+    pub fn stall_ppm(&self) -> u64 {
+        if self.wall_ns == 0 {
+            return 0;
+        }
+        (u128::from(self.stall_ns) * 1_000_000 / u128::from(self.wall_ns)) as u64
+    }
+}
+
+/// A budget's controller.
+#[derive(Debug)]
+pub struct AutoBudget {
+    target_ppm: u32,
+    started_ns: u64,
+    stall_ns: AtomicU64,
+    last_look_ns: AtomicU64,
+    stall_at_last_look: AtomicU64,
+    shrinks: AtomicU64,
+    grows: AtomicU64,
+    lowest_pages: AtomicU64,
+}
+
+impl AutoBudget {
+    pub fn new(target_ppm: u32, now_ns: u64) -> AutoBudget {
+        AutoBudget {
+            target_ppm,
+            started_ns: now_ns,
+            stall_ns: AtomicU64::new(0),
+            last_look_ns: AtomicU64::new(now_ns),
+            stall_at_last_look: AtomicU64::new(0),
+            shrinks: AtomicU64::new(0),
+            grows: AtomicU64::new(0),
+            lowest_pages: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts `ns` a thread lost to a restore or a wait for room.
+    /// Async-signal-safe.
+    pub fn add_stall(&self, ns: u64) {
+        self.stall_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Sets the budget for the interval since the last look, if one is due
+    /// (the reclaimer's thread only); `Some(true)` if it went up.
+    pub fn look(&self, now_ns: u64, limit: &BudgetLimit, resident_pages: usize) -> Option<bool> {
+        let last = self.last_look_ns.load(Ordering::Relaxed);
+        let elapsed = now_ns.checked_sub(last)?;
+        if elapsed < LOOK_EVERY_NS {
+            return None;
+        }
+        self.last_look_ns.store(now_ns, Ordering::Relaxed);
+        let stall = self.stall_ns.load(Ordering::Relaxed);
+        let interval = stall.saturating_sub(self.stall_at_last_look.swap(stall, Ordering::Relaxed));
+        let share = interval as f64 / elapsed as f64;
+        let wanted = limit.wanted_pages();
+        let next = next_budget(wanted, resident_pages, share, self.target_ppm);
+        let next = limit.set_wanted_pages(next);
+        if next < wanted {
+            self.shrinks.fetch_add(1, Ordering::Relaxed);
+            let lowest = self.lowest_pages.load(Ordering::Relaxed);
+            if lowest == 0 || (next as u64) < lowest {
+                self.lowest_pages.store(next as u64, Ordering::Relaxed);
+            }
+        } else if next > wanted {
+            self.grows.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(next > wanted)
+    }
+
+    pub fn status(&self, now_ns: u64) -> AutoBudgetStatus {
+        AutoBudgetStatus {
+            target_ppm: self.target_ppm,
+            stall_ns: self.stall_ns.load(Ordering::Relaxed),
+            wall_ns: now_ns.saturating_sub(self.started_ns),
+            shrinks: self.shrinks.load(Ordering::Relaxed),
+            grows: self.grows.load(Ordering::Relaxed),
+            lowest_pages: self.lowest_pages.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The controller's rule: the budget in pages after an interval whose
+/// stall share was `share` (of wall time), from a budget of `wanted` pages
+/// of which `resident` are resident.
+pub fn next_budget(wanted: usize, resident: usize, share: f64, target_ppm: u32) -> usize {
+    let target = f64::from(target_ppm.max(1)) / 1e6;
+    if share < target {
+        let base = wanted.min(resident.max(MIN_BUDGET_PAGES));
+        let step = (base as f64 * PROBE * (1.0 - share / target)).ceil() as usize;
+        base.saturating_sub(step.max(1))
+    } else {
+        let over = (share / target - 1.0).min(1.0);
+        let step = (wanted as f64 * BACKOFF * over).ceil() as usize;
+        wanted.saturating_add(step.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BudgetConfig;
+
+    #[test]
+    fn under_the_target_it_shrinks_from_what_is_resident() {
+        // A budget of a million pages with 10,000 resident and no stall:
+        // 2% below what is resident.
+        assert_eq!(next_budget(1_000_000, 10_000, 0.0, 10_000), 9_800);
+        // Half the target: half the probe.
+        assert_eq!(next_budget(10_000, 10_000, 0.005, 10_000), 9_900);
+    }
+
+    #[test]
+    fn over_the_target_it_grows_more_the_further_over() {
+        assert_eq!(next_budget(10_000, 10_000, 0.015, 10_000), 11_250);
+        assert_eq!(next_budget(10_000, 10_000, 0.5, 10_000), 12_500);
+        // Exactly at the target: up by a page.
+        assert_eq!(next_budget(10_000, 10_000, 0.01, 10_000), 10_001);
+    }
+
+    #[test]
+    fn looks_come_at_most_every_interval_and_stay_within_the_budget() {
+        let config = BudgetConfig::new(64 << 20);
+        let limit = BudgetLimit::new(&config);
+        let auto = AutoBudget::new(DEFAULT_STALL_PPM, 0);
+        assert_eq!(auto.look(LOOK_EVERY_NS - 1, &limit, 1000), None);
+        // No stall, 1,000 pages resident: down to 980.
+        assert_eq!(auto.look(LOOK_EVERY_NS, &limit, 1000), Some(false));
+        assert_eq!(limit.wanted_pages(), 980);
+        // Half of the next interval stalled: back up, by a quarter.
+        auto.add_stall(LOOK_EVERY_NS / 2);
+        assert_eq!(auto.look(2 * LOOK_EVERY_NS, &limit, 980), Some(true));
+        assert_eq!(limit.wanted_pages(), 1225);
+        // Never above the configured budget.
+        for i in 3..40 {
+            auto.add_stall(LOOK_EVERY_NS);
+            auto.look(i * LOOK_EVERY_NS, &limit, 1225);
+        }
+        assert_eq!(limit.wanted_pages(), (64 << 20) / 4096);
+        let status = auto.status(40 * LOOK_EVERY_NS);
+        assert_eq!((status.shrinks, status.lowest_pages), (1, 980));
+        assert!(status.stall_ppm() > 900_000, "{status:?}");
+    }
+}
