@@ -521,6 +521,12 @@ impl KernelRun {
     }
 
     /// The cgroup's directory.
+    /// The zram device the run added for its swap (`zram3`), with a zram
+    /// backend.
+    pub fn zram_device_name(&self) -> Option<String> {
+        self.zram.as_ref().map(|device| device.name())
+    }
+
     pub fn cgroup_dir(&self) -> Option<&Path> {
         self.cgroup.as_ref().map(|c| c.dir())
     }

@@ -13,10 +13,12 @@
 //!
 //! **The controller**, run by the reclaimer at most every
 //! [`LOOK_EVERY_NS`]: with the share of the last interval under the
-//! target, the budget goes down from what is resident (a budget above the
-//! program's memory means nothing), by at most [`PROBE`] of it, less the
-//! closer the share is to the target; over the target, it goes up by at
-//! most [`BACKOFF`], more the further over. The configured budget is the
+//! target, the budget goes down by at most [`PROBE`] of it, less the
+//! closer the share is to the target, and is held to what is resident
+//! plus some headroom ([`headroom_pages`]: a budget far above the
+//! program's memory means nothing, one at it would stop a growing
+//! program); over the target, it goes up by at most [`BACKOFF`], more the
+//! further over. The configured budget is the
 //! most it may be; the smallest budget the least. A memory max, if any,
 //! still caps it.
 //!
@@ -137,13 +139,29 @@ impl AutoBudget {
     }
 }
 
+/// Room kept above what is resident while the budget is not binding: a
+/// quarter of it, and at least 32 MiB. A budget far above the program's
+/// memory means nothing, but one at what is resident would stop a growing
+/// program at every look (its fresh pages would wait for room), and it
+/// would then stall, and the budget grow, for nothing.
+pub fn headroom_pages(resident: usize) -> usize {
+    (resident / 4).max(HEADROOM_PAGES)
+}
+
+/// The least headroom, in pages (32 MiB).
+const HEADROOM_PAGES: usize = 8192;
+
 /// The controller's rule: the budget in pages after an interval whose
 /// stall share was `share` (of wall time), from a budget of `wanted` pages
-/// of which `resident` are resident.
+/// of which `resident` are resident. Under the target it goes down from
+/// the budget, held to what is resident plus [`headroom_pages`]; over it,
+/// up from the budget.
 pub fn next_budget(wanted: usize, resident: usize, share: f64, target_ppm: u32) -> usize {
     let target = f64::from(target_ppm.max(1)) / 1e6;
     if share < target {
-        let base = wanted.min(resident.max(MIN_BUDGET_PAGES));
+        let base = wanted
+            .min(resident.saturating_add(headroom_pages(resident)))
+            .max(MIN_BUDGET_PAGES);
         let step = (base as f64 * PROBE * (1.0 - share / target)).ceil() as usize;
         base.saturating_sub(step.max(1))
     } else {
@@ -159,12 +177,15 @@ mod tests {
     use crate::config::BudgetConfig;
 
     #[test]
-    fn under_the_target_it_shrinks_from_what_is_resident() {
+    fn under_the_target_it_shrinks_from_what_is_resident_and_some_headroom() {
         // A budget of a million pages with 10,000 resident and no stall:
-        // 2% below what is resident.
-        assert_eq!(next_budget(1_000_000, 10_000, 0.0, 10_000), 9_800);
-        // Half the target: half the probe.
+        // held to 10,000 + 8,192 pages of headroom, less 2%.
+        assert_eq!(next_budget(1_000_000, 10_000, 0.0, 10_000), 17_828);
+        // A binding budget: 2% below it; at half the target, 1%.
+        assert_eq!(next_budget(10_000, 10_000, 0.0, 10_000), 9_800);
         assert_eq!(next_budget(10_000, 10_000, 0.005, 10_000), 9_900);
+        // A large program: a quarter of what is resident as headroom.
+        assert_eq!(next_budget(1_000_000, 100_000, 0.0, 10_000), 122_500);
     }
 
     #[test]
@@ -181,21 +202,22 @@ mod tests {
         let limit = BudgetLimit::new(&config);
         let auto = AutoBudget::new(DEFAULT_STALL_PPM, 0);
         assert_eq!(auto.look(LOOK_EVERY_NS - 1, &limit, 1000), None);
-        // No stall, 1,000 pages resident: down to 980.
-        assert_eq!(auto.look(LOOK_EVERY_NS, &limit, 1000), Some(false));
-        assert_eq!(limit.wanted_pages(), 980);
+        // No stall, 10,000 pages resident, a budget of 16,384: binding,
+        // down 2%.
+        assert_eq!(auto.look(LOOK_EVERY_NS, &limit, 10_000), Some(false));
+        assert_eq!(limit.wanted_pages(), 16_056);
         // Half of the next interval stalled: back up, by a quarter.
         auto.add_stall(LOOK_EVERY_NS / 2);
-        assert_eq!(auto.look(2 * LOOK_EVERY_NS, &limit, 980), Some(true));
-        assert_eq!(limit.wanted_pages(), 1225);
+        assert_eq!(auto.look(2 * LOOK_EVERY_NS, &limit, 10_000), Some(true));
+        assert_eq!(limit.wanted_pages(), 16_384);
         // Never above the configured budget.
         for i in 3..40 {
             auto.add_stall(LOOK_EVERY_NS);
-            auto.look(i * LOOK_EVERY_NS, &limit, 1225);
+            auto.look(i * LOOK_EVERY_NS, &limit, 16_000);
         }
         assert_eq!(limit.wanted_pages(), (64 << 20) / 4096);
         let status = auto.status(40 * LOOK_EVERY_NS);
-        assert_eq!((status.shrinks, status.lowest_pages), (1, 980));
+        assert_eq!((status.shrinks, status.lowest_pages), (1, 16_056));
         assert!(status.stall_ppm() > 900_000, "{status:?}");
     }
 }

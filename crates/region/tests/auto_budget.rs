@@ -13,7 +13,7 @@ fn value(p: usize, w: usize) -> u64 {
 }
 
 /// 48 MiB written under an automatic budget of at most 256 MiB: while the
-/// program sits idle the budget falls below what it holds, then a loop
+/// program sits idle the budget falls below what it holds (40 MiB), then a loop
 /// over every page (each pass restores what the smaller budget let go)
 /// stalls far past 1% and the budget rises again.
 #[test]
@@ -28,10 +28,10 @@ fn an_automatic_budget_shrinks_when_idle_and_grows_back_under_stalls() {
             write(&region, p, w, value(p, w));
         }
     }
-    // Idle: no stall, so the budget goes down 2% of what is resident at
-    // each look (ten a second).
-    let idle_until = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < idle_until && budget.budget_bytes() > 36 * MIB {
+    // Idle: no stall, so the budget goes down 2% at each look (ten a
+    // second), from what is resident and 32 MiB of headroom.
+    let idle_until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < idle_until && budget.budget_bytes() > 40 * MIB {
         std::thread::sleep(Duration::from_millis(50));
     }
     let lowered = budget.budget_bytes();
@@ -41,7 +41,7 @@ fn an_automatic_budget_shrinks_when_idle_and_grows_back_under_stalls() {
         lowered >> 20,
         status.shrinks
     );
-    assert!(lowered <= 36 * MIB, "budget {lowered} after idling");
+    assert!(lowered <= 40 * MIB, "budget {lowered} after idling");
     // Every page again and again: restores, which stall.
     let busy_until = Instant::now() + Duration::from_secs(4);
     let mut passes = 0;
