@@ -57,6 +57,15 @@ fn involved<P: Policy>(policy: &P, spans: &Spans) -> bool {
         .any(|&(a, l)| policy.in_region(a, l))
 }
 
+/// True for the wrapped stdio functions, which make no system call of
+/// their own on the caller's arguments.
+fn stdio_copy(name: &str) -> bool {
+    matches!(
+        name,
+        "fread" | "fwrite" | "fread_unlocked" | "fwrite_unlocked" | "__fread_chk"
+    )
+}
+
 /// Runs `call` with every span that lies in a region pinned, or restored
 /// and retried on `EFAULT` when pinning is refused (more than half the
 /// budget, or more spans than [`crate::MAX_SPANS`]). `errno` is the call's.
@@ -68,6 +77,15 @@ pub fn guarded<P: Policy>(
     mut call: impl FnMut() -> isize,
 ) -> isize {
     if policy.passes_through() {
+        return call();
+    }
+    if stdio_copy(name) && crate::trap::installed() {
+        // stdio's fread and fwrite copy between the caller's buffer and the
+        // stream's (a fault there is resolved as any other), and the system
+        // calls they make on region memory, the stream's buffer or the
+        // caller's, are trapped and served. Pinning here cost GNU sort,
+        // which writes each line with fwrite_unlocked, 3 µs a line (4.2 s
+        // instead of 0.8 s for 81 MB).
         return call();
     }
     if !involved(policy, spans) {
