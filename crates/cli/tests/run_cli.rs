@@ -183,17 +183,18 @@ int main(int argc, char **argv) {
     })
 }
 
-/// `--budget auto`: a program that holds 64 MiB it does not touch for two
-/// seconds ends with a budget well below it, the summary saying what the
-/// budget found and the stall it measured; kernel mode and a bad target
-/// are refused with what to do.
+/// `--budget auto`: a program that holds 64 MiB it does not touch for four
+/// seconds ends with a budget below it (from what is resident and 32 MiB
+/// of headroom, 2% a look, ten looks a second: about 43 MiB after four
+/// seconds), the summary saying what the budget found and the stall it
+/// measured; kernel mode and a bad target are refused with what to do.
 #[test]
 fn an_automatic_budget_finds_itself_and_says_so() {
     let dir = tempdir("auto-budget");
     let json = dir.join("summary.json");
     let out = zpage_run(
         &["--budget", "auto", "--summary-json", json.to_str().unwrap()],
-        &[idler().to_str().unwrap(), "64", "2000"],
+        &[idler().to_str().unwrap(), "64", "4000"],
     );
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
@@ -207,7 +208,7 @@ fn an_automatic_budget_finds_itself_and_says_so() {
     let auto = &summary["auto_budget"];
     assert_eq!(auto["stall_target"], 0.01, "{summary}");
     let lowest = auto["lowest_budget_bytes"].as_u64().unwrap();
-    assert!(lowest > 0 && lowest < 48 << 20, "{summary}");
+    assert!(lowest > 0 && lowest < 56 << 20, "{summary}");
     assert!(auto["stall_share"].as_f64().unwrap() >= 0.0, "{summary}");
     assert!(summary["evictions"].as_u64().unwrap() > 0, "{summary}");
     for (args, words) in [
