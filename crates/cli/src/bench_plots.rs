@@ -78,22 +78,31 @@ fn latency_label(us: f64) -> String {
 }
 
 /// Ticks on a log axis from `low` to `high`: 1-2-5 per decade while that
-/// gives at most ten, else each decade; always both ends' decades.
+/// gives at most ten, else each decade. When fewer than three fall inside
+/// the range (data within one decade, say 300 µs to 900 µs), those of the
+/// whole decades around it, from `10^floor` to `10^ceil`: the axis widens
+/// to them (a p99.9 plot in CI once had only its two decade ends).
 fn log_ticks(low: f64, high: f64) -> Vec<f64> {
-    let (first, last) = (low.log10().floor() as i32, high.log10().ceil() as i32);
+    let first = low.log10().floor() as i32;
+    let last = (high.log10().ceil() as i32).max(first + 1);
     let steps: &[f64] = if last - first <= 3 {
         &[1.0, 2.0, 5.0]
     } else {
         &[1.0]
     };
-    let ticks: Vec<f64> = (first..=last)
+    let all: Vec<f64> = (first..=last)
         .flat_map(|e| steps.iter().map(move |s| s * 10f64.powi(e)))
+        .filter(|t| *t <= 10f64.powi(last) * 1.001)
+        .collect();
+    let inside: Vec<f64> = all
+        .iter()
+        .copied()
         .filter(|t| *t >= low * 0.999 && *t <= high * 1.001)
         .collect();
-    if ticks.len() >= 3 {
-        ticks
+    if inside.len() >= 3 {
+        inside
     } else {
-        (first..=last).map(|e| 10f64.powi(e)).collect()
+        all
     }
 }
 
@@ -433,6 +442,9 @@ mod tests {
             [1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]
         );
         assert_eq!(log_ticks(0.5, 2e6), [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]);
+        // Within one decade: the decade's 1-2-5 ticks, the axis widened.
+        assert_eq!(log_ticks(300.0, 900.0), [100.0, 200.0, 500.0, 1000.0]);
+        assert_eq!(log_ticks(100.0, 100.0), [100.0, 200.0, 500.0, 1000.0]);
         assert_eq!(latency_label(2.0), "2 µs");
         assert_eq!(latency_label(1500.0), "1.5 ms");
         assert_eq!(latency_label(2e6), "2 s");
