@@ -384,14 +384,9 @@ mod tests {
         Record::new(region, page, 0, page >= 100)
     }
 
-    #[test]
-    fn busy_inactive_pages_do_not_hide_the_active_ones() {
-        let mut aging = Aging::new(AgingPolicy::Refault, 1000, 10);
-        // Page 1 inactive and pinned; pages 100-102 active and evictable.
-        aging.admit(record(1), 0);
-        for page in 100..103 {
-            aging.admit(record(page), 0);
-        }
+    /// The next victim's page when page 1 is busy (pinned) and every other
+    /// page evictable.
+    fn next_with_page_one_busy(aging: &mut Aging) -> Option<usize> {
         let mut standing = |r: Record| {
             if r.page() == 1 {
                 Standing::Busy
@@ -400,17 +395,25 @@ mod tests {
             }
         };
         let mut page_of = |_: Record, _: &mut dyn FnMut(&PageAging, &Counters)| {};
-        let victims: Vec<usize> = (0..3)
-            .map(|_| {
-                aging
-                    .next_victim(&mut standing, &mut page_of)
-                    .map(|r| r.page())
-            })
-            .map(Option::unwrap)
+        aging
+            .next_victim(&mut standing, &mut page_of)
+            .map(|r| r.page())
+    }
+
+    #[test]
+    fn busy_inactive_pages_do_not_hide_the_active_ones() {
+        let mut aging = Aging::new(AgingPolicy::Refault, 1000, 10);
+        // Page 1 inactive and pinned; pages 100-102 active and evictable.
+        aging.admit(record(1), 0);
+        for page in 100..103 {
+            aging.admit(record(page), 0);
+        }
+        let victims: Vec<Option<usize>> = (0..3)
+            .map(|_| next_with_page_one_busy(&mut aging))
             .collect();
-        assert_eq!(victims, vec![100, 101, 102]);
+        assert_eq!(victims, vec![Some(100), Some(101), Some(102)]);
         // Only the busy page is left: no victim, and its record is kept.
-        assert!(aging.next_victim(&mut standing, &mut page_of).is_none());
+        assert_eq!(next_with_page_one_busy(&mut aging), None);
         assert_eq!(aging.len(), 1);
     }
 
@@ -420,15 +423,6 @@ mod tests {
         aging.admit(record(100), 0);
         aging.admit(record(2), 0);
         aging.admit(record(1), 0);
-        let mut standing = |r: Record| {
-            if r.page() == 1 {
-                Standing::Busy
-            } else {
-                Standing::Evictable
-            }
-        };
-        let mut page_of = |_: Record, _: &mut dyn FnMut(&PageAging, &Counters)| {};
-        let first = aging.next_victim(&mut standing, &mut page_of).unwrap();
-        assert_eq!(first.page(), 2);
+        assert_eq!(next_with_page_one_busy(&mut aging), Some(2));
     }
 }
