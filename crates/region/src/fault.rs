@@ -272,10 +272,7 @@ fn resolve_inner(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Re
                 if !slot.claim(s, s.with_slot(Tag::Restoring, s.slot())) {
                     continue;
                 }
-                let started = sys::now_ns();
-                let restored = restore_staged(core, page, s);
-                budget.note_stall(sys::now_ns() - started);
-                match restored {
+                match stalled(budget, || restore_staged(core, page, s)) {
                     Err(Errno(libc::ECANCELED)) => continue,
                     r => return r,
                 }
@@ -289,10 +286,7 @@ fn resolve_inner(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Re
                 if !slot.claim(s, s.with(Tag::Restoring)) {
                     continue;
                 }
-                let started = sys::now_ns();
-                let restored = restore_stored(core, page, s, access.write);
-                budget.note_stall(sys::now_ns() - started);
-                match restored {
+                match stalled(budget, || restore_stored(core, page, s, access.write)) {
                     Err(Errno(libc::ECANCELED)) => continue,
                     r => return r,
                 }
@@ -392,6 +386,17 @@ fn copy_in(core: &RegionCore, page: usize, src: *const u8, protect: bool) -> Res
         Err(e) if e.0 != libc::ECANCELED => Err(check_uffd(budget, e)),
         r => r,
     }
+}
+
+/// Runs a restore, its time counted as a stall for the automatic budget
+/// (timed only when the budget has one: the clock is read twice).
+fn stalled<T>(budget: &Shared, restore: impl FnOnce() -> T) -> T {
+    let started = budget.times_stalls().then(sys::now_ns);
+    let result = restore();
+    if let Some(started) = started {
+        budget.note_stall(sys::now_ns() - started);
+    }
+    result
 }
 
 /// A fault on a staged page: copy it back from its staging slot (no

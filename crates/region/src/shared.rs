@@ -221,6 +221,11 @@ impl Shared {
         looked
     }
 
+    /// Whether the program's stalls are timed (for the automatic budget).
+    pub fn times_stalls(&self) -> bool {
+        self.auto.is_some()
+    }
+
     /// Counts time a program thread lost to a restore or a wait for room,
     /// for the automatic budget. Async-signal-safe.
     pub fn note_stall(&self, ns: u64) {
