@@ -72,6 +72,12 @@ impl Tokens {
         self.banked -= granted as f64;
         granted
     }
+
+    /// How long until `wanted` tokens are banked (from the last `take`).
+    pub(crate) fn time_until(&self, wanted: usize) -> std::time::Duration {
+        let missing = (wanted as f64).min(self.per_sec) - self.banked;
+        std::time::Duration::from_secs_f64((missing / self.per_sec).max(0.0))
+    }
 }
 
 /// Decoded sample pages for dictionary training, evenly spread over `pages`.

@@ -133,6 +133,9 @@ pub struct Reclaimer {
     last_activity: Instant,
     /// Attempts in a row that moved no page with the budget full.
     empty_attempts: u32,
+    /// Set when pages could not leave only because the writeback's rate
+    /// limit had no room: when it will have.
+    writeback_resumes: Option<Instant>,
 }
 
 /// Bursts stop while this many bursts' worth of moved pages wait to be
@@ -191,6 +194,7 @@ impl Reclaimer {
             last_kick: 0,
             last_resident: 0,
             empty_attempts: 0,
+            writeback_resumes: None,
             last_activity: Instant::now(),
         })
     }
@@ -401,17 +405,37 @@ impl Reclaimer {
 
     /// Whether pages could leave now: not while the pool is at its cap and
     /// writing back to the tier (if there is one) does not bring it under.
-    /// If they cannot, the budget is marked stuck (faults stop waiting and
-    /// go over it) and nothing is moved out only to be put back.
+    /// Nothing is then moved out only to be put back. When the writeback's
+    /// rate limit is what holds the pool at its cap, pages leave again once
+    /// it allows: the reclaimer waits for that and faults keep waiting for
+    /// room (a rate limit bounds the tier's writes, not the budget). Else
+    /// the budget is marked stuck: faults stop waiting and go over it.
     fn pages_can_leave(&mut self) -> bool {
+        self.writeback_resumes = None;
         if self.budget.store().refusing_stores() {
-            self.write_back();
+            let rate_limited = self.write_back();
             if self.budget.store().refusing_stores() {
-                self.budget.reclaim_signal().set_stuck(true);
+                match rate_limited {
+                    Some(wait) => self.writeback_resumes = Some(Instant::now() + wait),
+                    None => self.budget.reclaim_signal().set_stuck(true),
+                }
                 return false;
             }
         }
         true
+    }
+
+    /// After an attempt to move pages out that could not: waits (or until
+    /// a kick) for the writeback's rate limit, or, with the budget stuck,
+    /// looks again in a while rather than in a loop.
+    fn wait_while_pages_cannot_leave(&mut self, kick: u32) {
+        let signal = self.budget.reclaim_signal();
+        if signal.stuck() {
+            signal.sleep(kick, STUCK_RETRY_NS);
+        } else if let Some(resumes) = self.writeback_resumes.take() {
+            let wait = resumes.saturating_duration_since(Instant::now());
+            signal.sleep(kick, (wait.as_nanos() as u64).clamp(1, STUCK_RETRY_NS));
+        }
     }
 
     /// After moving pages out: none moved, several attempts in a row, while
@@ -583,9 +607,7 @@ impl Reclaimer {
                     // Nothing staged, and the budget full of mapped pages.
                     self.round();
                 }
-                if self.budget.reclaim_signal().stuck() {
-                    self.budget.reclaim_signal().sleep(kick, STUCK_RETRY_NS);
-                }
+                self.wait_while_pages_cannot_leave(kick);
                 if let Some(cold) = &mut self.cold {
                     cold.train_if_wanted(&self.budget, &mut self.worker);
                 }
@@ -618,11 +640,7 @@ impl Reclaimer {
                 if let Some(cold) = &mut self.cold {
                     cold.train_if_wanted(&self.budget, &mut self.worker);
                 }
-                if self.budget.reclaim_signal().stuck() {
-                    // Nothing can leave: look again in a while (or at a
-                    // kick), not in a loop.
-                    self.budget.reclaim_signal().sleep(kick, STUCK_RETRY_NS);
-                }
+                self.wait_while_pages_cannot_leave(kick);
                 continue;
             }
             if self.budget.reclaim_signal().stuck() && resident < limits.budget_pages {

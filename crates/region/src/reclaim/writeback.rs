@@ -6,7 +6,9 @@
 //! its reference names the tier copy, which a fault reads back in the
 //! handler. A tier that is full or down makes the writeback stop for the
 //! round: pages stay compressed in RAM, and at the cap evictions are
-//! refused as without a tier.
+//! refused as without a tier (the budget counts as stuck). The rate limit
+//! does not: at the cap, eviction waits for its next batch, and so do
+//! faults that need room.
 
 use super::Reclaimer;
 use crate::evict;
@@ -40,9 +42,12 @@ impl Reclaimer {
 
     /// Writes the oldest compressed pages back to the tier while the pool is
     /// over its start share, down to its target share, within the rate limit.
-    pub(super) fn write_back(&mut self) {
+    /// Returns how long until the rate limit allows a batch again when it
+    /// is what stopped the writeback (the tier would take more later: the
+    /// reclaimer waits rather than calling the budget stuck).
+    pub(super) fn write_back(&mut self) -> Option<std::time::Duration> {
         if !self.writeback_wanted() {
-            return;
+            return None;
         }
         let budget = Arc::clone(&self.budget);
         let over = |this: &Self| {
@@ -52,7 +57,7 @@ impl Reclaimer {
         while over(self) && !self.compressed.is_empty() {
             let mut allowed = self.writeback_tokens.take(WRITEBACK_BATCH);
             if allowed == 0 {
-                return;
+                return Some(self.writeback_tokens.time_until(WRITEBACK_BATCH));
             }
             let mut stop = false;
             while allowed > 0 {
@@ -76,8 +81,9 @@ impl Reclaimer {
             budget.store().compact();
             budget.signal_room();
             if stop {
-                return;
+                return None;
             }
         }
+        None
     }
 }
