@@ -140,7 +140,10 @@ typedef struct zpage_stats {
 int zpage_options_init(zpage_options *options);
 
 /* Creates a region with a budget of its own; options may be NULL for the
- * defaults. *out receives the handle. */
+ * defaults. *out receives the handle. A budget of 0 with
+ * options->auto_budget_stall_ppm set (10000: 1%) is a budget that finds
+ * itself, at most a quarter of the machine's memory, as `zpage run --budget
+ * auto`; the same holds for zpage_budget_create(). */
 int zpage_region_create(size_t size, size_t budget, const zpage_options *options,
                         zpage_region **out);
 

@@ -644,6 +644,44 @@ mod tests {
         assert_eq!(read.max_pool_bytes, 1 << 20);
     }
 
+    /// A budget of 0 with a stall target is an automatic one: a region of
+    /// its own starts at its size; a shared budget at a quarter of memory.
+    /// A budget of 0 without one is refused, naming the smallest budget.
+    #[test]
+    fn a_zero_budget_with_a_stall_target_finds_itself() {
+        let mut options = default_options();
+        options.auto_budget_stall_ppm = 10_000;
+        let mut region = std::ptr::null_mut();
+        let mut budget = std::ptr::null_mut();
+        let size = 8 << 20;
+        // SAFETY: valid pointers to locals; each handle destroyed once.
+        unsafe {
+            assert_eq!(
+                zpage_region_create(size, 0, &options, &mut region),
+                ZPAGE_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(
+                (*region).region.budget().budget_bytes(),
+                size,
+                "a region of its own needs no more than its size"
+            );
+            assert_eq!(zpage_region_destroy(region), ZPAGE_OK);
+            assert_eq!(zpage_budget_create(0, &options, &mut budget), ZPAGE_OK);
+            let quarter = zpage_region::auto_budget_most_bytes().unwrap();
+            assert_eq!((*budget).budget.budget_bytes(), quarter / 4096 * 4096);
+            assert_eq!(zpage_budget_destroy(budget), ZPAGE_OK);
+            options.auto_budget_stall_ppm = 0;
+            let mut refused = std::ptr::null_mut();
+            assert_eq!(
+                zpage_region_create(size, 0, &options, &mut refused),
+                ZPAGE_ERR_INVALID_ARGUMENT
+            );
+            assert!(refused.is_null());
+        }
+    }
+
     /// A file tier set through `zpage_options` (`backing` with a pool cap):
     /// incompressible pages beyond the cap are written to the file and read
     /// back exact.

@@ -11,7 +11,7 @@
 //! text and read by the list's rules, so a bad value gets the words `zpage
 //! run` uses, naming `options.FIELD`.
 
-use crate::{Failure, ZPAGE_ERR_INVALID_ARGUMENT};
+use crate::{Failure, ZPAGE_ERR_INVALID_ARGUMENT, ZPAGE_ERR_SYSTEM};
 use std::ffi::{c_char, c_int, CStr};
 use std::path::PathBuf;
 use zpage_codec::CodecSpec;
@@ -255,7 +255,8 @@ const _: () = {
 };
 
 /// The configuration of a budget of `budget` bytes with `options` (`None`:
-/// every default).
+/// every default); a budget of 0 with `auto_budget_stall_ppm` set is an
+/// automatic one.
 ///
 /// # Safety
 /// As [`ZpageOptions::budget_options`].
@@ -268,8 +269,22 @@ pub(crate) unsafe fn budget_config_from(
         Some(options) => unsafe { options.budget_options() }?,
         None => BudgetOptions::new(),
     };
+    // A budget of 0 with a stall target: a budget that finds itself, at
+    // most what `zpage run --budget auto` allows.
+    let auto = given
+        .text(AUTO_STALL_OPTION)
+        .and_then(|t| t.parse::<u32>().ok())
+        .is_some_and(|ppm| ppm > 0);
+    let budget = if budget == 0 && auto {
+        zpage_region::auto_budget_most_bytes().map_err(|e| Failure(ZPAGE_ERR_SYSTEM, e))?
+    } else {
+        budget
+    };
     Ok(given.config(budget)?)
 }
+
+/// The option that carries an automatic budget's stall target.
+const AUTO_STALL_OPTION: &str = "auto_budget_stall_ppm";
 
 #[cfg(test)]
 mod tests {

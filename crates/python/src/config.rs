@@ -17,11 +17,46 @@ pub(crate) fn size_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> 
 /// A budget in bytes: a size as [`size_arg`] takes it, or a percentage of
 /// the machine's memory ("25%", `MemTotal`), as `zpage run --budget` takes
 /// it: the same parser, so the same bounds and messages.
-pub(crate) fn budget_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
+fn budget_arg(what: &str, value: &Bound<'_, PyAny>) -> PyResult<usize> {
     sized(what, value, |text| {
         zpage_units::parse_size_or_percent(text, zpage_units::machine_memory_bytes)
     })
 }
+
+/// A budget argument that may ask for a budget that finds itself:
+/// `"auto"` or `"auto:STALL%"` (the rules of `zpage run --budget auto`) puts
+/// the stall target in `options` and gives the most the budget may be, a
+/// quarter of the machine's memory as under `zpage run`; anything else is
+/// read by [`budget_arg`].
+pub(crate) fn budget_or_auto(
+    what: &str,
+    value: &Bound<'_, PyAny>,
+    options: &mut BudgetOptions,
+) -> PyResult<usize> {
+    let auto = match value.extract::<String>() {
+        Ok(text) => zpage_region::parse_auto_budget(&text)
+            .map_err(|e| error(ErrorKind::Config, format!("{what}: {e}")))?,
+        Err(_) => None,
+    };
+    let Some(ppm) = auto else {
+        return budget_arg(what, value);
+    };
+    if options.text(AUTO_STALL_OPTION).is_some() {
+        return Err(error(
+            ErrorKind::Config,
+            format!(
+                "{what} \"auto\" and {AUTO_STALL_OPTION} both give a stall target: give it once, as \"auto:STALL%\""
+            ),
+        ));
+    }
+    options
+        .set(AUTO_STALL_OPTION, &ppm.to_string(), Spelling::Keyword)
+        .map_err(|e| error(ErrorKind::Config, e.to_string()))?;
+    zpage_region::auto_budget_most_bytes().map_err(|e| error(ErrorKind::Config, e))
+}
+
+/// The budget option that carries an automatic budget's stall target.
+const AUTO_STALL_OPTION: &str = "auto_budget_stall_ppm";
 
 fn sized(
     what: &str,

@@ -14,7 +14,7 @@
 //! leaving a `with` block while views exist closes the region when the last
 //! one is released.
 
-use crate::config::{budget_arg, budget_config, budget_options, fault_mode_name, size_arg};
+use crate::config::{budget_config, budget_options, budget_or_auto, fault_mode_name, size_arg};
 use crate::errors::{error, region_error, ErrorKind};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -57,8 +57,9 @@ impl Budget {
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Budget> {
         crate::syscalls::wrap_new_objects();
-        let budget_bytes = budget_arg("budget size", size)?;
-        let config = budget_config(&budget_options(codec, options)?, budget_bytes)?;
+        let mut options = budget_options(codec, options)?;
+        let budget_bytes = budget_or_auto("budget size", size, &mut options)?;
+        let config = budget_config(&options, budget_bytes)?;
         let inner = py
             .detach(|| zpage_region::Budget::new(config))
             .map_err(region_error)?;
@@ -187,7 +188,7 @@ impl RegionBase {
     ) -> PyResult<RegionBase> {
         crate::syscalls::wrap_new_objects();
         let size_bytes = size_arg("region size", size)?;
-        let options = budget_options(codec, options)?;
+        let mut options = budget_options(codec, options)?;
         let region = match budget {
             Some(shared) if shared.is_instance_of::<Budget>() => {
                 if !options.is_empty() {
@@ -205,7 +206,7 @@ impl RegionBase {
             }
             _ => {
                 let budget_bytes = match budget {
-                    Some(bytes) => budget_arg("budget", bytes)?,
+                    Some(bytes) => budget_or_auto("budget", bytes, &mut options)?,
                     None => {
                         return Err(error(
                             ErrorKind::Config,

@@ -127,6 +127,38 @@ def test_budgets_as_a_share_of_memory(np):
         zpage.Region("25%", budget="1M")  # a region's size is a size, not a share
 
 
+def test_a_budget_that_finds_itself(np):
+    """zpage.budget("auto"): at most a quarter of memory, as zpage run's (a
+    region's own budget at most its size), and lowered towards what the
+    program holds while it stalls little."""
+    import time
+
+    quarter = mem_total_bytes() // 4
+    assert abs(zpage.Budget("auto").budget_bytes - quarter) < 2 * zpage.PAGE_SIZE
+    size = 256 * MiB
+    region = zpage.Region(size, budget="auto")
+    assert region.stats()["budget_bytes"] == size
+    view = np.frombuffer(region, dtype=np.uint64)
+    half = view[: view.size // 2]
+    half[:] = pattern(np, half.size, 9)
+    # The controller looks every 100 ms: with half the region written and
+    # no stall, the budget comes down to what is resident and some headroom.
+    deadline = time.monotonic() + 10
+    while region.stats()["budget_bytes"] >= size and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert region.stats()["budget_bytes"] < size, region.stats()
+    assert np.array_equal(half, pattern(np, half.size, 9))
+    del view, half
+    region.close()
+    with zpage.budget("auto:0.5%") as b:
+        assert b.budget.budget_bytes <= quarter
+    for bad in ("auto:90%", "auto:", "automatic"):
+        with pytest.raises(zpage.ConfigError, match="auto:STALL%"):
+            zpage.Budget(bad)
+    with pytest.raises(zpage.ConfigError, match="give it once"):
+        zpage.Budget("auto", auto_budget_stall_ppm=5000)
+
+
 def test_stats_report_compression_and_version(np):
     assert isinstance(zpage.__version__, str)
     assert zpage.__version__ == importlib.metadata.version("zpage")

@@ -41,6 +41,44 @@ pub const BACKOFF: f64 = 0.25;
 /// The default stall target: 1% of wall time, in parts per million.
 pub const DEFAULT_STALL_PPM: u32 = 10_000;
 
+/// The most an automatic budget may be when nothing else bounds it (no
+/// memory max): a quarter of the machine's memory, `zpage run`'s default
+/// budget.
+pub const AUTO_BUDGET_MOST: &str = "25%";
+
+/// [`AUTO_BUDGET_MOST`] of this machine's memory, in bytes.
+pub fn auto_budget_most_bytes() -> Result<usize, String> {
+    let bytes =
+        zpage_units::parse_size_or_percent(AUTO_BUDGET_MOST, zpage_units::machine_memory_bytes)
+            .map_err(|e| format!("the most an automatic budget may be: {e}"))?;
+    usize::try_from(bytes).map_err(|_| format!("{bytes} bytes of memory do not fit in usize"))
+}
+
+/// An automatic budget asked for in place of a size, as every front end
+/// spells it (`zpage run --budget`, `zpage.budget(...)`): `auto`, or
+/// `auto:STALL%` with a stall target above 0 and at most 50% of wall time.
+/// Returns the stall target in parts per million, or `None` for text that
+/// does not ask for one (a size).
+pub fn parse_auto_budget(text: &str) -> Result<Option<u32>, String> {
+    let Some(rest) = text.trim().strip_prefix("auto") else {
+        return Ok(None);
+    };
+    if rest.is_empty() {
+        return Ok(Some(DEFAULT_STALL_PPM));
+    }
+    let target = rest
+        .strip_prefix(':')
+        .and_then(|t| t.strip_suffix('%'))
+        .and_then(|t| t.trim().parse::<f64>().ok())
+        .filter(|pct| pct.is_finite() && *pct > 0.0 && *pct <= 50.0);
+    match target {
+        Some(pct) => Ok(Some(((pct * 10_000.0).round() as u32).max(1))),
+        None => Err(format!(
+            "budget {text:?}: an automatic budget is `auto` or `auto:STALL%` with a stall target above 0 and at most 50% of wall time (auto:1% is the default)"
+        )),
+    }
+}
+
 /// What the controller saw.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AutoBudgetStatus {
@@ -194,6 +232,25 @@ mod tests {
         assert_eq!(next_budget(10_000, 10_000, 0.5, 10_000), 12_500);
         // Exactly at the target: up by a page.
         assert_eq!(next_budget(10_000, 10_000, 0.01, 10_000), 10_001);
+    }
+
+    #[test]
+    fn auto_takes_a_stall_target_in_percent() {
+        assert_eq!(parse_auto_budget("256M").unwrap(), None);
+        assert_eq!(parse_auto_budget("auto").unwrap(), Some(10_000));
+        assert_eq!(parse_auto_budget("auto:0.5%").unwrap(), Some(5_000));
+        assert_eq!(parse_auto_budget("auto:0.01%").unwrap(), Some(100));
+        for bad in [
+            "auto:",
+            "auto:2",
+            "auto:0%",
+            "auto:90%",
+            "automatic",
+            "auto:x%",
+        ] {
+            let e = parse_auto_budget(bad).unwrap_err();
+            assert!(e.contains("auto:STALL%"), "{bad}: {e}");
+        }
     }
 
     #[test]

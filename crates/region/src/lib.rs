@@ -345,7 +345,10 @@ mod uffd;
 pub mod uffd_abi;
 mod workers;
 
-pub use auto_budget::{AutoBudgetStatus, DEFAULT_STALL_PPM};
+pub use auto_budget::{
+    auto_budget_most_bytes, parse_auto_budget, AutoBudgetStatus, AUTO_BUDGET_MOST,
+    DEFAULT_STALL_PPM,
+};
 pub use budget::Budget;
 pub use cold::COLD_DICTIONARY_SAMPLE_PAGES;
 pub use config::{

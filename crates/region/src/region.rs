@@ -33,7 +33,13 @@ pub struct Region {
 impl Region {
     /// Creates a region with a budget of its own (all pages initially zero,
     /// none resident).
-    pub fn new(config: RegionConfig) -> Result<Region, RegionError> {
+    pub fn new(mut config: RegionConfig) -> Result<Region, RegionError> {
+        if config.budget.auto_stall_ppm.is_some() {
+            // An automatic budget's given size is only the most it may be:
+            // a region of its own needs no more than its size.
+            let size = config.size_bytes.next_multiple_of(PAGE_SIZE);
+            config.budget.budget_bytes = config.budget.budget_bytes.min(size);
+        }
         config.validate()?;
         let budget = Budget::new(config.budget.clone())?;
         Region::with_budget(&budget, config.size_bytes)

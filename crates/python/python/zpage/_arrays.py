@@ -62,7 +62,10 @@ class ArrayBudget:
     directly (``b = zpage.ArrayBudget("1G")``) it is entered with ``with
     b:`` as often as wanted, and given to :func:`compress`. It stays alive
     while arrays and buffers made in it do. ``size`` is bytes, a size such as
-    ``"1G"``, or a share of the machine's memory such as ``"25%"``; the
+    ``"1G"``, a share of the machine's memory such as ``"25%"``, or
+    ``"auto"`` (``"auto:0.5%"``): a budget that finds itself, shrinking while
+    the time lost to restores and waits stays under the stall target (1% of
+    wall time by default), at most a quarter of the machine's memory; the
     other arguments are those of :func:`budget`."""
 
     def __init__(
