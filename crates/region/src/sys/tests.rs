@@ -141,16 +141,20 @@ fn resident_bytes_reads_statm_and_follows_what_is_touched() {
     assert_eq!(statm_resident_pages(b"1 x 2"), None);
     let before = resident_bytes().unwrap();
     assert!(before > 0);
-    let pages = 4096;
+    let pages = 16384;
     let mapping = Mapping::new(pages).unwrap();
     for p in 0..pages {
         // SAFETY: inside the mapping just made, which nothing else uses.
         unsafe { (mapping.addr(p) as *mut u8).write_volatile(1) };
     }
     let after = resident_bytes().unwrap();
-    // 16 MiB touched (the kernel's count may lag by a few hundred KiB).
+    // 64 MiB touched and still mapped: the process holds at least that
+    // (the kernel's count may lag by a few hundred KiB). Not `before` plus
+    // that: the crate's other tests run beside this one and may free what
+    // they held meanwhile (CI saw 9.1 -> 23.5 MB after 16 MiB touched).
+    let touched = (pages * PAGE_SIZE) as u64;
     assert!(
-        after >= before + (pages * PAGE_SIZE) as u64 - (1 << 20),
+        after >= touched - (1 << 20) && after > before,
         "{before} -> {after}"
     );
 }
