@@ -61,8 +61,9 @@ fn tempdir(tag: &str) -> PathBuf {
     dir
 }
 
-/// A C program that fills `MiB` of malloc'd memory, checks it, and exits
-/// with the status given.
+/// A C program that fills `MiB` of malloc'd memory, sleeps `MS`
+/// milliseconds if given, checks it, and exits with the status given:
+/// `filler MiB STATUS [MS]`.
 fn filler() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
@@ -73,10 +74,12 @@ fn filler() -> &'static Path {
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 int main(int argc, char **argv) {
     size_t n = strtoul(argv[1], 0, 10) << 20;
     uint64_t *p = malloc(n);
     for (size_t i = 0; i < n / 8; i++) p[i] = (i & 0xff) | ((i >> 9) << 32);
+    if (argc > 3) usleep(strtoul(argv[3], 0, 10) * 1000);
     for (size_t i = 0; i < n / 8; i++)
         if (p[i] != ((i & 0xff) | ((i >> 9) << 32))) { puts("MISMATCH"); return 99; }
     puts("checked");
@@ -154,35 +157,6 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A C program that fills `MiB` of malloc'd memory, sleeps `MS`
-/// milliseconds, then checks it.
-fn idler() -> &'static Path {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        compile_c(
-            &tempdir("idler"),
-            "idler",
-            r#"
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    size_t n = strtoul(argv[1], 0, 10) << 20;
-    uint64_t *p = malloc(n);
-    for (size_t i = 0; i < n / 8; i++) p[i] = (i & 0xff) | ((i >> 9) << 32);
-    usleep(strtoul(argv[2], 0, 10) * 1000);
-    for (size_t i = 0; i < n / 8; i++)
-        if (p[i] != ((i & 0xff) | ((i >> 9) << 32))) { puts("MISMATCH"); return 99; }
-    puts("checked");
-    return 0;
-}
-"#,
-            &[],
-        )
-    })
-}
-
 /// `--budget auto`: a program that holds 64 MiB it does not touch for four
 /// seconds ends with a budget below it (from what is resident and 32 MiB
 /// of headroom, 2% a look, ten looks a second: about 43 MiB after four
@@ -194,7 +168,7 @@ fn an_automatic_budget_finds_itself_and_says_so() {
     let json = dir.join("summary.json");
     let out = zpage_run(
         &["--budget", "auto", "--summary-json", json.to_str().unwrap()],
-        &[idler().to_str().unwrap(), "64", "4000"],
+        &[filler().to_str().unwrap(), "64", "0", "4000"],
     );
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{stderr}");
