@@ -15,7 +15,7 @@ use zpage_region::run_report::ProcessReport;
 use zpage_units::format_bytes as mib;
 
 /// The budget option that carries the stall target to each process.
-pub const OPTION: &str = "auto_budget_stall_ppm";
+pub const OPTION: &str = zpage_region::AUTO_BUDGET_OPTION;
 
 /// The stall target `--budget` asks for, in parts per million of wall
 /// time, if it asks for an automatic budget (`auto`, `auto:0.5%`).

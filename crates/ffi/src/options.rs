@@ -272,7 +272,7 @@ pub(crate) unsafe fn budget_config_from(
     // A budget of 0 with a stall target: a budget that finds itself, at
     // most what `zpage run --budget auto` allows.
     let auto = given
-        .text(AUTO_STALL_OPTION)
+        .text(zpage_region::AUTO_BUDGET_OPTION)
         .and_then(|t| t.parse::<u32>().ok())
         .is_some_and(|ppm| ppm > 0);
     let budget = if budget == 0 && auto {
@@ -282,9 +282,6 @@ pub(crate) unsafe fn budget_config_from(
     };
     Ok(given.config(budget)?)
 }
-
-/// The option that carries an automatic budget's stall target.
-const AUTO_STALL_OPTION: &str = "auto_budget_stall_ppm";
 
 #[cfg(test)]
 mod tests {

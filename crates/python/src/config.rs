@@ -41,22 +41,20 @@ pub(crate) fn budget_or_auto(
     let Some(ppm) = auto else {
         return budget_arg(what, value);
     };
-    if options.text(AUTO_STALL_OPTION).is_some() {
+    let option = zpage_region::AUTO_BUDGET_OPTION;
+    if options.text(option).is_some() {
         return Err(error(
             ErrorKind::Config,
             format!(
-                "{what} \"auto\" and {AUTO_STALL_OPTION} both give a stall target: give it once, as \"auto:STALL%\""
+                "{what} \"auto\" and {option} both give a stall target: give it once, as \"auto:STALL%\""
             ),
         ));
     }
     options
-        .set(AUTO_STALL_OPTION, &ppm.to_string(), Spelling::Keyword)
+        .set(option, &ppm.to_string(), Spelling::Keyword)
         .map_err(|e| error(ErrorKind::Config, e.to_string()))?;
     zpage_region::auto_budget_most_bytes().map_err(|e| error(ErrorKind::Config, e))
 }
-
-/// The budget option that carries an automatic budget's stall target.
-const AUTO_STALL_OPTION: &str = "auto_budget_stall_ppm";
 
 fn sized(
     what: &str,

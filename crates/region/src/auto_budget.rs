@@ -41,6 +41,10 @@ pub const BACKOFF: f64 = 0.25;
 /// The default stall target: 1% of wall time, in parts per million.
 pub const DEFAULT_STALL_PPM: u32 = 10_000;
 
+/// The budget option that carries the stall target (`BudgetConfig::auto_stall_ppm`),
+/// as front ends set it when asked for `auto`.
+pub const AUTO_BUDGET_OPTION: &str = "auto_budget_stall_ppm";
+
 /// The most an automatic budget may be when nothing else bounds it (no
 /// memory max): a quarter of the machine's memory, `zpage run`'s default
 /// budget.
@@ -236,6 +240,7 @@ mod tests {
 
     #[test]
     fn auto_takes_a_stall_target_in_percent() {
+        assert!(crate::BudgetOption::named(AUTO_BUDGET_OPTION).is_some());
         assert_eq!(parse_auto_budget("256M").unwrap(), None);
         assert_eq!(parse_auto_budget("auto").unwrap(), Some(10_000));
         assert_eq!(parse_auto_budget("auto:0.5%").unwrap(), Some(5_000));

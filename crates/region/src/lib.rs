@@ -347,7 +347,7 @@ mod workers;
 
 pub use auto_budget::{
     auto_budget_most_bytes, parse_auto_budget, AutoBudgetStatus, AUTO_BUDGET_MOST,
-    DEFAULT_STALL_PPM,
+    AUTO_BUDGET_OPTION, DEFAULT_STALL_PPM,
 };
 pub use budget::Budget;
 pub use cold::COLD_DICTIONARY_SAMPLE_PAGES;
