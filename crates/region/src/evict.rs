@@ -211,14 +211,30 @@ fn settle_discard(core: &RegionCore, page: usize, s: State) -> Option<State> {
     core.pages[page].claim(s, kept).then_some(kept)
 }
 
-/// `UFFDIO_MOVE` of the page into the staging slot.
+/// `UFFDIO_MOVE` of the page into the staging slot, under the install
+/// protocol (`event::gate::InstallGate`): `ECANCELED`, and nothing moved,
+/// if a `REMOVE` event marked the page meanwhile.
+///
+/// Why under the protocol: the program's `madvise` returns as soon as its
+/// event is read, before the event thread marks the page. After
+/// `MADV_FREE` the page stays mapped and the program may write it at once;
+/// a MOVE in that gap would carry the new bytes out, and the mark, landing
+/// after it, would drop them. Under the protocol a MOVE either ends before
+/// the event is read (so before the program's write, which then faults and
+/// finds the page dropped: zeros, as a freed page may read) or starts after
+/// the mark and leaves the page where it is (`settle_discard` decides later).
 fn move_out(core: &RegionCore, page: usize, staging_slot: usize) -> Result<(), Errno> {
     let budget = &*core.budget;
-    sys::move_page(
-        budget.staging().uffd().fd(),
-        budget.staging().addr(staging_slot),
-        core.page_addr(page),
-    )
+    budget.installs().install(|| {
+        if core.pages[page].load().discarded() {
+            return Err(Errno(libc::ECANCELED));
+        }
+        sys::move_page(
+            budget.staging().uffd().fd(),
+            budget.staging().addr(staging_slot),
+            core.page_addr(page),
+        )
+    })
 }
 
 /// Marks the region's entry of an evicted page so that it never reads as
