@@ -117,6 +117,7 @@ typedef struct zpage_stats {
     uint64_t compression_count; /* Pages compressed into the store. */
     uint64_t eager_compression_count; /* Of which by `advise_cold` (Zircon's eager compressions). */
     uint64_t pressure_compression_count; /* Of which by the reclaimer (Zircon's memory-pressure compressions). */
+    uint64_t helper_compression_count; /* Of those, pages the reclaimer's second compressor stored (it shares large batches when the machine has a second CPU). */
     uint64_t compress_failure_count; /* Pages the codec or the store refused (kept resident). */
     uint64_t overshoot_count; /* Faults that went over the budget without waiting because pages could not leave (the pool at its cap with no tier to write back to, a full or failing tier, every resident page pinned or held by `mlockall`/`restore_all`). */
     uint64_t throttle_count; /* Faults that waited: the budget was full, or the reclaimer was moving a burst of pages out (it does so while faults wait, see the crate documentation). */

@@ -76,6 +76,9 @@ macro_rules! region_stat_fields {
                 eager_compression_count,
                 /// Of which by the reclaimer (Zircon's memory-pressure compressions).
                 pressure_compression_count,
+                /// Of those, pages the reclaimer's second compressor stored (it shares large
+                /// batches when the machine has a second CPU).
+                helper_compression_count,
                 /// Pages the codec or the store refused (kept resident).
                 compress_failure_count,
                 /// Faults that went over the budget without waiting because pages could not

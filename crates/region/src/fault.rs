@@ -59,8 +59,8 @@
 //! - never panics on a reachable path (page indices are checked by the caller).
 //!
 //! **Threads that hold zpage's state and fault on region memory.** zpage's
-//! threads (the reclaimer, the event thread, the tier reader, the
-//! dictionary trainer; module `threads`) never read or write region memory
+//! threads (the reclaimer and its second compressor, the event thread, the
+//! tier reader, the dictionary trainer; module `threads`) never read or write region memory
 //! in their own code: they reach it through ioctls. Nor do their
 //! allocations lie in regions: under `zpage run` the preload library serves
 //! every allocation a zpage thread makes, Rust's and the C libraries'

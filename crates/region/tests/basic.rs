@@ -1,4 +1,6 @@
 //! Basic behaviour: data survives eviction and restore, the budget holds.
+mod common;
+
 use zpage_region::{AgingPolicy, Budget, BudgetConfig, Region, RegionConfig, PAGE_SIZE};
 
 const MIB: usize = 1 << 20;
@@ -143,4 +145,38 @@ fn the_budget_changes_while_it_runs() {
     check();
     budget.set_budget_bytes(32 * MIB);
     check();
+}
+
+/// Large batches of staged pages are shared with the reclaimer's second
+/// compressor on a machine with two CPUs: two threads rewrite and reread a
+/// region eight times its budget, every page is checked against what was
+/// written, and the second compressor stored part of the pages.
+#[test]
+fn a_second_compressor_shares_large_batches_and_loses_nothing() {
+    let region = Region::new(RegionConfig::new(64 * MIB, 8 * MIB)).expect("region");
+    let pages = region.len() / PAGE_SIZE;
+    for round in 1..=3u64 {
+        std::thread::scope(|s| {
+            for half in 0..2 {
+                let region = &region;
+                s.spawn(move || {
+                    for p in (half..pages).step_by(2) {
+                        common::write_text_page(region, p, round);
+                    }
+                });
+            }
+        });
+        for p in 0..pages {
+            common::check_text_page(&region, p, round);
+        }
+    }
+    let st = region.stats();
+    assert!(st.resident_bytes <= st.budget_bytes, "{st:?}");
+    assert!(
+        st.helper_compression_count <= st.pressure_compression_count,
+        "{st:?}"
+    );
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2 {
+        assert!(st.helper_compression_count > 0, "{st:?}");
+    }
 }
