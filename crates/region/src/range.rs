@@ -114,7 +114,12 @@ pub fn hold_evictions_for_exec() -> ExecHold {
 pub struct ExecHold(());
 
 impl Drop for ExecHold {
+    /// The `exec` failed: evictions resume, and the reclaimer, which looks
+    /// at a hold every `EXEC_HOLD_LOOK_NS`, is woken now rather than then.
     fn drop(&mut self) {
-        table::for_each(|core| core.budget.evictions().release_exec_hold());
+        table::for_each(|core| {
+            core.budget.evictions().release_exec_hold();
+            core.budget.kick_reclaimer();
+        });
     }
 }
