@@ -349,20 +349,22 @@ impl Reclaimer {
     /// returns how many were stored. What neither thread started goes back
     /// to the front of the staged pages.
     fn compress_shared(&mut self, batch: usize) -> usize {
-        let Some(helper) = self.helper.take() else {
+        let Some(helper) = &self.helper else {
             return 0;
         };
         helper.post(self.staged.drain(..batch));
         let mut done = 0;
         while self.may_compress_next() {
-            let Some((record, slot)) = helper.take() else {
+            let Some((record, slot)) = self.helper.as_ref().and_then(|h| h.take()) else {
                 break;
             };
             if self.compress_one(record, slot) {
                 done += 1;
             }
         }
-        let (rest, stored) = helper.finish();
+        let Some((rest, stored)) = self.helper.as_ref().map(|h| h.finish()) else {
+            return done;
+        };
         for staged in rest.into_iter().rev() {
             self.staged.push_front(staged);
         }
@@ -370,7 +372,6 @@ impl Reclaimer {
         for record in stored {
             self.note_stored(record);
         }
-        self.helper = Some(helper);
         done
     }
 
@@ -413,10 +414,11 @@ impl Reclaimer {
     }
 
     /// Staged pages beyond the trial set: moved out, not yet compressed.
+    /// (Pages shared with the second compressor and not yet stored count:
+    /// they are staged until they are.)
     fn backlog(&self) -> usize {
-        self.staged
-            .len()
-            .saturating_sub(self.budget.limits().staging_target)
+        let shared = self.helper.as_ref().map_or(0, |h| h.pending());
+        (self.staged.len() + shared).saturating_sub(self.budget.limits().staging_target)
     }
 
     /// Faults wait on the pages mapped in regions while the budget itself

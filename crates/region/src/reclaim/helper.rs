@@ -127,6 +127,13 @@ impl Helper {
         self.work.lock().pages.pop_front()
     }
 
+    /// Pages of the posted batch not yet stored: not taken, or being
+    /// compressed by the helper.
+    pub(super) fn pending(&self) -> usize {
+        let batch = self.work.lock();
+        batch.pages.len() + batch.in_flight
+    }
+
     /// Ends the batch: takes back the pages nobody started (oldest first)
     /// and, once the helper finished the page it is on, the pages it stored.
     pub(super) fn finish(&self) -> (VecDeque<Staged>, Vec<Record>) {
