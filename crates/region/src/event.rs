@@ -11,7 +11,9 @@
 //! 1. `event_seq` becomes odd, then the thread waits until no install
 //!    (COPY/ZEROPAGE/MOVE into a region) is in flight. An install that
 //!    started earlier completes before the event is read, so before the zap,
-//!    which then removes it.
+//!    which then removes it. Evictions' MOVEs out of a region go through
+//!    the same gate (`evict::move_out`): one that started earlier ends
+//!    before the program's `madvise` returns, so before any write after it.
 //! 2. It reads the events and, for each page in a discarded range, drops the
 //!    data (STAGED, STORED) or sets `DISCARD` on a page another thread owns
 //!    (EVICTING, COMPRESSING, RESTORING) or that is still mapped (RESIDENT),

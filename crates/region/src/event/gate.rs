@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 #[derive(Debug, Default)]
 pub struct InstallGate {
     /// Installs (COPY / ZEROPAGE / MOVE into a region, and the poison
-    /// marker) in flight.
+    /// marker) and evictions' MOVEs out of a region in flight.
     installs: AtomicUsize,
     /// Odd while the event thread is reading and applying events.
     event_seq: AtomicU64,
