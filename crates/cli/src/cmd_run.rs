@@ -545,8 +545,8 @@ pub fn run(args: Args) -> Result<RunExit> {
         // zpage splits the memory max between resident pages and the pool;
         // an automatic budget stays under it.
         (_, Some(max)) => max / 4096 * 4096,
-        _ if auto.is_some() => budget_bytes(zpage_region::AUTO_BUDGET_MOST, mem_total()?)?,
-        _ => budget_bytes("25%", mem_total()?)?,
+        // The default budget, which is also the most an automatic one may be.
+        _ => budget_bytes(zpage_region::AUTO_BUDGET_MOST, mem_total()?)?,
     };
     if let Some(ppm) = auto {
         budget_options.set(
