@@ -125,7 +125,7 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
         return Evict::Retry;
     }
     let timed = profile::start();
-    let moved = move_out(core, page, staging_slot);
+    let moved = move_out(core, page, s, staging_slot);
     profile::end(profile::Part::EvictInBackground, timed, 1);
     match moved {
         Ok(()) => {}
@@ -213,7 +213,9 @@ fn settle_discard(core: &RegionCore, page: usize, s: State) -> Option<State> {
 
 /// `UFFDIO_MOVE` of the page into the staging slot, under the install
 /// protocol (`event::gate::InstallGate`): `ECANCELED`, and nothing moved,
-/// if a `REMOVE` event marked the page meanwhile.
+/// if a `REMOVE` event marked the page since the caller saw it as
+/// `before`. A page marked before that was found gone already
+/// (`settle_discard`): the MOVE finds nothing, and the page leaves as a hole.
 ///
 /// Why under the protocol: the program's `madvise` returns as soon as its
 /// event is read, before the event thread marks the page. After
@@ -223,10 +225,15 @@ fn settle_discard(core: &RegionCore, page: usize, s: State) -> Option<State> {
 /// the event is read (so before the program's write, which then faults and
 /// finds the page dropped: zeros, as a freed page may read) or starts after
 /// the mark and leaves the page where it is (`settle_discard` decides later).
-fn move_out(core: &RegionCore, page: usize, staging_slot: usize) -> Result<(), Errno> {
+fn move_out(
+    core: &RegionCore,
+    page: usize,
+    before: State,
+    staging_slot: usize,
+) -> Result<(), Errno> {
     let budget = &*core.budget;
     budget.installs().install(|| {
-        if core.pages[page].load().discarded() {
+        if !before.discarded() && core.pages[page].load().discarded() {
             return Err(Errno(libc::ECANCELED));
         }
         sys::move_page(
@@ -365,7 +372,7 @@ fn evict_clean_unpaused(core: &RegionCore, record: Record) -> bool {
         budget.staging().free_unused(staging_slot);
         return false;
     }
-    match move_out(core, page, staging_slot) {
+    match move_out(core, page, s, staging_slot) {
         Ok(()) => {}
         Err(Errno(libc::ENOENT)) => {
             vanished(core, page, staging_slot, Path::Fault);

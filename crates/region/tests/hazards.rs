@@ -35,6 +35,33 @@ fn dontneed_reads_zeros() {
 }
 
 #[test]
+fn discarded_pages_never_touched_again_leave_the_budget() {
+    // An allocator discards the pages it frees (MADV_DONTNEED) and may never
+    // touch them again. They must leave the budget's resident count as
+    // holes; kept there, they fill the budget, and every later fault waits
+    // the throttle's 100 ms for room that never comes.
+    let region = small_region(8, 1);
+    let pages = region.len() / PAGE_SIZE;
+    let discarded = pages / 8;
+    for p in 0..discarded {
+        write(&region, p, 0, pattern(p, 0));
+    }
+    assert_eq!(advise_pages(&region, 0, discarded, libc::MADV_DONTNEED), 0);
+    for p in discarded..discarded * 3 {
+        write(&region, p, 0, pattern(p, 0));
+    }
+    let stats = region.stats();
+    assert!(
+        stats.hole_count > 0,
+        "no discarded page left the budget: {stats:?}"
+    );
+    for p in 0..discarded * 3 {
+        let want = if p < discarded { 0 } else { pattern(p, 0) };
+        assert_eq!(read(&region, p, 0), want, "page {p}");
+    }
+}
+
+#[test]
 fn dontneed_races_with_faults() {
     // Threads keep faulting pages back while another thread discards them:
     // after each discard returns, the discarding thread must read zeros.
