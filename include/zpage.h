@@ -79,6 +79,7 @@ typedef struct zpage_options {
     const char *backing_key_file; /* NULL: the default. For rediss://: the client certificate's private key (PEM; refused unless private: chmod 600). */
     uint64_t memory_max_bytes; /* Bytes; 0: unset. A limit on the process's whole resident memory (a size; unset: none): its pages in compressed memory and out of it, the pool and zpage's own memory, as VmRSS and a container's limit count them. The budget shrinks to what the rest leaves (the pool grows as pages are compressed), and faults wait for eviction rather than pass the limit; with a budget too, both hold. What cannot be held (memory outside compressed memory alone over it, pages that cannot leave) is reported with how far over it went. */
     uint32_t auto_budget_stall_ppm; /* zpage_options_init writes the default. A budget that finds itself: the stall target in parts per million of wall time (10000 is 1%; 0: off). The budget shrinks from what is resident while the time the program's threads spend restoring pages and waiting for room stays under it, and grows back when it passes it; the budget given is the most it may be. */
+    const char *fault_trace; /* NULL: the default. Record the page of every fault, in order, to this new file (created 0600; an existing file or a link is refused), to replay the program's access order with `zpage bench --workload trace --trace FILE`. Run at a budget far below the program's memory, so nearly every access faults. */
     /* END GENERATED OPTIONS */
 } zpage_options;
 

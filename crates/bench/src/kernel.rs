@@ -10,8 +10,7 @@
 
 use crate::report::BenchResult;
 use crate::workload::{
-    self, AnonMapping, FileMapping, FillOutcome, Observer, PhaseOutcome, PlainProbe, WorkloadKind,
-    WorkloadSpec,
+    self, AnonMapping, FillOutcome, Observer, PhaseInputs, PhaseOutcome, PlainProbe, WorkloadSpec,
 };
 use crate::BenchError;
 use serde::{Deserialize, Serialize};
@@ -127,24 +126,24 @@ pub fn run_child_if_requested() -> bool {
 }
 
 fn child_run(request: &ChildRequest) -> Result<(FillOutcome, Vec<PhaseOutcome>), BenchError> {
+    // What the phases read besides the memory (a trace's pages, which the
+    // zpage tier keeps outside its budget too) is charged outside the cgroup;
+    // a library's pages are charged inside, when first read.
+    let inputs = PhaseInputs::open(&request.spec.kind)?;
     // Join the cgroup before allocating anything the budget should cover.
     let procs = &request.cgroup_procs;
     std::fs::write(procs, std::process::id().to_string())
         .map_err(|e| BenchError::io(procs, "join the cgroup through", e))?;
-    let library = match &request.spec.kind {
-        WorkloadKind::SwapDemo { library_path } => Some(FileMapping::open_cold(library_path)?),
-        _ => None,
-    };
     let mapping = AnonMapping::new(request.spec.size_bytes as usize)?;
     let compressed = request.compressed;
     let probe = PlainProbe {
         memory: mapping.memory(),
-        library: library.as_ref(),
+        library: inputs.library.as_ref(),
         compressed: Box::new(move || compressed.read()),
     };
     workload::execute(
         &mapping.memory(),
-        library.as_ref(),
+        &inputs,
         &request.spec,
         &probe,
         &mut StderrObserver,

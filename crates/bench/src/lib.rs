@@ -18,6 +18,7 @@ pub mod pattern;
 pub mod redis_load;
 pub mod report;
 pub mod rng;
+pub mod trace;
 pub mod workload;
 pub mod zpage_tier;
 

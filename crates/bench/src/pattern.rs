@@ -23,6 +23,10 @@ pub enum Pattern {
         /// Share of touches that go to hot pages.
         hot_touch_percent: u8,
     },
+    /// A real program's recorded order (`crate::trace`): the pages come from
+    /// the recording, not from a plan, so [`TouchPlan::iter`] walks it
+    /// sequentially only as a stand-in; the workload replays the recording.
+    Trace,
 }
 
 impl Pattern {
@@ -38,6 +42,7 @@ impl Pattern {
             Pattern::Sequential => "sequential",
             Pattern::Uniform => "uniform",
             Pattern::HotCold { .. } => "hotcold",
+            Pattern::Trace => "trace",
         }
     }
 
@@ -130,7 +135,7 @@ impl Iterator for TouchIter {
         }
         let pages = self.plan.pages;
         let page = match self.plan.pattern {
-            Pattern::Sequential => self.done % pages,
+            Pattern::Sequential | Pattern::Trace => self.done % pages,
             Pattern::Uniform => self.rng.below(pages),
             Pattern::HotCold {
                 hot_touch_percent, ..

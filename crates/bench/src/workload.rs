@@ -4,6 +4,7 @@ use crate::dataset::DataSource;
 use crate::histogram::LatencyHistogram;
 use crate::pattern::{Op, Pattern, TouchPlan};
 use crate::rng::SplitMix64;
+use crate::trace::PageTrace;
 use crate::{stop_requested, BenchError, PAGE_SIZE};
 use serde::{Deserialize, Serialize};
 use std::hint::black_box;
@@ -255,6 +256,41 @@ unsafe impl Sync for FileMapping {}
 // SAFETY: as above; the file handle is Send.
 unsafe impl Send for FileMapping {}
 
+/// What some workloads' phases read besides the memory: swapdemo's library
+/// file, a recorded trace's access order. Opened from the workload's kind
+/// in whichever process runs it (a kernel tier's child too).
+#[derive(Debug, Default)]
+pub struct PhaseInputs {
+    /// swapdemo's library, mapped.
+    pub library: Option<FileMapping>,
+    /// The recorded access order of a trace workload.
+    pub trace: Option<PageTrace>,
+}
+
+impl PhaseInputs {
+    /// Opens what `kind` needs.
+    pub fn open(kind: &WorkloadKind) -> Result<PhaseInputs, BenchError> {
+        Ok(match kind {
+            WorkloadKind::SwapDemo { library_path } => PhaseInputs {
+                library: Some(FileMapping::open_cold(library_path)?),
+                trace: None,
+            },
+            WorkloadKind::Trace { trace_path } => PhaseInputs {
+                library: None,
+                trace: Some(PageTrace::load(trace_path)?),
+            },
+            WorkloadKind::Replay | WorkloadKind::BenchC => PhaseInputs::default(),
+        })
+    }
+
+    /// Bytes of the library file (0 without one).
+    pub fn library_bytes(&self) -> u64 {
+        self.library
+            .as_ref()
+            .map_or(0, |l| l.pages() * PAGE_SIZE as u64)
+    }
+}
+
 impl Drop for FileMapping {
     fn drop(&mut self) {
         // SAFETY: we own the mapping.
@@ -315,6 +351,8 @@ pub enum Access {
     PageScan,
     /// swapdemo: one word of a random "library" page plus one word of the data page.
     LibraryAndData,
+    /// One 8-byte load or store, as the recorded trace says.
+    Recorded,
 }
 
 /// One timed phase of a workload.
@@ -340,6 +378,7 @@ impl Phase {
             Access::Word(op) => format!("{}-{}", pattern_label(self.pattern), op.name()),
             Access::PageScan => format!("{}-scan", pattern_label(self.pattern)),
             Access::LibraryAndData => "library-random+data-sequential".into(),
+            Access::Recorded => "trace-replay".into(),
         }
     }
 
@@ -347,14 +386,15 @@ impl Phase {
     pub fn op(&self) -> Op {
         match self.access {
             Access::Word(op) => op,
-            Access::PageScan | Access::LibraryAndData => Op::Read,
+            // A replayed trace mixes both; its row says "read".
+            Access::PageScan | Access::LibraryAndData | Access::Recorded => Op::Read,
         }
     }
 
     /// Bytes one touch reads or writes (for MiB/s).
     pub fn bytes_per_touch(&self) -> u64 {
         match self.access {
-            Access::Word(_) => 8,
+            Access::Word(_) | Access::Recorded => 8,
             Access::PageScan => PAGE_SIZE as u64,
             Access::LibraryAndData => 16,
         }
@@ -382,6 +422,13 @@ pub enum WorkloadKind {
     SwapDemo {
         /// The library file (created by the caller).
         library_path: PathBuf,
+    },
+    /// A real program's recorded page access order (`zpage run
+    /// --fault-trace`), replayed once over the filled memory
+    /// (`crate::trace`).
+    Trace {
+        /// The recording.
+        trace_path: PathBuf,
     },
 }
 
@@ -421,6 +468,7 @@ impl WorkloadSpec {
             (WorkloadKind::BenchC, DataSource::LowEntropy) => "bench-c-low-entropy".into(),
             (WorkloadKind::BenchC, _) => "bench-c-high-entropy".into(),
             (WorkloadKind::SwapDemo { .. }, _) => "swapdemo".into(),
+            (WorkloadKind::Trace { .. }, _) => "trace".into(),
         }
     }
 
@@ -480,6 +528,12 @@ impl WorkloadSpec {
                 pattern: Pattern::Sequential,
                 access: Access::LibraryAndData,
                 touches: pages.max(self.touches),
+                warmup_touches: 0,
+            }],
+            WorkloadKind::Trace { .. } => vec![Phase {
+                pattern: Pattern::Trace,
+                access: Access::Recorded,
+                touches: self.touches,
                 warmup_touches: 0,
             }],
         };
@@ -646,7 +700,7 @@ struct PhaseClock<'a> {
 /// One thread's share of a phase: its touches, timed into its own histogram.
 fn run_touches(
     memory: &Memory,
-    library: Option<&FileMapping>,
+    inputs: &PhaseInputs,
     phase: &Phase,
     plan: TouchPlan,
     warmup: u64,
@@ -672,6 +726,13 @@ fn run_touches(
     if warmup == 0 {
         start_measuring();
     }
+    // A trace's threads each replay their own stretch of it, one after the
+    // other's start.
+    let trace = inputs
+        .trace
+        .as_ref()
+        .filter(|_| phase.access == Access::Recorded);
+    let trace_start = trace.map_or(0, |t| t.len() / clock.threads as u64 * plan.stream);
     for (n, (page, word)) in plan.iter().enumerate() {
         let n = n as u64;
         if n == warmup && warmup > 0 {
@@ -681,9 +742,16 @@ fn run_touches(
         match phase.access {
             Access::Word(Op::Read) => sum = sum.wrapping_add(memory.read_word(page, word)),
             Access::Word(Op::Write) => memory.write_word(page, word, n),
+            Access::Recorded => {
+                let trace = trace.expect("checked by the caller");
+                match trace.touch(trace_start + n, memory.pages()) {
+                    (page, true) => memory.write_word(page, word, n),
+                    (page, false) => sum = sum.wrapping_add(memory.read_word(page, word)),
+                }
+            }
             Access::PageScan => sum = sum.wrapping_add(memory.sum_page(page)),
             Access::LibraryAndData => {
-                let library = library.expect("checked by the caller");
+                let library = inputs.library.as_ref().expect("checked by the caller");
                 let library_page = library_rng.below(library.pages());
                 sum = sum
                     .wrapping_add(library.read_word(library_page, word))
@@ -719,7 +787,7 @@ fn run_touches(
 #[allow(clippy::too_many_arguments)]
 pub fn run_phase(
     memory: &Memory,
-    library: Option<&FileMapping>,
+    inputs: &PhaseInputs,
     phase: &Phase,
     seed: u64,
     sample_every_ms: u64,
@@ -727,9 +795,14 @@ pub fn run_phase(
     probe: &dyn MemoryProbe,
     observer: &mut dyn Observer,
 ) -> Result<PhaseOutcome, BenchError> {
-    if phase.access == Access::LibraryAndData && library.is_none() {
+    if phase.access == Access::LibraryAndData && inputs.library.is_none() {
         return Err(BenchError::Invalid(
             "swapdemo needs its library mapping".into(),
+        ));
+    }
+    if phase.access == Access::Recorded && inputs.trace.is_none() {
+        return Err(BenchError::Invalid(
+            "a trace replay needs its trace: give --trace FILE".into(),
         ));
     }
     let threads = threads.max(1) as usize;
@@ -764,7 +837,7 @@ pub fn run_phase(
                     scope.spawn(move || {
                         run_touches(
                             memory,
-                            library,
+                            inputs,
                             phase,
                             plan_of(t),
                             warmup,
@@ -783,7 +856,7 @@ pub fn run_phase(
             // Thread 0 is this one: it reports progress.
             let mut latency = run_touches(
                 memory,
-                library,
+                inputs,
                 phase,
                 plan_of(0),
                 warmup,
@@ -858,7 +931,7 @@ struct MeasuredSpan {
 /// Fills the memory and runs every phase of the workload.
 pub fn execute(
     memory: &Memory,
-    library: Option<&FileMapping>,
+    inputs: &PhaseInputs,
     spec: &WorkloadSpec,
     probe: &dyn MemoryProbe,
     observer: &mut dyn Observer,
@@ -869,7 +942,7 @@ pub fn execute(
         let seed = spec.seed.wrapping_add(number as u64);
         outcomes.push(run_phase(
             memory,
-            library,
+            inputs,
             phase,
             seed,
             spec.sample_every_ms,
@@ -999,7 +1072,14 @@ mod tests {
                 0
             }
         }
-        let (_, outcomes) = execute(&memory, None, &s, &NoProbe, &mut QuietObserver).unwrap();
+        let (_, outcomes) = execute(
+            &memory,
+            &PhaseInputs::default(),
+            &s,
+            &NoProbe,
+            &mut QuietObserver,
+        )
+        .unwrap();
         assert_eq!(outcomes.len(), 2);
         for outcome in outcomes {
             // Each thread's share, all measured.
@@ -1030,8 +1110,14 @@ mod tests {
             library: None,
             compressed: Box::new(|| 0),
         };
-        let (fill, outcomes) =
-            execute(&mapping.memory(), None, &s, &probe, &mut QuietObserver).unwrap();
+        let (fill, outcomes) = execute(
+            &mapping.memory(),
+            &PhaseInputs::default(),
+            &s,
+            &probe,
+            &mut QuietObserver,
+        )
+        .unwrap();
         assert_eq!(fill.resident_max_bytes, s.size_bytes);
         assert_eq!(outcomes.len(), 6);
         for outcome in &outcomes {
@@ -1077,7 +1163,7 @@ mod tests {
         let probe = PopulatedPages(mapping.memory());
         let outcome = run_phase(
             &mapping.memory(),
-            None,
+            &PhaseInputs::default(),
             &phase,
             7,
             0,
@@ -1098,7 +1184,6 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let library_path = dir.join("library.bin");
         std::fs::write(&library_path, vec![7u8; 16 * PAGE_SIZE]).unwrap();
-        let library = FileMapping::open_cold(&library_path).unwrap();
         for s in [
             spec(WorkloadKind::BenchC, DataSource::LowEntropy),
             spec(
@@ -1108,20 +1193,15 @@ mod tests {
                 DataSource::Realistic { seed: 2 },
             ),
         ] {
+            let inputs = PhaseInputs::open(&s.kind).unwrap();
             let mapping = AnonMapping::new(s.size_bytes as usize).unwrap();
             let probe = PlainProbe {
                 memory: mapping.memory(),
-                library: Some(&library),
+                library: inputs.library.as_ref(),
                 compressed: Box::new(|| 0),
             };
-            let (_, outcomes) = execute(
-                &mapping.memory(),
-                Some(&library),
-                &s,
-                &probe,
-                &mut QuietObserver,
-            )
-            .unwrap();
+            let (_, outcomes) =
+                execute(&mapping.memory(), &inputs, &s, &probe, &mut QuietObserver).unwrap();
             assert!(!outcomes.is_empty());
         }
         std::fs::remove_dir_all(&dir).unwrap();

@@ -2,7 +2,7 @@
 
 use crate::report::BenchResult;
 use crate::workload::{
-    self, FileMapping, Memory, MemoryProbe, Observer, WorkloadKind, WorkloadSpec,
+    self, FileMapping, Memory, MemoryProbe, Observer, PhaseInputs, WorkloadSpec,
 };
 use crate::{BenchError, PAGE_SIZE};
 use zpage_region::{AgingPolicy, CodecSpec, FaultMode, Region, RegionConfig};
@@ -171,12 +171,8 @@ pub fn run_zpage_tier(
     options: &ZpageOptions,
     observer: &mut dyn Observer,
 ) -> Result<Vec<BenchResult>, BenchError> {
-    let library = match &spec.kind {
-        WorkloadKind::SwapDemo { library_path } => Some(FileMapping::open_cold(library_path)?),
-        _ => None,
-    };
-    let library_bytes = library.as_ref().map_or(0, |l| l.pages() * PAGE_SIZE as u64);
-    let region = create_region(spec, budget_bytes, library_bytes, options)?;
+    let inputs = PhaseInputs::open(&spec.kind)?;
+    let region = create_region(spec, budget_bytes, inputs.library_bytes(), options)?;
     // SAFETY: the region is a page-aligned mapping of `len()` bytes, readable and
     // writable, alive until `region` drops at the end of this function, after
     // the last use of `memory`; we only touch it with volatile word accesses.
@@ -184,9 +180,9 @@ pub fn run_zpage_tier(
     let probe = RegionProbe {
         region: &region,
         memory,
-        library: library.as_ref(),
+        library: inputs.library.as_ref(),
     };
-    let (fill, phases) = workload::execute(&memory, library.as_ref(), spec, &probe, observer)?;
+    let (fill, phases) = workload::execute(&memory, &inputs, spec, &probe, observer)?;
     let tier = options.tier_name();
     Ok(phases
         .iter()

@@ -25,23 +25,32 @@ pub struct Args {
     /// Workloads to run (repeatable or comma-separated): replay (fill, then
     /// sequential, uniform and hot/cold touches), bench-c (sequential and random
     /// access over high- and low-entropy data), swapdemo (a memory-mapped file
-    /// read at random while anonymous data is walked), all.
+    /// read at random while anonymous data is walked), trace (a real program's
+    /// page access order, from --trace), all.
     #[arg(long = "workload", value_enum, value_delimiter = ',', default_values_t = [WorkloadArg::Replay])]
     pub workloads: Vec<WorkloadArg>,
     /// Raw memory image to fill the region from (whole 4 KiB pages); default:
     /// a generated realistic data set (text, pointer-heavy structs, numbers, zero and random pages).
     #[arg(long, value_name = "FILE")]
     pub image: Option<PathBuf>,
+    /// The trace workload's recording: a program's faults in order, from `zpage
+    /// run --budget SMALL --fault-trace FILE -- PROGRAM` (a budget far below its
+    /// memory, so nearly every access faults). Its pages become the data's
+    /// pages in the order first touched, read or written as recorded; by
+    /// default the data is that many pages and the phase replays the trace once.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// First capture --image from this live process's private writable memory (/proc/PID/mem).
     #[arg(long, value_name = "PID", requires = "image")]
     pub capture_pid: Option<u32>,
-    /// Data size (e.g. 2G, 512M). Default: the image's size, or 256M.
+    /// Data size (e.g. 2G, 512M). Default: the pages --trace touched, the image's size, or 256M.
     #[arg(long, value_parser = zpage_units::parse_size)]
     pub size: Option<u64>,
     /// Resident budget: the region's budget and the kernel tiers' cgroup limit. Default: a quarter of the size.
     #[arg(long, value_parser = zpage_units::parse_size)]
     pub budget: Option<u64>,
-    /// Touches of each random phase. Default: one per page (hot/cold gets at least 32 per hot page, after a warm-up of as many).
+    /// Touches of each random phase. Default: one per page (hot/cold gets at
+    /// least 32 per hot page, after a warm-up of as many), or the trace's length.
     #[arg(long)]
     pub touches: Option<u64>,
     /// Seed of the access sequences and of the generated data.
@@ -66,7 +75,7 @@ pub struct Args {
     /// split between them; every tier runs the same threads).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
-    /// Skip the FIFO-aging region that the hot/cold phases are compared with.
+    /// Skip the FIFO-aging region that the hot/cold phases and a trace are compared with.
     #[arg(long)]
     pub no_fifo: bool,
     /// How the region resolves faults.
@@ -140,6 +149,8 @@ pub enum WorkloadArg {
     BenchC,
     /// A memory-mapped file read at random while anonymous data is walked.
     Swapdemo,
+    /// A real program's recorded page access order (--trace FILE).
+    Trace,
     /// All of them.
     All,
 }
@@ -233,6 +244,25 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         }
         None => (DataSource::Realistic { seed: args.seed }, 256 << 20),
     };
+    let trace = match (&args.trace, args.workloads.contains(&WorkloadArg::Trace)) {
+        (Some(path), _) => Some(zpage_bench::trace::PageTrace::load(path)?),
+        (None, true) => bail!(
+            "--workload trace needs --trace FILE: record one with `zpage run --budget 4M --fault-trace FILE -- PROGRAM`"
+        ),
+        (None, false) => None,
+    };
+    if let Some(trace) = &trace {
+        if trace.truncated() {
+            eprintln!(
+                "zpage bench: warning: {} filled up before the program ended: only its first {} faults replay",
+                args.trace.as_deref().unwrap_or(Path::new("")).display(),
+                trace.len()
+            );
+        }
+    }
+    let default_size = trace
+        .as_ref()
+        .map_or(default_size, |t| t.distinct_pages() * page);
     let size = args.size.unwrap_or(default_size) / page * page;
     if args.image.is_some() && size > default_size {
         eprintln!(
@@ -245,7 +275,9 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
     if size == 0 || budget == 0 || budget >= size {
         bail!("need 0 < --budget < --size (got size {size}, budget {budget})");
     }
-    let touches = args.touches.unwrap_or(size / page);
+    let touches = args
+        .touches
+        .unwrap_or(trace.as_ref().map_or(size / page, |t| t.len()));
     // Checked before anything runs: a backing that cannot hold pages
     // would otherwise end the run at its first read-back.
     let backing = args
@@ -259,6 +291,9 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
             WorkloadArg::BenchC,
             WorkloadArg::Swapdemo,
         ];
+        if args.trace.is_some() {
+            workloads.push(WorkloadArg::Trace);
+        }
     }
     workloads.dedup();
 
@@ -295,6 +330,12 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
                     source.clone(),
                 ));
             }
+            WorkloadArg::Trace => specs.push(base(
+                WorkloadKind::Trace {
+                    trace_path: args.trace.clone().expect("checked above"),
+                },
+                source.clone(),
+            )),
             WorkloadArg::All => unreachable!("expanded above"),
         }
     }
@@ -395,7 +436,9 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         let mut zpage_runs = vec![(zpage.clone(), spec.clone())];
         let hot_cold_asked =
             args.phases.is_empty() || args.phases.iter().any(|p| p.starts_with("hotcold"));
-        if spec.kind == WorkloadKind::Replay && !args.no_fifo && hot_cold_asked {
+        if matches!(spec.kind, WorkloadKind::Trace { .. }) && !args.no_fifo {
+            zpage_runs.push((fifo.clone(), spec.clone()));
+        } else if spec.kind == WorkloadKind::Replay && !args.no_fifo && hot_cold_asked {
             let mut hot_cold = spec.clone();
             hot_cold.only_phases = match args
                 .phases

@@ -158,6 +158,9 @@ pub struct BudgetConfig {
     /// in parts per million of wall time (10,000 is 1%); `budget_bytes` is
     /// then the most the budget may be.
     pub auto_stall_ppm: Option<u32>,
+    /// Record every fault's page, in order, to this new file (module
+    /// `trace`), for `zpage bench --workload trace`; `None`: no record.
+    pub fault_trace: Option<std::path::PathBuf>,
     /// A tier below RAM for the oldest compressed pages when the pool nears
     /// `max_pool_bytes` (`zpage_store::PackedTier` on a file or device,
     /// `zpage_store::MemoryTier`, `zpage_store::RedisTier`). A fault on a
@@ -228,6 +231,7 @@ impl BudgetConfig {
             max_pool_bytes: None,
             memory_max_bytes: None,
             auto_stall_ppm: None,
+            fault_trace: None,
             tier: None,
             backing: None,
             backing_options: zpage_store::BackingOptions::default(),

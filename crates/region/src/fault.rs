@@ -21,6 +21,8 @@
 //!   pool's write lock), or, when the ring is full and this thread may not
 //!   wait for it, stay in the page's slot (`Shared::free_later`); fatal
 //!   messages are built in a stack buffer;
+//! - records the fault, when a trace is asked for, with an atomic add and a
+//!   store into a mapping made when the budget started (module `trace`);
 //! - makes only async-signal-safe system calls: ioctl, madvise, mincore,
 //!   process_madvise, futex,
 //!   sched_yield, nanosleep, clock_gettime, pread, write and abort. A
@@ -171,6 +173,11 @@ pub fn resolve(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Resu
     let result = resolve_inner(core, page, access, ctx);
     drop(resolving);
     if ctx != Ctx::Api {
+        if let Some(trace) = core.budget.fault_trace() {
+            if !core.budget.in_forked_child() {
+                trace.record(core.page_addr(page), access.write);
+            }
+        }
         let ns = sys::now_ns() - started;
         core.counters.record_fault(ns);
         profile::add_if_enabled(profile::Part::Resolve, ns);

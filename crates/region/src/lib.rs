@@ -262,7 +262,8 @@
 //! calls through it), `page::SlotArray` (page slots in a mapping of their own),
 //! `signal` (the handler, chaining), `table` (the region
 //! table's pointers), `workers` (the preallocated decompression workers),
-//! `tier_reader` (the request slots handed to the tier reader thread) and
+//! `tier_reader` (the request slots handed to the tier reader thread),
+//! `trace` (the fault record's shared file mapping) and
 //! `fork` (registering the atfork hooks), and in the tests (`sys/tests`,
 //! `tests`); every block has a `SAFETY` comment. The rest of the crate is
 //! `deny(unsafe_code)`.
@@ -341,6 +342,7 @@ mod table;
 mod tests;
 mod threads;
 mod tier_reader;
+mod trace;
 mod uffd;
 pub mod uffd_abi;
 mod workers;
@@ -385,6 +387,7 @@ pub use table::MAX_REGIONS;
 /// For front ends that run zpage code inside the program (the preload
 /// library): the same signal discipline as the region's own threads.
 pub use threads::{on_zpage_thread, spawn_blocking_signals, SignalGuard, ZpageThread};
+pub use trace::FaultTrace;
 pub use zpage_codec::{CodecSpec, RejectThreshold, PAGE_SIZE};
 pub use zpage_pool::PoolKind;
 pub use zpage_store::{BackingOptions, RedisConfig, TierFile};

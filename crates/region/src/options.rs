@@ -135,6 +135,12 @@ macro_rules! budget_options {
             /// most it may be.
             auto_budget_stall_ppm: u32,
                 get |c| c.auto_stall_ppm, set |c, v| c.auto_stall_ppm = (v != 0).then_some(v);
+            /// Record the page of every fault, in order, to this new file (created 0600;
+            /// an existing file or a link is refused), to replay the program's access
+            /// order with `zpage bench --workload trace --trace FILE`. Run at a budget
+            /// far below the program's memory, so nearly every access faults.
+            fault_trace: std::path::PathBuf,
+                get |c| c.fault_trace.clone(), set |c, v| c.fault_trace = Some(v);
         }
     };
 }

@@ -40,6 +40,7 @@ use crate::staging::Staging;
 use crate::sys::{self, Errno};
 use crate::threads;
 use crate::tier_reader::TierReader;
+use crate::trace::FaultTrace;
 use crate::uffd::Uffd;
 use crate::workers::WorkerSlots;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -96,6 +97,8 @@ pub struct Shared {
     fork_gate: ForkGate,
     child: ForkedChild,
     vfork: VforkHelp,
+    /// The record of faults, when one is asked for.
+    trace: Option<FaultTrace>,
 }
 
 impl Shared {
@@ -166,10 +169,16 @@ impl Shared {
             fork_gate: ForkGate::default(),
             child: ForkedChild::new(sys::getpid()),
             vfork: VforkHelp::default(),
+            trace: FaultTrace::open(config)?,
         })
     }
 
     // ---- What the budget was made with ----
+
+    /// The record of faults, when one is asked for (module `trace`).
+    pub fn fault_trace(&self) -> Option<&FaultTrace> {
+        self.trace.as_ref()
+    }
 
     /// Tells budgets apart in published metrics.
     pub fn id(&self) -> u64 {

@@ -120,6 +120,28 @@ pub fn mmap_anon(len: usize) -> Result<*mut u8, Errno> {
     }
 }
 
+/// A shared read-write mapping of the first `len` bytes of `file`.
+pub fn mmap_shared_file(file: &std::fs::File, len: usize) -> Result<*mut u8, Errno> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a fresh mapping chosen by the kernel of a file this process
+    // opened read-write; it touches no existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        Err(Errno::last())
+    } else {
+        Ok(p.cast())
+    }
+}
+
 /// A private anonymous mapping of `len` bytes at exactly `addr` with
 /// protection `prot` (`MAP_NORESERVE`). `noreplace`: fail with `EEXIST`
 /// where something is mapped already; otherwise replace what is there.

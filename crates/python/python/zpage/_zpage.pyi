@@ -36,6 +36,7 @@ class Budget:
         backing_key_file: Optional[Path] = None,
         memory_max_bytes: Optional[Size] = None,
         auto_budget_stall_ppm: Optional[int] = None,
+        fault_trace: Optional[Path] = None,
         # END GENERATED OPTIONS
     ) -> None: ...
     @property
@@ -70,6 +71,7 @@ class RegionBase:
         backing_key_file: Optional[Path] = None,
         memory_max_bytes: Optional[Size] = None,
         auto_budget_stall_ppm: Optional[int] = None,
+        fault_trace: Optional[Path] = None,
         # END GENERATED OPTIONS
     ) -> None: ...
     @property
