@@ -150,10 +150,17 @@ fn child_run(request: &ChildRequest) -> Result<(FillOutcome, Vec<PhaseOutcome>),
     )
 }
 
+/// Times a kernel tier's child is started when the OOM killer ends it.
+/// A memory cgroup swapping to zram is OOM-killed now and then on some
+/// kernels (6.18 here) while swapping a page back in, with room to spare;
+/// another attempt usually runs through.
+pub const KERNEL_TIER_ATTEMPTS: usize = 3;
+
 /// Runs `spec` on `tier`: sets the tier's swap up, starts the child with
 /// `launcher` (a command that calls [`run_child_if_requested`] first),
 /// confines it to a cgroup limited to `budget_bytes`, and turns its report
-/// into results.
+/// into results. A child killed without a report (the OOM killer) is run
+/// again, [`KERNEL_TIER_ATTEMPTS`] times in all, saying so on stderr.
 pub fn run_kernel_tier(
     guard: &mut MachineGuard,
     tier: &SwapBackend,
@@ -162,6 +169,51 @@ pub fn run_kernel_tier(
     launcher: &dyn Fn() -> Command,
     observer: &mut dyn Observer,
 ) -> Result<Vec<BenchResult>, BenchError> {
+    let mut attempt = 1;
+    loop {
+        match run_kernel_tier_once(guard, tier, spec, budget_bytes, launcher, observer) {
+            Err(Killed(message)) if attempt < KERNEL_TIER_ATTEMPTS => {
+                eprintln!(
+                    "zpage bench: kernel tier {} (attempt {attempt} of {KERNEL_TIER_ATTEMPTS}): {message}; trying again",
+                    tier.name()
+                );
+                attempt += 1;
+            }
+            Err(Killed(message)) => {
+                return Err(BenchError::KernelTier {
+                    tier: tier.name(),
+                    message: format!("{message} ({KERNEL_TIER_ATTEMPTS} attempts)"),
+                })
+            }
+            Err(Failed(e)) => return Err(e),
+            Ok(results) => return Ok(results),
+        }
+    }
+}
+
+/// How one attempt at a kernel tier failed.
+enum AttemptError {
+    /// The child was killed by a signal before it reported.
+    Killed(String),
+    /// Anything else.
+    Failed(BenchError),
+}
+use AttemptError::{Failed, Killed};
+
+impl<E: Into<BenchError>> From<E> for AttemptError {
+    fn from(e: E) -> Self {
+        Failed(e.into())
+    }
+}
+
+fn run_kernel_tier_once(
+    guard: &mut MachineGuard,
+    tier: &SwapBackend,
+    spec: &WorkloadSpec,
+    budget_bytes: u64,
+    launcher: &dyn Fn() -> Command,
+    observer: &mut dyn Observer,
+) -> Result<Vec<BenchResult>, AttemptError> {
     let tier_name = tier.name();
     let tier_error = |message: String| BenchError::KernelTier {
         tier: tier_name.clone(),
@@ -229,7 +281,7 @@ pub fn run_kernel_tier(
                 other_stderr.push(line);
             }
             if crate::stop_requested() {
-                return Err(BenchError::Interrupted);
+                return Err(Failed(BenchError::Interrupted));
             }
         }
         let status = child.0.wait().map_err(|e| tier_error(e.to_string()))?;
@@ -246,11 +298,20 @@ pub fn run_kernel_tier(
                 .iter()
                 .map(|outcome| BenchResult::new(&tier_name, spec, budget_bytes, &fill, outcome))
                 .collect()),
-            Some(ChildReport::Failed(message)) => Err(tier_error(message)),
-            None => Err(tier_error(format!(
-                "the child ended with {status} without a report (killed by the OOM killer? is the budget too small?); its stderr: {}",
-                other_stderr.join(" | ")
-            ))),
+            Some(ChildReport::Failed(message)) => Err(Failed(tier_error(message))),
+            None => {
+                let message = format!(
+                    "the child ended with {status} without a report (killed by the OOM killer? is the budget too small?); its stderr: {}",
+                    other_stderr.join(" | ")
+                );
+                Err(
+                    if std::os::unix::process::ExitStatusExt::signal(&status).is_some() {
+                        Killed(message)
+                    } else {
+                        Failed(tier_error(message))
+                    },
+                )
+            }
         }
     })();
     let tear_down = guard.tear_down();
