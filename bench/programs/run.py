@@ -872,6 +872,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
     zpage = shutil.which(args.zpage)
+    # The programs run in directories of their own: a relative path (the
+    # README's `target/release/zpage`) must not be looked up from there.
+    zpage = os.path.abspath(zpage) if zpage else None
     if zpage is None and args.modes != {"plain"}:
         log(f"error: zpage not found as `{args.zpage}`: pass --zpage PATH (scripts/install.sh installs it)")
         return 2
