@@ -34,6 +34,7 @@
 //! | `counters` | the one list of figures (`region_stat_fields!`): `RegionStats`, the C struct and the metrics come from it |
 //! | `metrics` | publishing a process's figures for `zpage exporter` |
 //! | `profile` | the `fault-profile` feature's timing of each part of a fault |
+//! | `trace` | the record of every fault's page, in order (`BudgetConfig::fault_trace`), that `zpage bench --workload trace` replays |
 //! | `range`, `run_report` | address ranges in any region (for front ends that see only pointers); the per-process report `zpage run` reads |
 //! | `sys`, `sys/uffd` | every system call, each a thin wrapper; the userfaultfd ones |
 //! | `mapping`, `threads`, `fatal` | the memory zpage maps for itself; zpage's own threads and the signal masks; the allocation-free message that ends the process |
