@@ -49,6 +49,7 @@ use crate::config::FaultMode;
 use crate::evict;
 use crate::fault::{self, Access, Ctx};
 use crate::page::Tag;
+use crate::queues::Record;
 use crate::region_core::RegionCore;
 use crate::shared::Shared;
 use crate::sys::{self, UffdMsg, PAGE_SIZE};
@@ -97,9 +98,17 @@ fn discard_page(core: &RegionCore, page: usize) {
             }
             // Still mapped (the kernel zaps it after we return; until then a
             // MOVE by the reclaimer would carry the old contents past the
-            // zap), or owned by another thread: mark it.
+            // zap), or owned by another thread: mark it. A resident page no
+            // thread holds is named to the reclaimer, which counts it out
+            // of the budget once the zap has taken it.
             _ => {
                 slot.mark_discarded();
+                if s.tag() == Tag::Resident && s.pins() == 0 && !budget.in_forked_child() {
+                    let gen = slot.aging.gen.load(Ordering::Acquire);
+                    let _ = budget
+                        .queues()
+                        .discarded(Record::new(core.id(), page, gen, false));
+                }
                 return;
             }
         }

@@ -256,6 +256,9 @@ impl VictimQueue {
 const MAX_ADMITS: usize = 1 << 18;
 /// The most freed compressed copies queued between two drains.
 const MAX_FREED: usize = 1 << 17;
+/// The most discarded pages' records queued between two drains (16 MiB of
+/// pages; a `free` of more leaves the rest to the aging).
+const DISCARDED_RECORDS: usize = 4096;
 
 /// The queues of one budget, from its fault path (any thread, in signal
 /// handlers) to its reclaimer.
@@ -265,6 +268,12 @@ pub struct Queues {
     admits: Ring,
     /// Victims a fault took but could not evict (no longer clean).
     returned: Ring,
+    /// Resident pages the program discarded (from the event thread): the
+    /// reclaimer looks at them first, so a page the kernel zaps leaves the
+    /// budget at once rather than when the aging reaches it, as freed
+    /// memory leaves a memory cgroup at once. A record that does not fit is
+    /// dropped: the page leaves when the aging reaches it.
+    discarded: Ring,
     /// Compressed copies given up on the fault path (a restore, a write
     /// after a restore, a discard): freed by the reclaimer, since freeing
     /// takes the pool's lock and may give memory back to the allocator.
@@ -294,6 +303,7 @@ impl Queues {
         Queues {
             admits: Ring::new((budget_pages * 2).min(MAX_ADMITS)),
             returned: Ring::new(4096),
+            discarded: Ring::new(DISCARDED_RECORDS),
             freed_refs: Ring::new(budget_pages.min(MAX_FREED)),
             records_lost: AtomicBool::new(false),
             victims: VictimQueue::new((budget_pages / 16).clamp(16, 8192)),
@@ -321,6 +331,12 @@ impl Queues {
             self.records_lost.store(true, Ordering::Release);
         }
         queued
+    }
+
+    /// Names a resident page the program discarded (the event thread);
+    /// false, and nothing else, if the ring is full.
+    pub fn discarded(&self, record: Record) -> bool {
+        self.discarded.try_push_record(record)
     }
 
     /// Hands a reference given up on the fault path to the reclaimer;
@@ -363,6 +379,10 @@ impl Queues {
         self.returned.pop_record()
     }
 
+    pub fn pop_discarded(&self) -> Option<Record> {
+        self.discarded.pop_record()
+    }
+
     pub fn pop_admitted(&self) -> Option<Record> {
         self.admits.pop_record()
     }
@@ -372,11 +392,13 @@ impl Queues {
     pub fn clear_records(&self) {
         while self.admits.pop().is_some() {}
         while self.returned.pop().is_some() {}
+        while self.discarded.pop().is_some() {}
     }
 
-    /// Whether admissions or given-up references wait to be taken in.
+    /// Whether admissions, given-up references or discarded pages wait to
+    /// be taken in.
     pub fn has_work(&self) -> bool {
-        !self.admits.is_empty() || !self.freed_refs.is_empty()
+        !self.admits.is_empty() || !self.freed_refs.is_empty() || !self.discarded.is_empty()
     }
 
     /// Whether a fault asked for a refill of the victim queue.

@@ -226,6 +226,11 @@ impl Reclaimer {
         while let Some(record) = queues.pop_returned() {
             self.aging.retry_first(record);
         }
+        // Discarded pages first: gone already (zapped), they leave as
+        // holes at no cost; a page still mapped waits its turn again.
+        while let Some(record) = queues.pop_discarded() {
+            self.aging.retry_first(record);
+        }
         let limits = budget.limits();
         self.aging
             .set_budget(limits.budget_pages, limits.staging_target);

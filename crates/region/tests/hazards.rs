@@ -62,6 +62,37 @@ fn discarded_pages_never_touched_again_leave_the_budget() {
 }
 
 #[test]
+fn discarded_pages_leave_before_live_ones() {
+    // Freed memory leaves a memory cgroup at once; a region's discarded
+    // pages must likewise leave the budget before any live page does,
+    // however recently they were admitted.
+    let region = small_region(8, 1); // 2,048 pages, a budget of 256
+    let (live, freed, fresh) = (60, 150, 100);
+    for p in 0..live + freed {
+        write(&region, p, 0, pattern(p, 0));
+    }
+    assert_eq!(advise_pages(&region, live, freed, libc::MADV_DONTNEED), 0);
+    let first_fresh = live + freed;
+    for p in first_fresh..first_fresh + fresh {
+        write(&region, p, 0, pattern(p, 0));
+    }
+    let stats = region.stats();
+    assert!(stats.hole_count > 0, "{stats:?}");
+    assert_eq!(
+        stats.eviction_count, 0,
+        "live pages were evicted while discarded ones held the budget: {stats:?}"
+    );
+    for p in 0..first_fresh + fresh {
+        let want = if (live..first_fresh).contains(&p) {
+            0
+        } else {
+            pattern(p, 0)
+        };
+        assert_eq!(read(&region, p, 0), want, "page {p}");
+    }
+}
+
+#[test]
 fn dontneed_races_with_faults() {
     // Threads keep faulting pages back while another thread discards them:
     // after each discard returns, the discarding thread must read zeros.
