@@ -139,30 +139,41 @@ impl FaultTrace {
     /// for a write), and whether it filled up (faults after the capacity
     /// were counted, not recorded).
     pub fn read(path: &Path) -> Result<(Vec<u64>, bool), String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let word = |i: usize| -> Option<u64> {
-            let b = bytes.get(i * 8..i * 8 + 8)?;
-            Some(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        use std::io::Read;
+        let failed = |e: std::io::Error| format!("{}: {e}", path.display());
+        // Only the header and the entries recorded: the file is as long as
+        // its capacity (512 MiB, sparse), whatever was recorded.
+        let mut file = std::fs::File::open(path).map_err(failed)?;
+        let mut header = [0u8; HEADER_BYTES];
+        let words = |bytes: &[u8]| -> Vec<u64> {
+            bytes
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect()
         };
-        if bytes.len() < HEADER_BYTES || bytes[..8] != MAGIC {
+        if file.read_exact(&mut header).is_err() || header[..8] != MAGIC {
             return Err(format!(
                 "{}: not a zpage fault trace (make one with `zpage run --fault-trace FILE`)",
                 path.display()
             ));
         }
-        let (count, capacity) = (word(1).unwrap_or(0), word(2).unwrap_or(0));
+        let (count, capacity) = match words(&header)[..] {
+            [_, count, capacity, _] => (count, capacity),
+            _ => unreachable!("the header is four words"),
+        };
         let recorded = count.min(capacity) as usize;
-        let entries: Vec<u64> = (0..recorded)
-            .map_while(|i| word(HEADER_BYTES / 8 + i))
-            .collect();
-        if entries.len() < recorded {
+        let mut bytes = Vec::with_capacity(recorded * 8);
+        file.take(recorded as u64 * 8)
+            .read_to_end(&mut bytes)
+            .map_err(failed)?;
+        if bytes.len() < recorded * 8 {
             return Err(format!(
                 "{}: the header says {recorded} faults but the file holds {}: it was cut short",
                 path.display(),
-                entries.len()
+                bytes.len() / 8
             ));
         }
-        Ok((entries, count > capacity))
+        Ok((words(&bytes), count > capacity))
     }
 }
 
@@ -199,6 +210,13 @@ mod tests {
         let (entries, full) = FaultTrace::read(&path).unwrap();
         assert_eq!(entries, vec![0x7000_0000, 0x7000_1001, 0x7000_0000]);
         assert!(full, "four faults in a trace of three entries");
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len((HEADER_BYTES + 8) as u64).unwrap();
+        let short = FaultTrace::read(&path).unwrap_err();
+        assert!(
+            short.contains("says 3 faults but the file holds 1"),
+            "{short}"
+        );
         let again = FaultTrace::create(&path, 3).unwrap_err().to_string();
         assert!(again.contains("no file is"), "{again}");
         std::fs::write(&path, b"not a trace at all, 32 bytes lon").unwrap();
