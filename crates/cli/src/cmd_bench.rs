@@ -244,7 +244,16 @@ fn measure(args: &Args) -> Result<Vec<BenchResult>> {
         }
         None => (DataSource::Realistic { seed: args.seed }, 256 << 20),
     };
+    let trace_asked = args
+        .workloads
+        .iter()
+        .any(|w| matches!(w, WorkloadArg::Trace | WorkloadArg::All));
     let trace = match (&args.trace, args.workloads.contains(&WorkloadArg::Trace)) {
+        // Without the trace workload a trace would only change the other
+        // workloads' default size and touches.
+        (Some(_), _) if !trace_asked => bail!(
+            "--trace is the trace workload's recording: add --workload trace (or all)"
+        ),
         (Some(path), _) => Some(zpage_bench::trace::PageTrace::load(path)?),
         (None, true) => bail!(
             "--workload trace needs --trace FILE: record one with `zpage run --budget 4M --fault-trace FILE -- PROGRAM`"
