@@ -275,13 +275,26 @@ fn poison(core: &RegionCore, page: usize) {
 /// The MOVE found no page to move. That is right when the program discarded
 /// the page (its `REMOVE` event, read before the kernel's zap, has marked it
 /// by the time events are applied) or unmapped it; then it reads as zeros
-/// from now on. Otherwise its contents are lost (a kernel or zpage fault),
-/// and the process ends naming the page rather than let it read as zeros.
+/// from now on. It is right too when the region is being dropped: the
+/// program may discard a page and drop the region at once (an allocator
+/// freeing its last block, then its arena), and the event thread, looking
+/// the region up after the drop took it out of the table, marks nothing;
+/// nothing reads the page again. Otherwise its contents are lost (a kernel
+/// or zpage fault), and the process ends naming the page rather than let it
+/// read as zeros.
+///
+/// Why the drop is seen here when it hid the mark: `Region::drop` sets
+/// `dropping` before it clears the table entry, the event thread's lookup
+/// saw the entry cleared before it ended its batch, and this thread looks
+/// after that batch ended (`wait_events_applied`); all sequentially
+/// consistent.
 fn vanished(core: &RegionCore, page: usize, staging_slot: usize, path: Path) -> Evict {
+    use std::sync::atomic::Ordering;
     let budget = &*core.budget;
     budget.installs().wait_events_applied();
     let explained = core.pages[page].load().discarded()
-        || core.is_unmapped.load(std::sync::atomic::Ordering::Acquire)
+        || core.is_unmapped.load(Ordering::Acquire)
+        || core.dropping.load(Ordering::SeqCst)
         || budget.in_forked_child()
         || sys::mincore(core.page_addr(page), &mut [0u8; 1]) == Err(Errno(libc::ENOMEM));
     if !explained {

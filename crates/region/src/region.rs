@@ -564,6 +564,9 @@ impl Drop for Region {
     fn drop(&mut self) {
         let core = &self.core;
         let budget = &core.budget;
+        // Before the table forgets it, so that a thread still inside that
+        // finds a page gone knows why (`evict::vanished`).
+        core.dropping.store(true, Ordering::SeqCst);
         // From here no fault, reclaimer or event thread reaches this region.
         table::unregister(core.id());
         if core.owner_pid() != sys::getpid() {

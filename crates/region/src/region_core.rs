@@ -43,6 +43,12 @@ pub struct RegionCore {
     /// Why the region was closed (the program unmapped or moved part of it).
     pub unmapped: Mutex<Option<String>>,
     pub is_unmapped: AtomicBool,
+    /// Set by `Region::drop` before the region leaves the table. Its owner
+    /// let it go, so no byte of it is read again; and an event read after
+    /// this point may not find it in the table, so a page the program
+    /// discarded just before the drop can lose its mark (see
+    /// `evict::vanished`).
+    pub dropping: AtomicBool,
     /// Pages the program advised `MADV_WIPEONFORK` or `MADV_DONTFORK`.
     pub fork_marks: ForkMarks,
 }
@@ -65,6 +71,7 @@ impl RegionCore {
             hold: EvictionHold::default(),
             unmapped: Mutex::new(None),
             is_unmapped: AtomicBool::new(false),
+            dropping: AtomicBool::new(false),
             fork_marks: ForkMarks::default(),
         }
     }
