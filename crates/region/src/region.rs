@@ -573,6 +573,11 @@ impl Drop for Region {
             // A forked child: the machinery stayed in the parent.
             return;
         }
+        // An event read before this point (the program's own discard just
+        // before the drop) is applied, or found the region gone, before the
+        // address range can be unmapped and reused: applied late, it would
+        // mark or drop the pages of the next region mapped there.
+        budget.installs().wait_events_applied();
         if !budget.uffd().is_lost() && !core.is_unmapped.load(Ordering::Acquire) {
             let _ =
                 sys::uffd_unregister(budget.uffd().fd(), core.mapping.base(), core.mapping.len());
