@@ -47,6 +47,7 @@ use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use zpage_kernel::supervise;
 use zpage_region::run_report::{ProcessReport, TierReport, REPORT_DIR_ENV};
 use zpage_region::BudgetOptions;
@@ -125,6 +126,15 @@ pub struct Args {
     /// library's allocator, every `malloc`: small objects included.
     #[arg(long, default_value = "4K", value_parser = zpage_units::parse_size)]
     pub min_mapping: u64,
+    /// How often the program's file pages are given back to the kernel
+    /// (user mode): its read-only private file mappings (its binary, its
+    /// libraries, files it maps to read) handed to the kernel's reclaim
+    /// (`MADV_PAGEOUT`), so the pages it no longer uses leave its resident
+    /// memory, as a memory cgroup's reclaim takes them in kernel mode. The
+    /// pages it uses come back on their next access, from the page cache or
+    /// the file. A duration (500ms, 2s); 0 keeps file pages.
+    #[arg(long, default_value = "500ms", value_parser = parse_file_pages_every)]
+    pub file_pages_every: Duration,
     /// Do not publish the program's region figures for `zpage exporter`
     /// (user mode publishes them by default, one file per process in
     /// $ZPAGE_METRICS_DIR or the default directory: docs/process-metrics.md).
@@ -157,6 +167,23 @@ pub fn budget_bytes(text: &str, mem_total: u64) -> Result<u64> {
         bail!("--budget {text:?} is {bytes} bytes, below the smallest budget (256K): raise it");
     }
     Ok(bytes / 4096 * 4096)
+}
+
+/// `--file-pages-every`: a duration (`500ms`, `2s`), or `0` to keep file
+/// pages. Below 10 ms the passes would cost more than the pages they free.
+fn parse_file_pages_every(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let every = humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("{text:?} is not a duration ({e}): give one such as 500ms or 2s, or 0 to keep file pages")
+    })?;
+    if every < Duration::from_millis(10) {
+        return Err(format!(
+            "{text:?} is shorter than 10ms: each pass reads the program's memory map and its file pages then fault back in; give 10ms or more, or 0 to keep file pages"
+        ));
+    }
+    Ok(every)
 }
 
 /// The preload library: `$ZPAGE_PRELOAD`, else installed with the `zpage`
@@ -253,6 +280,11 @@ pub struct Summary {
     /// The tier below RAM, summed over the processes that had one.
     pub tier: Option<TierReport>,
     pub forks: u64,
+    /// File pages given back (`--file-pages-every`): passes, summed over the
+    /// processes, and the most resident bytes one pass of a process found
+    /// in the mappings it gave back.
+    pub file_page_passes: u64,
+    pub file_pages_peak_pass_bytes: u64,
     pub wall_seconds: f64,
     pub user_seconds: f64,
     pub system_seconds: f64,
@@ -300,6 +332,8 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         syscalls_retried: 0,
         syscalls_trapped: 0,
         forks: 0,
+        file_page_passes: 0,
+        file_pages_peak_pass_bytes: 0,
         tier: None,
         wall_seconds: 0.0,
         user_seconds: 0.0,
@@ -336,6 +370,10 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         s.syscalls_retried += r.syscalls_retried;
         s.syscalls_trapped += r.syscalls_trapped;
         s.forks += r.forks;
+        s.file_page_passes += r.file_page_passes;
+        s.file_pages_peak_pass_bytes = s
+            .file_pages_peak_pass_bytes
+            .max(r.file_pages_peak_pass_bytes);
         if let Some(tier) = &r.tier {
             let sum = s.tier.get_or_insert_with(TierReport::default);
             sum.written_pages += tier.written_pages;
@@ -501,6 +539,13 @@ pub fn render(s: &Summary) -> String {
         ),
         format!("\tForks: {}", s.forks),
     ]);
+    if s.file_page_passes > 0 {
+        lines.push(format!(
+            "\tFile pages given back: {} passes, up to {} resident in the mappings of one pass",
+            s.file_page_passes,
+            mib(s.file_pages_peak_pass_bytes)
+        ));
+    }
     if let Some(note) = &s.signal_note {
         lines.push(format!("\tNote: {note}"));
     }
@@ -1134,6 +1179,10 @@ fn run_user(
         .env("LD_PRELOAD", preload_list)
         .env(preload_env::BUDGET_ENV, budget.to_string())
         .env(preload_env::MIN_MAPPING_ENV, args.min_mapping.to_string())
+        .env(
+            preload_env::FILE_PAGES_EVERY_ENV,
+            args.file_pages_every.as_millis().to_string(),
+        )
         .env(REPORT_DIR_ENV, &reports.0);
     // The options given, under the names the library reads; the others
     // removed, so none leaks in from an outer `zpage run`. Values only:

@@ -1468,3 +1468,100 @@ fn node_runs_a_verified_workload_four_times_its_budget() {
         "nothing was evicted, the test proves nothing: {summary}"
     );
 }
+
+/// A C program that fills `HEAP` MiB of `malloc`'d memory, maps `FILE`
+/// (`MiB` of it, private, read-only) and reads it all, then for `MS`
+/// milliseconds reads its heap over and over (keeping its budget full),
+/// prints its `RssFile` in KiB, and reads the file again and checks every
+/// word: `filemapper FILE MiB MS HEAP`.
+fn filemapper() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        compile_c(
+            &tempdir("filemapper"),
+            "filemapper",
+            r#"
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+static uint64_t sum(const uint64_t *p, size_t words) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < words; i += 512) s += p[i] ^ i;
+    return s;
+}
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+int main(int argc, char **argv) {
+    size_t n = strtoul(argv[2], 0, 10) << 20, heap_bytes = strtoul(argv[4], 0, 10) << 20;
+    uint64_t *heap = malloc(heap_bytes);
+    for (size_t i = 0; i < heap_bytes / 8; i++) heap[i] = i;
+    int fd = open(argv[1], O_RDONLY);
+    const uint64_t *p = mmap(0, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) { perror("mmap"); return 2; }
+    uint64_t first = sum(p, n / 8);
+    double until = now() + strtoul(argv[3], 0, 10) / 1e3;
+    while (now() < until)
+        if (sum(heap, heap_bytes / 8) == 1) puts("never");
+    FILE *status = fopen("/proc/self/status", "r");
+    char line[256];
+    while (fgets(line, sizeof line, status))
+        if (!strncmp(line, "RssFile:", 8)) printf("RssFile %lu\n", strtoul(line + 8, 0, 10));
+    if (sum(p, n / 8) != first) { puts("MISMATCH"); return 99; }
+    puts("checked");
+    return 0;
+}
+"#,
+            &[],
+        )
+    })
+}
+
+#[test]
+fn file_pages_the_program_stopped_using_leave_its_resident_memory() {
+    // A file of its own (on the build's disk, not a tmpfs), mapped by no
+    // other process: the kernel reclaims only what one process maps alone.
+    let file = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("filemapper-{}.data", std::process::id()));
+    let words: Vec<u8> = (0..16u64 << 17)
+        .flat_map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_le_bytes())
+        .collect();
+    std::fs::write(&file, &words).unwrap();
+    let path = file.to_str().unwrap();
+    let rss_file_kib = |every: &str| {
+        let out = zpage_run(
+            &["--budget", "8M", "--file-pages-every", every, "--json"],
+            &[filemapper().to_str().unwrap(), path, "16", "1500", "32"],
+        );
+        let summary = json_summary(&out);
+        let stdout = stdout_of(out);
+        assert!(stdout.ends_with("checked\n"), "{stdout}");
+        let kib: u64 = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("RssFile "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        (kib, summary["file_page_passes"].as_u64().unwrap())
+    };
+    let (kept, kept_passes) = rss_file_kib("0");
+    let (given_back, passes) = rss_file_kib("200ms");
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(kept_passes, 0);
+    assert!(
+        kept >= 16 << 10,
+        "the mapped file alone is 16 MiB: RssFile {kept} KiB"
+    );
+    assert!(passes >= 1, "no pass in 1.5 s at 200 ms, the budget full");
+    assert!(
+        given_back + (12 << 10) <= kept,
+        "RssFile {given_back} KiB with file pages given back, {kept} KiB kept"
+    );
+}

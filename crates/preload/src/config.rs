@@ -8,7 +8,7 @@
 use zpage_region::{BudgetConfig, BudgetOptions, Spelling, BUDGET_OPTIONS};
 
 pub use crate::env_names::{
-    BUDGET_ENV, BUDGET_ENV_C, MIN_MAPPING_ENV, SYSCALLS_ENV, SYSCALLS_ENV_C,
+    BUDGET_ENV, BUDGET_ENV_C, FILE_PAGES_EVERY_ENV, MIN_MAPPING_ENV, SYSCALLS_ENV, SYSCALLS_ENV_C,
 };
 
 /// How system calls on region memory are served (see [`SYSCALLS_ENV`]).
@@ -56,13 +56,19 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, 
                 .map_err(|e| e.to_string())?;
         }
     }
-    let budget = options.config(budget_bytes).map_err(|e| {
+    let mut budget = options.config(budget_bytes).map_err(|e| {
         let given: Vec<String> = options
             .iter()
             .map(|(option, text)| format!("{}={text}", option.env()))
             .collect();
         format!("{BUDGET_ENV}={budget_bytes} {}: {e}", given.join(" "))
     })?;
+    if let Some(text) = get(FILE_PAGES_EVERY_ENV) {
+        let ms: u64 = text.trim().parse().map_err(|_| {
+            format!("{FILE_PAGES_EVERY_ENV}={text:?} is not a number of milliseconds: give a plain integer such as 500, or 0 to keep file pages")
+        })?;
+        budget.file_pages_every = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+    }
     let codec_name = match &budget.cold_codec {
         Some(cold) => format!("{}, cold pages {cold}", budget.codec),
         None => budget.codec.to_string(),
@@ -108,6 +114,35 @@ mod tests {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    #[test]
+    fn file_pages_are_given_back_only_when_asked() {
+        let c = from_env(env(&[(BUDGET_ENV, "1048576")])).unwrap().unwrap();
+        assert_eq!(c.budget.file_pages_every, None);
+        let c = from_env(env(&[
+            (BUDGET_ENV, "1048576"),
+            (FILE_PAGES_EVERY_ENV, "250"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            c.budget.file_pages_every,
+            Some(std::time::Duration::from_millis(250))
+        );
+        let c = from_env(env(&[(BUDGET_ENV, "1048576"), (FILE_PAGES_EVERY_ENV, "0")]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(c.budget.file_pages_every, None);
+        let e = from_env(env(&[
+            (BUDGET_ENV, "1048576"),
+            (FILE_PAGES_EVERY_ENV, "1s"),
+        ]))
+        .unwrap_err();
+        assert!(
+            e.contains(FILE_PAGES_EVERY_ENV) && e.contains("milliseconds"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -12,6 +12,9 @@ pub const BUDGET_ENV: &str = "ZPAGE_RUN_BUDGET_BYTES";
 pub const BUDGET_ENV_C: &str = "ZPAGE_RUN_BUDGET_BYTES\0";
 /// Smallest mapping placed in the arena (default: every mapping).
 pub const MIN_MAPPING_ENV: &str = "ZPAGE_RUN_MIN_MAPPING_BYTES";
+/// Milliseconds between two passes giving the process's file pages back
+/// (`zpage_region::BudgetConfig::file_pages_every`); unset or 0: never.
+pub const FILE_PAGES_EVERY_ENV: &str = "ZPAGE_RUN_FILE_PAGES_EVERY_MS";
 /// How system calls on region memory are served: `trap` (the default: a
 /// seccomp filter traps every call that names region memory, whoever makes
 /// it) or `wrappers` (only the C library functions the library wraps; the

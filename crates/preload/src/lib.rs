@@ -21,6 +21,14 @@
 //! | a locale's data (`setlocale`, `newlocale`, `duplocale`) | no | from zpage's private heap: a new thread reads it before it unblocks signals, when a fault would kill the process (module `locale`) |
 //! | stacks (`MAP_STACK`, `MAP_GROWSDOWN`), `MAP_SHARED`, file mappings, `PROT_EXEC`, `MAP_POPULATE`, `MAP_LOCKED`, `MAP_HUGETLB`, addresses below 4 GiB | no | shared and file pages belong to the page cache; stacks must never fault into a handler on the stack they grow; the others asked for memory present at once |
 //!
+//! File pages stay out of the arena, but not out of reach: with
+//! `ZPAGE_RUN_FILE_PAGES_EVERY_MS` (`zpage run --file-pages-every`, 500 ms
+//! by default) the budget's reclaimer hands the process's read-only private
+//! file mappings (its binary, its libraries) to the kernel's reclaim at that
+//! interval (`zpage_region`'s module `file_pages`), so the pages the program
+//! used once at start leave its resident memory, as a memory cgroup's
+//! reclaim would take them.
+//!
 //! The budget (its threads and userfaultfd) starts with the first
 //! placement: a process that never maps memory, such as most short-lived
 //! children, has none of zpage's threads or descriptors.

@@ -199,6 +199,9 @@ impl State {
         r.syscalls_retried = self.retried_calls.load(Ordering::Relaxed);
         r.syscalls_trapped = zpage_syscalls::trap::trapped_calls();
         r.forks = self.forks.load(Ordering::Relaxed);
+        let file_pages = zpage_region::file_page_figures();
+        r.file_page_passes = file_pages.passes;
+        r.file_pages_peak_pass_bytes = file_pages.peak_pass_bytes;
         r.tier = store.tier.as_ref().map(TierReport::of);
         if let Some(max) = self.started_budget().and_then(Budget::memory_max_status) {
             r.memory_max_over_count = max.over_count;

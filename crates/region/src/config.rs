@@ -158,6 +158,15 @@ pub struct BudgetConfig {
     /// in parts per million of wall time (10,000 is 1%); `budget_bytes` is
     /// then the most the budget may be.
     pub auto_stall_ppm: Option<u32>,
+    /// Give the process's file pages back to the kernel this often
+    /// (module `file_pages`): its read-only private file mappings (program,
+    /// libraries, files mapped to read) handed to the kernel's reclaim with
+    /// `MADV_PAGEOUT`, so what it no longer uses leaves its resident memory,
+    /// as a memory cgroup's reclaim takes it. `None` (the default): file
+    /// pages stay. `zpage run` sets it (`--file-pages-every`); a library in
+    /// someone else's program leaves the program's file pages alone unless
+    /// asked.
+    pub file_pages_every: Option<std::time::Duration>,
     /// Record every fault's page, in order, to this new file (module
     /// `trace`), for `zpage bench --workload trace`; `None`: no record.
     pub fault_trace: Option<std::path::PathBuf>,
@@ -231,6 +240,7 @@ impl BudgetConfig {
             max_pool_bytes: None,
             memory_max_bytes: None,
             auto_stall_ppm: None,
+            file_pages_every: None,
             fault_trace: None,
             tier: None,
             backing: None,

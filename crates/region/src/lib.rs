@@ -20,6 +20,7 @@
 //! | `budget` | the public [`Budget`] handle: starts and stops the budget's threads |
 //! | `shared` | what the regions of one budget and its threads share: its parts below, and what needs several of them (the limit check, giving references up, waking the reclaimer) |
 //! | `limits`, `staging`, `uffd` | the budget in pages (it may change while it runs) and the resident count; the staging area and its slot allocator; the userfaultfds |
+//! | `file_pages` | the process's read-only private file mappings handed to the kernel's reclaim (`MADV_PAGEOUT`) at an interval, when the budget asks (`zpage run` does) |
 //! | `memory_max` | the limit on the whole process's resident memory: the budget capped at what the rest of the process leaves |
 //! | `auto_budget` | a budget that finds itself: lowered while the program's stall time stays under a target, raised when it passes it |
 //! | `queues` | the lock-free rings between the fault path and the reclaimer, and the record naming a page in them |
@@ -319,6 +320,7 @@ mod evict;
 pub mod far;
 mod fatal;
 mod fault;
+mod file_pages;
 mod foreign;
 mod fork;
 mod limits;
@@ -361,6 +363,7 @@ pub use config::{
 pub use counters::{LatencySummary, RegionStats, StatField, StatKind, LATENCY_BUCKETS};
 pub use error::RegionError;
 pub use fatal::Fatal;
+pub use file_pages::{file_page_figures, give_back_file_pages, FilePageFigures, PassFigures};
 pub use fork::advice::{advise_fork, ForkAdviceFailed};
 pub use fork::marks::ForkAdvice;
 pub use memory_max::MemoryMaxStatus;

@@ -49,6 +49,7 @@ use crate::aging::{Aging, Standing};
 use crate::cold::{Cold, Tokens};
 use crate::error::RegionError;
 use crate::evict::{self, Evict, Trigger};
+use crate::file_pages::FilePages;
 use crate::page::Tag;
 use crate::queues::Record;
 use crate::region_core::RegionCore;
@@ -130,6 +131,8 @@ pub struct Reclaimer {
     cold: Option<Cold>,
     /// When the tier's upkeep (garbage collection ahead of need) last ran.
     tier_upkeep: Instant,
+    /// The process's file pages given back, when the budget asks for it.
+    file_pages: Option<FilePages>,
     /// When the pool's fragmentation was last checked.
     compaction_check: Instant,
     /// The kick counter at the last look.
@@ -193,6 +196,7 @@ impl Reclaimer {
         );
         Ok(Reclaimer {
             cold: Cold::new(&budget),
+            file_pages: budget.file_pages_every().map(FilePages::every),
             writeback_tokens: Tokens::new(budget.writeback_pages_per_sec()),
             budget,
             worker,
@@ -599,6 +603,12 @@ impl Reclaimer {
             crate::reclaim::hook::run_hooks(&self.budget);
             self.budget.look_at_memory_max();
             self.budget.look_at_auto_budget();
+            if let Some(file_pages) = &mut self.file_pages {
+                // Under pressure only, as a memory cgroup reclaims file
+                // pages only at its limit: the budget (capped by a memory
+                // max) nearly full.
+                file_pages.look(self.budget.resident().pages() >= self.budget.limits().low_pages);
+            }
             let kick = self.budget.reclaim_signal().kicks();
             vfork::serve_vfork_child(&self.budget);
             if self.budget.evictions().drop_stale_exec_hold() {

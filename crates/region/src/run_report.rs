@@ -95,6 +95,12 @@ pub struct ProcessReport {
     /// library itself, by other libraries, or raw).
     #[serde(default)]
     pub syscalls_trapped: u64,
+    /// File pages given back (`--file-pages-every`): passes made, and the
+    /// most resident bytes one pass found in the mappings it gave back.
+    #[serde(default)]
+    pub file_page_passes: u64,
+    #[serde(default)]
+    pub file_pages_peak_pass_bytes: u64,
     /// `fork()`s made by this process.
     pub forks: u64,
     /// The tier below RAM (`--backing`), when the process's budget had one.

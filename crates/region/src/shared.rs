@@ -75,6 +75,8 @@ pub struct Shared {
     writeback_pages_per_sec: u32,
     /// Cold recompression, when the budget has a cold codec.
     cold: Option<ColdConfig>,
+    /// How often the process's file pages are given back (`None`: never).
+    file_pages_every: Option<std::time::Duration>,
     store: PageStore,
     /// Shared blobs of identical pages (`BudgetConfig::dedup`); `None`: off.
     dedup: Option<Dedup>,
@@ -153,6 +155,7 @@ impl Shared {
             keep_clean_copies: config.keep_clean_copies,
             writeback_pages_per_sec: config.writeback_pages_per_sec,
             cold: ColdConfig::of(config),
+            file_pages_every: config.file_pages_every,
             workers: WorkerSlots::new(workers),
             store,
             dedup: config.dedup.then(Dedup::new),
@@ -281,6 +284,10 @@ impl Shared {
     /// Cold recompression, when the budget has a cold codec.
     pub fn cold(&self) -> Option<ColdConfig> {
         self.cold
+    }
+
+    pub fn file_pages_every(&self) -> Option<std::time::Duration> {
+        self.file_pages_every
     }
 
     // ---- Its parts ----

@@ -538,6 +538,39 @@ pub fn resident_bytes() -> Result<u64, Errno> {
     result
 }
 
+/// Reads a file (one of `/proc`) from start to end in 4 KiB pieces into a
+/// stack buffer, handing each piece to `each`: no allocation, so zpage's
+/// threads may call it with any allocator. `path` ends with a NUL.
+pub fn read_in_pieces(path: &[u8], mut each: impl FnMut(&[u8])) -> Result<(), Errno> {
+    assert_eq!(
+        path.last(),
+        Some(&0),
+        "read_in_pieces: the path must end with a NUL"
+    );
+    // SAFETY: a NUL-terminated path (checked); the descriptor is closed below.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    let mut piece = [0u8; 4096];
+    let result = loop {
+        // SAFETY: reads at most the array's length into our own array.
+        let got = unsafe { libc::read(fd, piece.as_mut_ptr().cast(), piece.len()) };
+        match got {
+            0 => break Ok(()),
+            n if n > 0 => each(&piece[..n as usize]),
+            _ => {
+                let e = Errno::last();
+                if e.0 != libc::EINTR {
+                    break Err(e);
+                }
+            }
+        }
+    };
+    close(fd);
+    result
+}
+
 /// The second field of a `statm` line (pages resident).
 pub fn statm_resident_pages(text: &[u8]) -> Option<u64> {
     let mut fields = text.split(|&b| b == b' ');
