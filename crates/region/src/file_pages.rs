@@ -28,18 +28,20 @@
 //!
 //! How: `/proc/self/smaps` read in 4 KiB pieces into stack buffers (no
 //! allocation, so zpage's threads may run it whatever the program's
-//! allocator), one `madvise` per mapping chosen. It runs on the reclaimer
-//! thread, at most once per interval and only while the budget is nearly
-//! full ([`FilePages::look`]): a program that fits its budget keeps its file
-//! pages, as a memory cgroup reclaims nothing below its limit. A pass over a
-//! few hundred mappings takes about a millisecond.
+//! allocator), one `madvise` per mapping chosen. The reclaimer asks for a
+//! pass at most once per interval and only while the budget is nearly full
+//! ([`FilePages::look`]): a program that fits its budget keeps its file
+//! pages, as a memory cgroup reclaims nothing below its limit. The pass runs
+//! on a thread of its own: node's 634 mappings take about 7 ms to read.
 //!
 //! What it counts is process-wide ([`file_page_figures`]): passes, and the
 //! resident bytes of the mappings given back at each pass (what was there
 //! to give back, not what the kernel managed to reclaim).
 
 use crate::sys;
+use crate::threads::{spawn_blocking_signals, ZpageThread};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Passes made in this process.
@@ -78,16 +80,19 @@ pub struct PassFigures {
     pub resident_bytes: u64,
 }
 
-/// The reclaimer's schedule of passes.
+/// The reclaimer's schedule of passes. The passes themselves run on a
+/// thread of their own ([`Passer`], started at the first): reading a large
+/// program's smaps takes milliseconds (node's 634 mappings: about 7 ms),
+/// which faults waiting for the reclaimer must not wait out.
 #[derive(Debug)]
 pub struct FilePages {
     every: Duration,
     next: Instant,
-    /// Set when `/proc/self/smaps` cannot be read or the kernel has no
-    /// `MADV_PAGEOUT` (before Linux 5.4): said once, then no more passes.
-    off: bool,
     /// The budget was nearly full at a look since the last pass.
     pressed: bool,
+    passer: Option<Passer>,
+    /// Set when the passer could not start: no passes.
+    off: bool,
 }
 
 impl FilePages {
@@ -96,14 +101,16 @@ impl FilePages {
         FilePages {
             every,
             next: Instant::now() + every,
-            off: false,
             pressed: false,
+            passer: None,
+            off: false,
         }
     }
 
-    /// A pass, when one is due and the budget was nearly full (`pressed`)
-    /// at a look since the last pass: a program that fits its budget keeps
-    /// its file pages, as a memory cgroup's reclaim runs only at its limit.
+    /// Asks for a pass when one is due and the budget was nearly full
+    /// (`pressed`) at a look since the last pass: a program that fits its
+    /// budget keeps its file pages, as a memory cgroup's reclaim runs only
+    /// at its limit. Never waits for the pass.
     pub fn look(&mut self, pressed: bool) {
         self.pressed |= pressed;
         if self.off || !self.pressed {
@@ -115,6 +122,91 @@ impl FilePages {
         }
         self.pressed = false;
         self.next = now + self.every;
+        if self.passer.is_none() {
+            match Passer::start() {
+                Ok(passer) => self.passer = Some(passer),
+                Err(why) => {
+                    self.off = true;
+                    eprintln!("zpage: file pages are not given back in this process: {why}");
+                    return;
+                }
+            }
+        }
+        if let Some(passer) = &self.passer {
+            passer.request();
+        }
+    }
+}
+
+/// What the reclaimer and the passer thread share.
+#[derive(Debug, Default)]
+struct PasserState {
+    asked: Mutex<Asked>,
+    wake: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Asked {
+    pass: bool,
+    stop: bool,
+}
+
+/// The thread that makes the passes; stopped and joined on drop.
+#[derive(Debug)]
+struct Passer {
+    state: Arc<PasserState>,
+    thread: Option<ZpageThread>,
+}
+
+impl Passer {
+    fn start() -> Result<Passer, String> {
+        let state = Arc::new(PasserState::default());
+        let theirs = Arc::clone(&state);
+        let thread =
+            spawn_blocking_signals("zpage-filepages", Box::new(move || run_passes(&theirs)))
+                .map_err(|e| format!("its thread could not start: {e}"))?;
+        Ok(Passer {
+            state,
+            thread: Some(thread),
+        })
+    }
+
+    fn request(&self) {
+        self.state.lock().pass = true;
+        self.state.wake.notify_one();
+    }
+}
+
+impl PasserState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Asked> {
+        self.asked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Passer {
+    fn drop(&mut self) {
+        self.state.lock().stop = true;
+        self.state.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            thread.join();
+        }
+    }
+}
+
+/// The passer thread's body: a pass per request until stopped, or until a
+/// pass finds that passes cannot work here (said once).
+fn run_passes(state: &PasserState) {
+    loop {
+        {
+            let mut asked = state.lock();
+            while !asked.pass && !asked.stop {
+                asked = state.wake.wait(asked).unwrap_or_else(|e| e.into_inner());
+            }
+            if asked.stop {
+                return;
+            }
+            asked.pass = false;
+        }
         match give_back_file_pages() {
             Ok(pass) => {
                 PASSES.fetch_add(1, Ordering::Relaxed);
@@ -122,8 +214,8 @@ impl FilePages {
                 TOTAL_BYTES.fetch_add(pass.resident_bytes, Ordering::Relaxed);
             }
             Err(why) => {
-                self.off = true;
                 eprintln!("zpage: file pages are not given back in this process: {why}");
+                return;
             }
         }
     }
