@@ -126,13 +126,14 @@ pub struct Args {
     /// library's allocator, every `malloc`: small objects included.
     #[arg(long, default_value = "4K", value_parser = zpage_units::parse_size)]
     pub min_mapping: u64,
-    /// How often the program's file pages are given back to the kernel
-    /// (user mode): its read-only private file mappings (its binary, its
-    /// libraries, files it maps to read) handed to the kernel's reclaim
-    /// (`MADV_PAGEOUT`), so the pages it no longer uses leave its resident
-    /// memory, as a memory cgroup's reclaim takes them in kernel mode. The
-    /// pages it uses come back on their next access, from the page cache or
-    /// the file. A duration (500ms, 2s); 0 keeps file pages.
+    /// How often, while its budget is nearly full, the program's file pages
+    /// are given back to the kernel (user mode): its read-only private file
+    /// mappings (its binary, its libraries, files it maps to read) handed to
+    /// the kernel's reclaim (`MADV_PAGEOUT`), so the pages it no longer uses
+    /// leave its resident memory, as a memory cgroup's reclaim takes them at
+    /// its limit in kernel mode. The pages it uses come back on their next
+    /// access, from the page cache or the file. A duration (500ms, 2s); 0
+    /// keeps file pages.
     #[arg(long, default_value = "500ms", value_parser = parse_file_pages_every)]
     pub file_pages_every: Duration,
     /// Do not publish the program's region figures for `zpage exporter`
