@@ -48,8 +48,6 @@ use std::time::{Duration, Instant};
 static PASSES: AtomicU64 = AtomicU64::new(0);
 /// The most resident bytes one pass found in the mappings it gave back.
 static PEAK_PASS_BYTES: AtomicU64 = AtomicU64::new(0);
-/// Resident bytes found in the mappings given back, summed over passes.
-static TOTAL_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// What this process's passes gave back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,8 +56,6 @@ pub struct FilePageFigures {
     pub passes: u64,
     /// The most resident bytes one pass found in the mappings it gave back.
     pub peak_pass_bytes: u64,
-    /// Resident bytes found in the mappings given back, over every pass.
-    pub total_bytes: u64,
 }
 
 /// The figures of this process's passes so far.
@@ -67,7 +63,6 @@ pub fn file_page_figures() -> FilePageFigures {
     FilePageFigures {
         passes: PASSES.load(Ordering::Relaxed),
         peak_pass_bytes: PEAK_PASS_BYTES.load(Ordering::Relaxed),
-        total_bytes: TOTAL_BYTES.load(Ordering::Relaxed),
     }
 }
 
@@ -211,7 +206,6 @@ fn run_passes(state: &PasserState) {
             Ok(pass) => {
                 PASSES.fetch_add(1, Ordering::Relaxed);
                 PEAK_PASS_BYTES.fetch_max(pass.resident_bytes, Ordering::Relaxed);
-                TOTAL_BYTES.fetch_add(pass.resident_bytes, Ordering::Relaxed);
             }
             Err(why) => {
                 eprintln!("zpage: file pages are not given back in this process: {why}");
@@ -269,13 +263,12 @@ impl Mapping {
         } else {
             return;
         };
-        *field = line
-            .iter()
-            .skip_while(|b| !b.is_ascii_digit())
-            .take_while(|b| b.is_ascii_digit())
-            .fold(0u64, |n, &b| {
-                n.saturating_mul(10).saturating_add(u64::from(b - b'0'))
-            });
+        // `Name:   123 kB`; a number that does not read counts as much, so
+        // an unreadable `Anonymous:` keeps its mapping.
+        *field = std::str::from_utf8(line)
+            .ok()
+            .and_then(|text| text.split_whitespace().nth(1))
+            .map_or(u64::MAX, |kib| kib.parse().unwrap_or(u64::MAX));
     }
 
     fn wanted_back(&self) -> bool {
@@ -288,13 +281,7 @@ impl Mapping {
 }
 
 fn hex(digits: &[u8]) -> Option<usize> {
-    if digits.is_empty() || digits.len() > 16 {
-        return None;
-    }
-    digits.iter().try_fold(0usize, |n, &b| {
-        let d = (b as char).to_digit(16)?;
-        Some((n << 4) | d as usize)
-    })
+    usize::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok()
 }
 
 /// The longest line kept whole: a header's fields before the path, and
