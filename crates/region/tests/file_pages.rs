@@ -3,6 +3,7 @@
 //! reads back the same bytes; mappings holding the program's own copies
 //! (written private pages) keep them; a budget's reclaimer makes the passes.
 #![allow(unsafe_code)]
+mod common;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -79,19 +80,10 @@ impl Mapped {
         }
     }
 
-    /// Pages of the mapping present in this process's page tables
-    /// (`/proc/self/pagemap`, bit 63).
+    /// Pages of the mapping resident in this process (its `Rss` in
+    /// `/proc/self/smaps`).
     fn present_pages(&self) -> usize {
-        use std::os::unix::fs::FileExt;
-        let pagemap = std::fs::File::open("/proc/self/pagemap").unwrap();
-        let mut entries = vec![0u8; PAGES * 8];
-        pagemap
-            .read_exact_at(&mut entries, (self.addr as u64 / PAGE_SIZE as u64) * 8)
-            .unwrap();
-        entries
-            .chunks_exact(8)
-            .filter(|e| u64::from_le_bytes((*e).try_into().unwrap()) >> 63 == 1)
-            .count()
+        common::rss_of(self.addr as usize) / PAGE_SIZE
     }
 }
 
