@@ -445,6 +445,69 @@ fn a_memory_max_holds_while_a_program_allocates_as_fast_as_it_can() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--memory-max` with `--backing` and no `--pool-max`: a program fills
+/// 128 MiB with bytes no codec compresses, so the pool alone would pass the
+/// 96 MiB limit. zpage gives the pool its share of the limit and writes the
+/// oldest pages to the file: the limit holds, the output is a plain run's,
+/// and the file is gone afterwards.
+#[test]
+fn a_memory_max_with_a_backing_holds_data_that_does_not_compress() {
+    const LIMIT: u64 = 96 << 20;
+    let exe = fastfill().to_str().unwrap();
+    let plain = stdout_of(
+        Command::new(exe)
+            .args(["128", "1", "random"])
+            .output()
+            .unwrap(),
+    );
+    assert!(plain.contains("checked"), "{plain}");
+    let dir = tempdir("memory-max-backing");
+    let json = dir.join("summary.json");
+    let tier = dir.join("tier");
+    let out = zpage_run(
+        &[
+            "--memory-max",
+            "96M",
+            "--backing",
+            tier.to_str().unwrap(),
+            "--backing-max-bytes",
+            "512M",
+            "--summary-json",
+            json.to_str().unwrap(),
+        ],
+        &[exe, "128", "1", "random"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(stdout_of(out), plain, "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let peak = summary["peak_resident_bytes"].as_u64().unwrap();
+    eprintln!(
+        "128 MiB of random bytes under --memory-max 96M with a backing: peak {:.1} MiB, pool at most {:.1} MiB, {} pages written to the file",
+        peak as f64 / (1 << 20) as f64,
+        summary["peak_pool_bytes"].as_u64().unwrap() as f64 / (1 << 20) as f64,
+        summary["tier"]["written_pages"]
+    );
+    assert!(peak <= LIMIT, "peak {peak} over the memory max:\n{stderr}");
+    assert_eq!(summary["memory_max_over_count"], 0, "{summary}");
+    assert!(
+        summary["tier"]["written_pages"].as_u64().unwrap() > 10_000,
+        "{summary}"
+    );
+    assert_eq!(summary["tier"]["read_failures"], 0, "{summary}");
+    assert!(
+        stderr.contains("Memory max per process: 96.0 MiB (held"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("tier"))
+        .collect();
+    assert!(left.is_empty(), "tier files left behind: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `forkadvice MODE` under `zpage run` with a 16 MiB budget prints exactly
 /// what it prints without zpage (what each child read where the program
 /// advised `fork()`), and most of the advised range was compressed at the

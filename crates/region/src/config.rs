@@ -151,8 +151,11 @@ pub struct BudgetConfig {
     /// The budget shrinks to what the rest of the process leaves under it
     /// (`memory_max.rs`), so as the pool grows resident pages make room;
     /// faults wait for eviction rather than pass it. With `budget_bytes`,
-    /// both hold. What cannot be held (memory outside the regions alone
-    /// over the limit, pages that cannot leave) is counted and reported.
+    /// both hold. With a tier, the pool's cap is three quarters of what the
+    /// rest of the process leaves (or `max_pool_bytes`, if less), and the
+    /// oldest compressed pages are written back as it nears it. What cannot
+    /// be held (memory outside the regions alone over the limit, pages that
+    /// cannot leave) is counted and reported.
     pub memory_max_bytes: Option<u64>,
     /// A budget that finds itself (module `auto_budget`): the stall target,
     /// in parts per million of wall time (10,000 is 1%); `budget_bytes` is
@@ -302,9 +305,9 @@ impl BudgetConfig {
             ));
         }
         if self.tier.is_some() || self.backing.is_some() {
-            if self.max_pool_bytes.is_none() {
+            if self.max_pool_bytes.is_none() && self.memory_max_bytes.is_none() {
                 return bad(
-                    "a tier (backing) is set without max_pool_bytes (--pool-max): writeback starts as the pool nears its cap, so give one".into(),
+                    "a tier (backing) is set without max_pool_bytes (--pool-max) or memory_max_bytes (--memory-max): writeback starts as the pool nears its cap, or the share of the memory max the rest of the process leaves it, so give one".into(),
                 );
             }
             if self.writeback_pages_per_sec == 0 {

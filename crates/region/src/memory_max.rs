@@ -10,7 +10,11 @@
 //! (`/proc/self/statm` into a stack buffer: no allocation, three system
 //! calls) and caps the budget at what the rest leaves:
 //!
-//! `budget <= memory_max - (resident memory - the budget's resident pages) - margin`
+//! `budget <= memory_max - (resident memory - the budget's resident pages) - margin - pool growth`
+//!
+//! (the pool's growth since the last look, [`GROWTH_LOOKS`] times: pages
+//! that hardly compress take as much room there as they leave in the
+//! budget, and evictions trail a budget that falls as the pool grows).
 //!
 //! As pages are compressed the pool grows and the budget shrinks with it;
 //! as pages are restored or freed it grows back (never above the configured
@@ -18,6 +22,15 @@
 //! any budget (`fault::throttle`), and with a memory max they wait for as
 //! long as pages can leave. What grows between two looks, outside the
 //! regions or in the pool, is what the margin ([`margin_bytes`]) is for.
+//!
+//! With a tier below RAM, the pool makes room too: each look sets the
+//! pool's cap ([`MemoryMax::pool_cap_bytes`]) at three quarters of what the
+//! rest of the process leaves under the limit, and the reclaimer writes the
+//! oldest compressed pages back as the pool nears it (`reclaim/writeback.rs`,
+//! as with `max_pool_bytes`). The budget keeps the other quarter at least,
+//! so resident pages are not squeezed to nothing while data that compresses
+//! too little fills the pool: the limit holds whatever the data, at the
+//! tier's speed for the pages it holds.
 //!
 //! What it cannot hold, it reports: when the rest of the process alone (the
 //! pool among it, when the data compresses too little to fit) leaves less
@@ -48,6 +61,13 @@ pub const LOOK_EVERY_NS: u64 = 1_000_000;
 pub fn margin_bytes(limit_bytes: u64) -> u64 {
     (limit_bytes / 64).clamp(4 << 20, 32 << 20)
 }
+
+/// Looks' worth of the pool's growth kept free under the limit. When pages
+/// hardly compress, evicting them moves as much memory into the pool as it
+/// takes out of the budget, so the budget falls at each look by what the
+/// pool grew, and the reclaimer's evictions trail it: by 5 to 6 looks'
+/// worth (about 4 MiB) in a debug build filling 160 MiB of random bytes.
+const GROWTH_LOOKS: u64 = 8;
 
 /// The least budget the memory max leaves: 4 MiB. A budget smaller than a
 /// few system calls' buffers (the system-call trap pins them 1 MiB at a
@@ -84,6 +104,10 @@ pub struct MemoryMax {
     rss_peak_bytes: AtomicU64,
     over_count: AtomicU64,
     over_peak_bytes: AtomicU64,
+    /// The pool's cap the last look left (bytes; `u64::MAX` before one).
+    pool_cap_bytes: AtomicU64,
+    /// The pool's memory at the last look.
+    last_pool_bytes: AtomicU64,
 }
 
 impl MemoryMax {
@@ -96,6 +120,8 @@ impl MemoryMax {
             rss_peak_bytes: AtomicU64::new(0),
             over_count: AtomicU64::new(0),
             over_peak_bytes: AtomicU64::new(0),
+            pool_cap_bytes: AtomicU64::new(u64::MAX),
+            last_pool_bytes: AtomicU64::new(0),
         }
     }
 
@@ -119,8 +145,15 @@ impl MemoryMax {
 
     /// Looks at the process's resident memory, unless the last look was less
     /// than [`LOOK_EVERY_NS`] ago (or `now_ns` is then), and caps `limit` at
-    /// what the rest of the process leaves; true if it looked.
-    pub fn look(&self, now_ns: u64, limit: &BudgetLimit, resident: &Resident) -> bool {
+    /// what the rest of the process leaves; true if it looked. `pool_bytes`
+    /// is the compressed pool's memory now, for the pool's cap.
+    pub fn look(
+        &self,
+        now_ns: u64,
+        limit: &BudgetLimit,
+        resident: &Resident,
+        pool_bytes: u64,
+    ) -> bool {
         let last = self.last_look_ns.load(Ordering::Relaxed);
         if now_ns < last.saturating_add(LOOK_EVERY_NS) {
             return false;
@@ -135,15 +168,39 @@ impl MemoryMax {
         };
         let regions = (before.min(resident.pages()) * PAGE_SIZE) as u64;
         self.seen(rss);
-        limit.set_cap_pages(self.room_pages(rss, regions));
+        let pool_growth = pool_bytes
+            .saturating_sub(self.last_pool_bytes.swap(pool_bytes, Ordering::Relaxed))
+            .saturating_mul(GROWTH_LOOKS);
+        limit.set_cap_pages(self.room_pages(rss, regions, pool_growth));
+        self.pool_cap_bytes
+            .store(self.pool_room(rss, regions, pool_bytes), Ordering::Relaxed);
         true
+    }
+
+    /// The pool's cap the last look left, for the writeback to a tier
+    /// below RAM (`None` before the first look).
+    pub fn pool_cap_bytes(&self) -> Option<u64> {
+        Some(self.pool_cap_bytes.load(Ordering::Relaxed)).filter(|&cap| cap != u64::MAX)
+    }
+
+    /// Three quarters of what the process's memory outside its regions'
+    /// pages and the pool leaves under the limit, the margin kept: the
+    /// pool's share when the budget keeps a quarter at least.
+    fn pool_room(&self, rss: u64, regions: u64, pool_bytes: u64) -> u64 {
+        let rest = rss.saturating_sub(regions).saturating_sub(pool_bytes);
+        let room = self.limit_bytes.saturating_sub(rest + self.margin_bytes);
+        room / 4 * 3
     }
 
     /// The budget in pages that keeps `rss` under the limit, the margin
     /// kept, when `regions` of it are the budget's pages: what the rest of
-    /// the process leaves, and never less than [`FLOOR_BYTES`].
-    fn room_pages(&self, rss: u64, regions: u64) -> usize {
-        let outside = rss.saturating_sub(regions);
+    /// the process leaves, and never less than [`FLOOR_BYTES`]. `pool_growth`
+    /// (the pool's growth at the last look, [`GROWTH_LOOKS`] times) is kept
+    /// free too: pages that hardly compress take as much room in the pool
+    /// as they leave, and the evictions trail a budget that falls as it
+    /// grows.
+    fn room_pages(&self, rss: u64, regions: u64, pool_growth: u64) -> usize {
+        let outside = rss.saturating_sub(regions) + pool_growth;
         let room = self.limit_bytes.saturating_sub(outside + self.margin_bytes);
         usize::try_from(room / PAGE_SIZE as u64)
             .unwrap_or(usize::MAX)
@@ -194,15 +251,34 @@ mod tests {
         let max = MemoryMax::new(512 * MIB);
         let pages = |bytes: u64| (bytes / PAGE_SIZE as u64) as usize;
         // 100 MiB resident, 60 of them the budget's: 40 outside, 8 margin.
-        assert_eq!(max.room_pages(100 * MIB, 60 * MIB), pages(464 * MIB));
+        assert_eq!(max.room_pages(100 * MIB, 60 * MIB, 0), pages(464 * MIB));
         // The pool grew by 30 MiB: the budget shrinks by as much.
-        assert_eq!(max.room_pages(130 * MIB, 60 * MIB), pages(434 * MIB));
+        assert_eq!(max.room_pages(130 * MIB, 60 * MIB, 0), pages(434 * MIB));
+        // ... and by as much again when it grew that much since the last
+        // look (it will grow as much again before the next).
+        assert_eq!(
+            max.room_pages(130 * MIB, 60 * MIB, 30 * MIB),
+            pages(404 * MIB)
+        );
         // More of the budget's pages counted than are resident (pages on
         // the shared zero page): nothing outside.
-        assert_eq!(max.room_pages(10 * MIB, 60 * MIB), pages(504 * MIB));
+        assert_eq!(max.room_pages(10 * MIB, 60 * MIB, 0), pages(504 * MIB));
         // The rest alone over the limit: the floor.
-        assert_eq!(max.room_pages(600 * MIB, 0), pages(4 * MIB));
-        assert_eq!(max.room_pages(500 * MIB, 0), pages(4 * MIB));
+        assert_eq!(max.room_pages(600 * MIB, 0, 0), pages(4 * MIB));
+        assert_eq!(max.room_pages(500 * MIB, 0, 0), pages(4 * MIB));
+    }
+
+    #[test]
+    fn the_pool_may_take_three_quarters_of_what_the_rest_leaves() {
+        let max = MemoryMax::new(512 * MIB);
+        // 200 MiB resident: 60 the budget's, 100 the pool's, 40 the rest;
+        // 8 MiB margin: 464 MiB of room, 348 of them the pool's.
+        assert_eq!(max.pool_room(200 * MIB, 60 * MIB, 100 * MIB), 348 * MIB);
+        // The pool's own growth does not shrink its cap; the rest's does.
+        assert_eq!(max.pool_room(300 * MIB, 60 * MIB, 200 * MIB), 348 * MIB);
+        assert_eq!(max.pool_room(240 * MIB, 60 * MIB, 100 * MIB), 318 * MIB);
+        // The rest alone over the limit: no room for a pool.
+        assert_eq!(max.pool_room(600 * MIB, 0, 0), 0);
     }
 
     /// The test process's other tests change its memory meanwhile: only
@@ -214,9 +290,14 @@ mod tests {
         let resident = Resident::default();
         let max = MemoryMax::new(sys::resident_bytes().unwrap() + (1 << 30));
         assert!(max.check_start().is_ok());
-        assert!(max.look(1_000_000_000, &limit, &resident));
+        assert_eq!(max.pool_cap_bytes(), None);
+        assert!(max.look(1_000_000_000, &limit, &resident, 0));
+        // Three quarters of the gigabyte the rest leaves, less the margin.
+        assert!(max
+            .pool_cap_bytes()
+            .is_some_and(|cap| cap >= 1 << 29 && cap < 3 << 28));
         // Too soon for another look.
-        assert!(!max.look(1_000_000_001, &limit, &resident));
+        assert!(!max.look(1_000_000_001, &limit, &resident, 0));
         let status = max.status(&limit);
         assert_eq!(status.looks, 1);
         assert!(status.rss_peak_bytes > 0);
@@ -228,7 +309,8 @@ mod tests {
         // A limit the process is over: the floor, and counted.
         let over = MemoryMax::new(MIB);
         assert!(over.check_start().is_err());
-        assert!(over.look(1_000_000_000, &limit, &resident));
+        assert!(over.look(1_000_000_000, &limit, &resident, 0));
+        assert_eq!(over.pool_cap_bytes(), Some(0));
         assert_eq!(limit.budget_pages(), FLOOR_BYTES / PAGE_SIZE);
         let status = over.status(&limit);
         assert_eq!(status.over_count, 1);

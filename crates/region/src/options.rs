@@ -82,7 +82,8 @@ macro_rules! budget_options {
             /// server (redis://[USER@]HOST:PORT[/DB], rediss:// for TLS) or a Redis Cluster
             /// (redis+cluster://HOST:PORT,...). Sealed with a per-process key: unreadable
             /// afterwards. A file is removed when the budget ends unless keep_backing.
-            /// Needs max_pool_bytes.
+            /// Needs max_pool_bytes or memory_max_bytes (under a memory max the pool may
+            /// take three quarters of what the rest of the process leaves).
             backing: String,
                 get |c| c.backing.clone(), set |c, v| c.backing = Some(v);
             /// Leave the backing file in place when the budget ends (its pages are

@@ -237,7 +237,16 @@ impl Shared {
             return false;
         };
         let before = self.limits.budget_pages();
-        let looked = max.look(sys::now_ns(), &self.limits, &self.resident);
+        let pool = self.store.pool_memory_used_bytes();
+        let looked = max.look(sys::now_ns(), &self.limits, &self.resident, pool);
+        if looked && self.store.tier().is_some() {
+            // With somewhere for the oldest pages to go, the pool makes
+            // room too: capped at its share, it is written back as it nears
+            // it, and evictions past it wait for the writeback.
+            if let Some(cap) = max.pool_cap_bytes() {
+                self.store.cap_pool_at(cap);
+            }
+        }
         if looked && self.limits.budget_pages() > before {
             self.signal_room();
         }

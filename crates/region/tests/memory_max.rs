@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use zpage_region::{Budget, BudgetConfig, Region, RegionConfig, PAGE_SIZE};
+use zpage_store::{PackedConfig, PackedTier, Tier};
+use zpage_testsupport::TempDir;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -191,6 +193,63 @@ fn a_memory_max_that_cannot_hold_is_reported() {
     assert!(st.memory_max_over_count > 0, "{st:?}");
     assert!(st.memory_max_over_peak_bytes > 0, "{st:?}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
+}
+
+/// Data that hardly compresses, twice what the limit leaves: the pool alone
+/// would pass it. With a tier and no pool cap, the memory max gives the pool
+/// its share and the oldest pages go to the tier: resident memory stays
+/// under the limit, and every word reads back (some from the tier).
+#[test]
+fn a_memory_max_with_a_tier_holds_what_the_pool_alone_would_pass() {
+    let _serial = serial();
+    let dir = TempDir::new("memory-max-tier");
+    let size = 96 * MIB;
+    let limit = status_bytes("VmRSS:") + 40 * MIB as u64;
+    let tier: Arc<dyn Tier> = Arc::new(
+        PackedTier::new(PackedConfig::new(dir.0.join("tier"), 4 * size as u64)).expect("tier"),
+    );
+    let mut config = BudgetConfig::new(1 << 30);
+    config.memory_max_bytes = Some(limit);
+    config.tier = Some(Arc::clone(&tier));
+    let budget = Budget::new(config).expect("a tier needs no pool cap under a memory max");
+    let region = Region::with_budget(&budget, size).expect("region");
+    reset_peak();
+    let sampler = Sampler::start();
+    let started = Instant::now();
+    fill(&region, 0, size / PAGE_SIZE, random);
+    check(&region, random);
+    let took = started.elapsed();
+    let sampled = sampler.stop();
+    let peak = status_bytes("VmHWM:");
+    let status = budget.memory_max_status().expect("a memory max");
+    let store = budget.store_stats();
+    let tier_stats = store.tier.clone().expect("the budget's store has a tier");
+    eprintln!(
+        "96 MiB of random pages under a memory max of {} MiB with a tier: {took:?}; highest sample {:.1} MiB, high-water mark {:.1} MiB; pool at most {:.1} MiB; {} pages to the tier, {} back; {} looks, {} over",
+        limit >> 20,
+        sampled as f64 / MIB as f64,
+        peak as f64 / MIB as f64,
+        store.contents.pool_memory_used_max_bytes as f64 / MIB as f64,
+        tier_stats.puts,
+        tier_stats.gets,
+        status.looks,
+        status.over_count
+    );
+    assert!(
+        sampled <= limit,
+        "sampled {sampled} over {limit}: {status:?}"
+    );
+    assert!(
+        peak <= limit,
+        "high-water mark {peak} over {limit}: {status:?}"
+    );
+    assert_eq!(status.over_count, 0, "{status:?}");
+    assert!(tier_stats.puts > 0 && tier_stats.gets > 0, "{tier_stats:?}");
+    assert_eq!(tier_stats.get_failures(), 0);
+    assert!(
+        store.contents.pool_memory_used_max_bytes < 40 * MIB as u64,
+        "{store:?}"
+    );
 }
 
 #[test]

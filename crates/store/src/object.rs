@@ -222,6 +222,10 @@ pub struct PageStore {
     writes: AtomicUsize,
     writes_paused: AtomicBool,
     next_worker: AtomicUsize,
+    /// The pool's cap in effect (bytes; `u64::MAX`: none): the configured
+    /// `max_pool_bytes`, or less while a user of the store lowers it
+    /// ([`PageStore::cap_pool_at`]).
+    pool_limit_bytes: AtomicU64,
     pool_reached_full: AtomicBool,
     pub(crate) gauges: Gauges,
     pub(crate) counters: Counters,
@@ -269,6 +273,7 @@ impl PageStore {
             writes: AtomicUsize::new(0),
             writes_paused: AtomicBool::new(false),
             next_worker: AtomicUsize::new(0),
+            pool_limit_bytes: AtomicU64::new(config.max_pool_bytes.unwrap_or(u64::MAX)),
             pool_reached_full: AtomicBool::new(false),
             gauges: Gauges::default(),
             counters: Counters::default(),
@@ -336,9 +341,26 @@ impl PageStore {
     /// The pool limit and the accept threshold below it, in pages, as zswap
     /// computes them (max * percent / 100, rounding down); `None` when unlimited.
     pub(crate) fn limit_pages(&self) -> Option<(u64, u64)> {
-        let max_pages = self.config.max_pool_bytes?.div_ceil(PAGE_SIZE as u64);
+        let max_pages = self.pool_limit_bytes()?.div_ceil(PAGE_SIZE as u64);
         let accept_pages = max_pages * u64::from(self.config.accept_threshold_percent) / 100;
         Some((max_pages, accept_pages))
+    }
+
+    /// The pool's cap in effect: `max_pool_bytes`, or what
+    /// [`PageStore::cap_pool_at`] last set if less; `None`: unlimited.
+    pub fn pool_limit_bytes(&self) -> Option<u64> {
+        Some(self.pool_limit_bytes.load(Relaxed)).filter(|&cap| cap != u64::MAX)
+    }
+
+    /// Caps the pool at `bytes` (at least a page), or at the configured
+    /// `max_pool_bytes` if that is less, until the next call: for a cap that
+    /// follows something outside the store (a region's memory max leaves the
+    /// pool what the rest of the process does not use). Stores are refused
+    /// at it as at the configured cap, with the same accept threshold.
+    pub fn cap_pool_at(&self, bytes: u64) {
+        let configured = self.config.max_pool_bytes.unwrap_or(u64::MAX);
+        self.pool_limit_bytes
+            .store(bytes.max(PAGE_SIZE as u64).min(configured), Relaxed);
     }
 
     /// True while a store would be refused for the pool's cap (the check of

@@ -170,7 +170,7 @@ pub(crate) fn snapshot(pages: &crate::PageStore) -> StoreStats {
             compressed_bytes,
             pool_memory_used_bytes: used,
             pool_memory_used_max_bytes: gauges.pool_pages_max.load(Relaxed) * PAGE_SIZE as u64,
-            pool_memory_limit_bytes: pages.config().max_pool_bytes.unwrap_or(0),
+            pool_memory_limit_bytes: pages.pool_limit_bytes().unwrap_or(0),
             pool_fragmentation_bytes: used.saturating_sub(compressed_bytes),
             metadata_bytes: pages.pool_metadata_bytes(),
         },

@@ -2,9 +2,10 @@
  * THREADS threads, in 64 KiB malloc'd blocks kept until the end (as an
  * interpreter building a large list of strings does), then reads every
  * block back and prints one line with a digest of the whole. The line is
- * the same with and without zpage.
+ * the same with and without zpage. With `random`, the blocks hold
+ * pseudo-random bytes instead, which no codec compresses.
  *
- *   fastfill MIB THREADS
+ *   fastfill MIB THREADS [random]
  *
  * Exit status 0 when every block read back as written. */
 #include <pthread.h>
@@ -16,10 +17,21 @@
 #define BLOCK (64UL * 1024UL)
 
 static size_t blocks_per_thread;
+static int random_bytes;
 
 /* Block `b` of thread `t`: eight-digit numbers, one per 8 bytes, that
  * repeat every 512 bytes (compresses well, as text does). */
 static void fill(char *p, size_t t, size_t b) {
+    if (random_bytes) {
+        uint64_t x = (t * 1000003 + b) * 0x9E3779B97F4A7C15ULL + 1;
+        for (size_t off = 0; off < BLOCK; off += 8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            memcpy(p + off, &x, 8);
+        }
+        return;
+    }
     char word[16];
     for (size_t off = 0; off < BLOCK; off += 8) {
         snprintf(word, sizeof word, "%08zu", (t * 1000003 + b * 64 + off / 512 % 64) % 100000000);
@@ -60,10 +72,11 @@ static void *run(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: fastfill MIB THREADS\n");
+    if (argc != 3 && !(argc == 4 && strcmp(argv[3], "random") == 0)) {
+        fprintf(stderr, "usage: fastfill MIB THREADS [random]\n");
         return 2;
     }
+    random_bytes = argc == 4;
     size_t mib = strtoul(argv[1], 0, 10), threads = strtoul(argv[2], 0, 10);
     if (threads < 1 || threads > 64) {
         fprintf(stderr, "THREADS: 1 to 64\n");

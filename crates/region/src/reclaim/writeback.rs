@@ -1,5 +1,7 @@
 //! The reclaimer's writeback to the tier below RAM. With a tier and a
-//! pool cap, as the pool passes `WRITEBACK_START_PCT` of its cap, the
+//! pool cap (`max_pool_bytes`, or the share of a memory max the rest of
+//! the process leaves the pool, `memory_max.rs`, if less: the store's
+//! `pool_limit_bytes`), as the pool passes `WRITEBACK_START_PCT` of its cap, the
 //! oldest compressed pages (in the order the reclaimer compressed them) go
 //! to the tier until the pool is under `WRITEBACK_TARGET_PCT`, at most
 //! `writeback_pages_per_sec`. A written-back page keeps its STORED state;
@@ -26,7 +28,7 @@ impl Reclaimer {
     /// The pool's cap and use in pages, when writeback applies.
     fn pool_cap(&self) -> Option<(u64, u64)> {
         self.budget.store().tier()?;
-        let cap = self.budget.store().config().max_pool_bytes?;
+        let cap = self.budget.store().pool_limit_bytes()?;
         let page = zpage_store::PAGE_SIZE as u64;
         Some((
             cap / page,
