@@ -295,7 +295,7 @@ mod tests {
         // Three quarters of the gigabyte the rest leaves, less the margin.
         assert!(max
             .pool_cap_bytes()
-            .is_some_and(|cap| cap >= 1 << 29 && cap < 3 << 28));
+            .is_some_and(|cap| ((1 << 29)..(3 << 28)).contains(&cap)));
         // Too soon for another look.
         assert!(!max.look(1_000_000_001, &limit, &resident, 0));
         let status = max.status(&limit);
