@@ -46,6 +46,16 @@ fn zpage_run(args: &[&str], program: &[&str]) -> Output {
 }
 
 /// What a program that must succeed printed.
+/// The `--summary-json` file `zpage run` wrote at `path`.
+fn summary_at(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Bytes in MiB, for messages.
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
 fn stdout_of(out: Output) -> String {
     assert!(
         out.status.success(),
@@ -133,8 +143,7 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
     ] {
         assert!(stderr.contains(line), "no {line:?} in:\n{stderr}");
     }
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let summary = summary_at(&json);
     assert_eq!(summary["exit_status"], 3);
     assert!(summary["evictions"].as_u64().unwrap() > 0, "{summary}");
     assert!(summary["faults"].as_u64().unwrap() > 0, "{summary}");
@@ -177,8 +186,7 @@ fn an_automatic_budget_finds_itself_and_says_so() {
         stderr.contains("Budget found by itself (stall target 1.00% of wall time)"),
         "{stderr}"
     );
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let summary = summary_at(&json);
     let auto = &summary["auto_budget"];
     assert_eq!(auto["stall_target"], 0.01, "{summary}");
     let lowest = auto["lowest_budget_bytes"].as_u64().unwrap();
@@ -313,8 +321,7 @@ fn a_cold_codec_shrinks_the_pool_and_keeps_every_word() {
             String::from_utf8_lossy(&out.stdout).contains("checked"),
             "{stderr}"
         );
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let summary = summary_at(&json);
         assert!(summary["evictions"].as_u64().unwrap() > 4096, "{summary}");
         (
             summary["pool_bytes"].as_u64().unwrap(),
@@ -421,13 +428,12 @@ fn a_memory_max_holds_while_a_program_allocates_as_fast_as_it_can() {
     let out = output_within(child, std::time::Duration::from_secs(30));
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(stdout_of(out), plain, "{stderr}");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let summary = summary_at(&json);
     let peak = summary["peak_resident_bytes"].as_u64().unwrap();
     eprintln!(
         "256 MiB under --memory-max 96M: peak {:.1} MiB (kernel's high-water mark), {:.1} MiB at the highest of {samples} samples; {} evictions",
-        peak as f64 / (1 << 20) as f64,
-        sampled as f64 / (1 << 20) as f64,
+        mib(peak),
+        mib(sampled),
         summary["evictions"]
     );
     assert_eq!(summary["memory_max_bytes"], LIMIT, "{summary}");
@@ -485,13 +491,12 @@ fn a_memory_max_with_a_backing_holds_data_that_does_not_compress() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(stdout_of(out), plain, "{stderr}");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let summary = summary_at(&json);
     let peak = summary["peak_resident_bytes"].as_u64().unwrap();
     eprintln!(
         "128 MiB of random bytes under --memory-max 96M with a backing: peak {:.1} MiB, pool at most {:.1} MiB, {} pages written to the file",
-        peak as f64 / (1 << 20) as f64,
-        summary["peak_pool_bytes"].as_u64().unwrap() as f64 / (1 << 20) as f64,
+        mib(peak),
+        mib(summary["peak_pool_bytes"].as_u64().unwrap()),
         summary["tier"]["written_pages"]
     );
     assert!(
@@ -621,8 +626,7 @@ fn a_backing_file_holds_pages_and_the_output_is_a_plain_runs() {
         let out = zpage_run(&args, &["python3", "-c", script]);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(stdout_of(out), plain, "{stderr}");
-        let summary: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let summary = summary_at(&json);
         (summary, stderr)
     };
     let (summary, stderr) = run(&[]);
@@ -1488,8 +1492,7 @@ fn redis_under_zpage_run_keeps_every_value(tag: &str, extra: &[&str]) {
         report["digest"], report["bgsave"]["loaded_digest"],
         "{report}"
     );
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    let summary = summary_at(&summary_path);
     let evictions = summary["evictions"].as_u64().unwrap_or(0);
     assert!(
         evictions > 0,
@@ -1535,8 +1538,7 @@ fn node_runs_a_verified_workload_four_times_its_budget() {
     let digest = |o: &Output| String::from_utf8_lossy(&o.stdout).trim().to_string();
     assert!(digest(&plain).contains("wrong 0"), "{}", digest(&plain));
     assert_eq!(digest(&under), digest(&plain));
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
+    let summary = summary_at(&summary);
     assert!(
         summary["evictions"].as_u64().unwrap_or(0) > 0
             && summary["regions_made"].as_u64().unwrap_or(0) > 0,
