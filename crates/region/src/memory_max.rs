@@ -24,7 +24,7 @@
 //! regions or in the pool, is what the margin ([`margin_bytes`]) is for.
 //!
 //! With a tier below RAM, the pool makes room too: each look sets the
-//! pool's cap ([`MemoryMax::pool_cap_bytes`]) at three quarters of what the
+//! pool's cap (what [`MemoryMax::look`] returns) at three quarters of what the
 //! rest of the process leaves under the limit, and the reclaimer writes the
 //! oldest compressed pages back as the pool nears it (`reclaim/writeback.rs`,
 //! as with `max_pool_bytes`). The budget keeps the other quarter at least,
@@ -104,8 +104,6 @@ pub struct MemoryMax {
     rss_peak_bytes: AtomicU64,
     over_count: AtomicU64,
     over_peak_bytes: AtomicU64,
-    /// The pool's cap the last look left (bytes; `u64::MAX` before one).
-    pool_cap_bytes: AtomicU64,
     /// The pool's memory at the last look.
     last_pool_bytes: AtomicU64,
 }
@@ -120,7 +118,6 @@ impl MemoryMax {
             rss_peak_bytes: AtomicU64::new(0),
             over_count: AtomicU64::new(0),
             over_peak_bytes: AtomicU64::new(0),
-            pool_cap_bytes: AtomicU64::new(u64::MAX),
             last_pool_bytes: AtomicU64::new(0),
         }
     }
@@ -145,18 +142,19 @@ impl MemoryMax {
 
     /// Looks at the process's resident memory, unless the last look was less
     /// than [`LOOK_EVERY_NS`] ago (or `now_ns` is then), and caps `limit` at
-    /// what the rest of the process leaves; true if it looked. `pool_bytes`
-    /// is the compressed pool's memory now, for the pool's cap.
+    /// what the rest of the process leaves. Returns, if it looked, the
+    /// pool's share of the limit (its cap when there is a tier to write
+    /// back to); `pool_bytes` is the pool's memory now.
     pub fn look(
         &self,
         now_ns: u64,
         limit: &BudgetLimit,
         resident: &Resident,
         pool_bytes: u64,
-    ) -> bool {
+    ) -> Option<u64> {
         let last = self.last_look_ns.load(Ordering::Relaxed);
         if now_ns < last.saturating_add(LOOK_EVERY_NS) {
-            return false;
+            return None;
         }
         self.last_look_ns.store(now_ns, Ordering::Relaxed);
         // The budget's pages before and after the read: the fewer of the
@@ -164,7 +162,7 @@ impl MemoryMax {
         // between counts outside (a smaller budget), never the other way.
         let before = resident.pages();
         let Ok(rss) = sys::resident_bytes() else {
-            return false;
+            return None;
         };
         let regions = (before.min(resident.pages()) * PAGE_SIZE) as u64;
         self.seen(rss);
@@ -172,15 +170,7 @@ impl MemoryMax {
             .saturating_sub(self.last_pool_bytes.swap(pool_bytes, Ordering::Relaxed))
             .saturating_mul(GROWTH_LOOKS);
         limit.set_cap_pages(self.room_pages(rss, regions, pool_growth));
-        self.pool_cap_bytes
-            .store(self.pool_room(rss, regions, pool_bytes), Ordering::Relaxed);
-        true
-    }
-
-    /// The pool's cap the last look left, for the writeback to a tier
-    /// below RAM (`None` before the first look).
-    pub fn pool_cap_bytes(&self) -> Option<u64> {
-        Some(self.pool_cap_bytes.load(Ordering::Relaxed)).filter(|&cap| cap != u64::MAX)
+        Some(self.pool_room(rss, regions, pool_bytes))
     }
 
     /// Three quarters of what the process's memory outside its regions'
@@ -290,14 +280,12 @@ mod tests {
         let resident = Resident::default();
         let max = MemoryMax::new(sys::resident_bytes().unwrap() + (1 << 30));
         assert!(max.check_start().is_ok());
-        assert_eq!(max.pool_cap_bytes(), None);
-        assert!(max.look(1_000_000_000, &limit, &resident, 0));
         // Three quarters of the gigabyte the rest leaves, less the margin.
         assert!(max
-            .pool_cap_bytes()
+            .look(1_000_000_000, &limit, &resident, 0)
             .is_some_and(|cap| ((1 << 29)..(3 << 28)).contains(&cap)));
         // Too soon for another look.
-        assert!(!max.look(1_000_000_001, &limit, &resident, 0));
+        assert_eq!(max.look(1_000_000_001, &limit, &resident, 0), None);
         let status = max.status(&limit);
         assert_eq!(status.looks, 1);
         assert!(status.rss_peak_bytes > 0);
@@ -309,8 +297,7 @@ mod tests {
         // A limit the process is over: the floor, and counted.
         let over = MemoryMax::new(MIB);
         assert!(over.check_start().is_err());
-        assert!(over.look(1_000_000_000, &limit, &resident, 0));
-        assert_eq!(over.pool_cap_bytes(), Some(0));
+        assert_eq!(over.look(1_000_000_000, &limit, &resident, 0), Some(0));
         assert_eq!(limit.budget_pages(), FLOOR_BYTES / PAGE_SIZE);
         let status = over.status(&limit);
         assert_eq!(status.over_count, 1);

@@ -238,19 +238,19 @@ impl Shared {
         };
         let before = self.limits.budget_pages();
         let pool = self.store.pool_memory_used_bytes();
-        let looked = max.look(sys::now_ns(), &self.limits, &self.resident, pool);
-        if looked && self.store.tier().is_some() {
+        let Some(pool_share) = max.look(sys::now_ns(), &self.limits, &self.resident, pool) else {
+            return false;
+        };
+        if self.store.tier().is_some() {
             // With somewhere for the oldest pages to go, the pool makes
             // room too: capped at its share, it is written back as it nears
             // it, and evictions past it wait for the writeback.
-            if let Some(cap) = max.pool_cap_bytes() {
-                self.store.cap_pool_at(cap);
-            }
+            self.store.cap_pool_at(pool_share);
         }
-        if looked && self.limits.budget_pages() > before {
+        if self.limits.budget_pages() > before {
             self.signal_room();
         }
-        looked
+        true
     }
 
     /// Whether the program's stalls are timed (for the automatic budget).
