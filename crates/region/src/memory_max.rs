@@ -30,7 +30,9 @@
 //! as with `max_pool_bytes`). The budget keeps the other quarter at least,
 //! so resident pages are not squeezed to nothing while data that compresses
 //! too little fills the pool: the limit holds whatever the data, at the
-//! tier's speed for the pages it holds.
+//! tier's speed for the pages it holds (data that does not compress at all
+//! runs at the limit less its margin, and a loaded machine passed it by up
+//! to 0.8 MiB: evicting such pages frees nothing until the writeback does).
 //!
 //! What it cannot hold, it reports: when the rest of the process alone (the
 //! pool among it, when the data compresses too little to fit) leaves less

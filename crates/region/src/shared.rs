@@ -58,10 +58,8 @@ use zpage_store::{PageRef, PageStore, PageStoreConfig};
 /// at a quarter budget by 3-5 MiB (node 0.65-0.66x of the plain peak to
 /// 0.61x, the JVM 0.80x to 0.77-0.78x) at the same wall times; one shard
 /// saved little more and made CPython's runs slower.
-fn pool_shards() -> usize {
-    std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(2, 4)
+fn pool_shards(cpus: usize) -> usize {
+    cpus.clamp(2, 4)
 }
 
 /// Event features asked for on the regions' uffd (no privilege needed).
@@ -132,21 +130,19 @@ impl Shared {
         // Room for the trial set and one round's worth of pages in flight.
         let staging =
             Staging::new(sized_for.staging_target + (sized_for.high_pages - sized_for.low_pages))?;
+        // Read once: it looks at the process's CPU affinity and cgroup.
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         let store = PageStore::new(PageStoreConfig {
             codec: config.codec.clone(),
             recompress_codec: config.cold_codec.clone(),
             threshold: config.threshold,
             pool: config.pool,
             max_pool_bytes: config.max_pool_bytes,
-            pool_shards: pool_shards(),
+            pool_shards: pool_shards(cpus),
             tier: tier.clone(),
             ..PageStoreConfig::default()
         })?;
-        let nworkers = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-            * 4
-            + 8;
+        let nworkers = cpus * 4 + 8;
         let workers = (0..nworkers)
             .map(|_| store.worker())
             .collect::<Result<Vec<_>, _>>()?;
