@@ -32,7 +32,7 @@
 //! too little fills the pool: the limit holds whatever the data, at the
 //! tier's speed for the pages it holds (data that does not compress at all
 //! runs at the limit less its margin, and a loaded machine passed it by up
-//! to 0.8 MiB: evicting such pages frees nothing until the writeback does).
+//! to 2.6 MiB: evicting such pages frees nothing until the writeback does).
 //!
 //! What it cannot hold, it reports: when the rest of the process alone (the
 //! pool among it, when the data compresses too little to fit) leaves less
