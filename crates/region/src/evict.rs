@@ -86,8 +86,10 @@ pub enum Evict {
     Retry,
     /// Not a resident page any more, or one that cannot move out now (a
     /// page of a reserved region whose protection is not read-write:
-    /// `UFFDIO_MOVE` refuses it with `EINVAL`): its record is dropped, and
-    /// the victim lists pick it up again when rebuilt from the page slots.
+    /// `UFFDIO_MOVE` refuses it with `EINVAL`; one the program discarded
+    /// there leaves as a [`Evict::Hole`] instead): its record is dropped,
+    /// and the victim lists pick it up again when rebuilt from the page
+    /// slots.
     Stale,
     /// Eviction of this region is paused (fork, `restore_all`).
     Paused,
@@ -138,8 +140,17 @@ fn evict_unpaused(core: &RegionCore, page: usize) -> Evict {
         Err(Errno(libc::EINVAL)) => {
             // The page's mapping differs from the staging area's (read-only,
             // `PROT_NONE` or executable now: the program changed it with
-            // `mprotect`). Retrying would spin on it; it stays resident.
+            // `mprotect`), so the kernel refused the MOVE before looking for
+            // the page.
             budget.staging().free_after_failed_move(staging_slot);
+            if s.discarded() && !sys::page_present(core.page_addr(page)) {
+                // Discarded, zapped, and its range made inaccessible since
+                // (the arena keeps an unmapped range reserved `PROT_NONE`):
+                // nothing is there to move, and it reads as zeros. Kept as
+                // resident, it would hold a place in the budget for good.
+                return left_as_hole(core, page, Path::Reclaim);
+            }
+            // Retrying would spin on it; it stays resident.
             slot.publish(s);
             return Evict::Stale;
         }
@@ -307,9 +318,13 @@ fn vanished(core: &RegionCore, page: usize, staging_slot: usize, path: Path) -> 
 
 /// The page was not there (the program discarded it): zeros from now on.
 fn hole(core: &RegionCore, page: usize, staging_slot: usize, path: Path) -> Evict {
-    let budget = &*core.budget;
+    core.budget.staging().free_unused(staging_slot);
+    left_as_hole(core, page, path)
+}
+
+/// A page found gone, its staging slot given back already: zeros from now on.
+fn left_as_hole(core: &RegionCore, page: usize, path: Path) -> Evict {
     let slot = &core.pages[page];
-    budget.staging().free_unused(staging_slot);
     give_up_copy(core, page, path);
     let s = slot.load();
     slot.set(s.emptied());
