@@ -286,6 +286,9 @@ pub struct Summary {
     /// in the mappings it gave back.
     pub file_page_passes: u64,
     pub file_pages_peak_pass_bytes: u64,
+    /// Every event counter of the regions, summed over the processes, by
+    /// its name in `zpage_region::RegionStats::FIELDS`.
+    pub region_counters: std::collections::BTreeMap<String, u64>,
     pub wall_seconds: f64,
     pub user_seconds: f64,
     pub system_seconds: f64,
@@ -335,6 +338,7 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         forks: 0,
         file_page_passes: 0,
         file_pages_peak_pass_bytes: 0,
+        region_counters: Default::default(),
         tier: None,
         wall_seconds: 0.0,
         user_seconds: 0.0,
@@ -385,6 +389,9 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
             if sum.down_cause.is_none() {
                 sum.down_cause = tier.down_cause.clone();
             }
+        }
+        for (name, n) in &r.region_counters {
+            *s.region_counters.entry(name.clone()).or_default() += n;
         }
         merged.fault_count += r.fault_count;
         merged.fault_ns += r.fault_ns;

@@ -147,6 +147,24 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
     assert_eq!(summary["exit_status"], 3);
     assert!(summary["evictions"].as_u64().unwrap() > 0, "{summary}");
     assert!(summary["faults"].as_u64().unwrap() > 0, "{summary}");
+    // Every region counter is there, and the summary's own figures are
+    // made of them: restores are decompressions plus trial hits.
+    let counters = &summary["region_counters"];
+    let counter = |name: &str| {
+        counters[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no region counter {name}: {summary}"))
+    };
+    assert_eq!(
+        counter("restore_count") + counter("trial_hit_count"),
+        summary["restores"].as_u64().unwrap(),
+        "{summary}"
+    );
+    assert_eq!(
+        counter("eviction_count"),
+        summary["evictions"].as_u64().unwrap()
+    );
+    assert!(counter("compression_count") > 0, "{summary}");
     // 64 MiB of data under a 16 MiB budget: the peak stays well below the
     // data. It is the budget plus the pool, the staging area and zpage's
     // own memory: 37.3-38.2 MiB on a quiet machine, 40.4 MiB once in CI

@@ -5,8 +5,9 @@
 //! file's format lives in one place (the `zpage` binary reads it without
 //! linking the preload library's interposers).
 
-use crate::counters::{LatencySummary, RegionStats, LATENCY_BUCKETS};
+use crate::counters::{LatencySummary, RegionStats, StatKind, LATENCY_BUCKETS};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming the directory reports go to.
@@ -106,6 +107,11 @@ pub struct ProcessReport {
     /// The tier below RAM (`--backing`), when the process's budget had one.
     #[serde(default)]
     pub tier: Option<TierReport>,
+    /// Every event counter of the process's regions, summed, by its name in
+    /// [`RegionStats::FIELDS`] (trial hits, activations, demotions, clean
+    /// evictions...): the fields above are the ones the summary prints.
+    #[serde(default)]
+    pub region_counters: BTreeMap<String, u64>,
 }
 
 /// What a process's tier below RAM did, and whether it was up at the end.
@@ -180,6 +186,16 @@ impl ProcessReport {
         self.overshoot_count += stats.overshoot_count;
         self.overshoot_peak_bytes = self.overshoot_peak_bytes.max(stats.overshoot_peak_bytes);
         self.add_buckets(&stats.fault_latency.log2_buckets);
+        let counters = RegionStats::FIELDS
+            .iter()
+            .zip(stats.values())
+            .filter(|(field, _)| field.kind == StatKind::Counter);
+        for (field, value) in counters {
+            *self
+                .region_counters
+                .entry(field.name.to_owned())
+                .or_default() += value;
+        }
     }
 
     fn add_buckets(&mut self, buckets: &[u64]) {
