@@ -59,6 +59,14 @@ pub enum PoolError {
         raw: u64,
     },
 
+    /// The kernel refused the memory for new pages (out of address space,
+    /// or over the machine's commit limit).
+    #[error("no memory for {pages} more pages of the pool: the kernel refused it (address space or commit limit)")]
+    OutOfMemory {
+        /// The pages asked for.
+        pages: usize,
+    },
+
     /// A pool kind name was not recognised.
     #[error("unknown pool kind {given:?}: choose one of {choices}")]
     UnknownKind {

@@ -30,6 +30,7 @@ use crate::PAGE_SIZE;
 use crate::{
     ClassStats, CompactStats, Handle, Packed, Packing, Pool, PoolError, PoolKind, PoolStats, Result,
 };
+use zpage_pages::PageRun;
 
 /// Smallest object size (`ZS_MIN_ALLOC_SIZE`).
 const MIN_ALLOC_SIZE: usize = 32;
@@ -41,6 +42,7 @@ const SIZE_CLASSES: usize = (PAGE_SIZE - MIN_ALLOC_SIZE).div_ceil(CLASS_DELTA) +
 const HANDLE_SIZE: usize = 8;
 /// Longest zspage chain (`CONFIG_ZSMALLOC_CHAIN_SIZE`, default 8).
 const MAX_PAGES_PER_ZSPAGE: usize = 8;
+const _: () = assert!(MAX_PAGES_PER_ZSPAGE <= zpage_pages::MAX_RUN_PAGES);
 /// zsmalloc's fullness groups: empty, 0-10 % ... 90-99 % (ten), full.
 const FULLNESS_GROUPS: usize = 12;
 const GROUP_EMPTY: usize = 0;
@@ -177,7 +179,9 @@ struct HandleEntry {
 /// A zspage: `pages_per_zspage` contiguous pages cut into equal slots.
 struct ZsPage {
     class: u16,
-    memory: Box<[u8]>,
+    /// Its pages, which go back to the kernel when the zspage is freed
+    /// (`zpage_pages`).
+    memory: PageRun,
     /// Free slot numbers; the last one is handed out next (the kernel's
     /// LIFO free-object chain).
     free_slots: Vec<u16>,
@@ -307,14 +311,16 @@ impl SizeClassPool {
             .expect("listed zspage ids are live")
     }
 
-    fn allocate_zspage(&mut self, class: u16) -> u32 {
+    fn allocate_zspage(&mut self, class: u16) -> Result<u32> {
         let state = &mut self.classes[usize::from(class)];
         let geometry = state.geometry;
+        let pages = geometry.pages_per_zspage as usize;
+        let memory = PageRun::new(pages).ok_or(PoolError::OutOfMemory { pages })?;
         state.zspages += 1;
         let objs = geometry.objs_per_zspage as u16;
         let zspage = ZsPage {
             class,
-            memory: vec![0u8; geometry.pages_per_zspage as usize * PAGE_SIZE].into_boxed_slice(),
+            memory,
             free_slots: (0..objs).rev().collect(),
             owners: vec![NO_OWNER; usize::from(objs)],
             in_use: 0,
@@ -333,7 +339,7 @@ impl SizeClassPool {
             .pages_added(u64::from(geometry.pages_per_zspage));
         self.counters
             .metadata_grew(Self::zspage_metadata_bytes(geometry));
-        id
+        Ok(id)
     }
 
     fn release_zspage(&mut self, id: u32) {
@@ -512,7 +518,7 @@ impl Pool for SizeClassPool {
         let class = class_table().class_of_index[size_class_index(blob.len() + HANDLE_SIZE)];
         let zspage_id = match self.fullest_with_room(class) {
             Some(id) => id,
-            None => self.allocate_zspage(class),
+            None => self.allocate_zspage(class)?,
         };
         let zspage = self.zspage_mut(zspage_id);
         let slot = zspage

@@ -9,6 +9,7 @@ use std::mem::size_of;
 use crate::handle::{Generation, HandleCodec};
 use crate::stats::{fullness_column, Counters};
 use crate::{ClassStats, Handle, PoolError, PoolKind, PoolStats, Result, PAGE_SIZE};
+use zpage_pages::PageRun;
 
 /// Slots per page.
 pub(crate) const SLOTS: usize = 3;
@@ -32,7 +33,7 @@ pub(crate) fn objects(lens: &SlotLens) -> u64 {
 /// zbud in its in-page header).
 pub(crate) struct SlottedPage {
     /// `None` while the page id is free for reuse.
-    memory: Option<Box<[u8]>>,
+    memory: Option<PageRun>,
     /// Blob length per slot; 0 means free.
     lens: SlotLens,
     /// Bumped on each store into the slot, so old handles go stale.
@@ -109,10 +110,10 @@ impl SlottedPages {
     }
 
     /// A fresh zeroed page; returns its id.
-    pub(crate) fn new_page(&mut self) -> u32 {
+    pub(crate) fn new_page(&mut self) -> Result<u32> {
+        let memory = Some(PageRun::new(1).ok_or(PoolError::OutOfMemory { pages: 1 })?);
         self.counters.pages_added(1);
-        let memory = Some(vec![0u8; PAGE_SIZE].into_boxed_slice());
-        match self.vacant_page_ids.pop() {
+        Ok(match self.vacant_page_ids.pop() {
             Some(id) => {
                 self.pages[id as usize].memory = memory;
                 id
@@ -126,7 +127,7 @@ impl SlottedPages {
                 self.counters.metadata_grew(size_of::<SlottedPage>());
                 (self.pages.len() - 1) as u32
             }
-        }
+        })
     }
 
     /// Copies `blob` into `slot` of page `id` at `offset` and returns its handle.

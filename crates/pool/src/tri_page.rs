@@ -222,7 +222,7 @@ impl Pool for TriPagePool {
         crate::error::check_blob_len(len)?;
         let (id, slot) = match self.take_page_that_fits(len) {
             Some(id) => (id, slot_in_bucketed_page(self.pages.page(id).lens(), len)),
-            None => (self.pages.new_page(), Slot::Left),
+            None => (self.pages.new_page()?, Slot::Left),
         };
         let handle = self
             .pages

@@ -128,10 +128,10 @@ impl Pool for TwoSlotPool {
         let len = blob.len();
         crate::error::check_blob_len(len)?;
         let (id, bud) = match placement(len) {
-            Placement::Dedicated => (self.pages.new_page(), DEDICATED),
+            Placement::Dedicated => (self.pages.new_page()?, DEDICATED),
             Placement::Buddy { lists } => match self.take_unbuddied(lists) {
                 Some(found) => found,
-                None => (self.pages.new_page(), FIRST),
+                None => (self.pages.new_page()?, FIRST),
             },
         };
         // The last buddy is right-justified, so its offset depends on its length.

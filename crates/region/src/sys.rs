@@ -11,7 +11,6 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An `errno` value from a failed system call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,76 +242,10 @@ pub fn discard(addr: usize, len: usize) -> Result<(), Errno> {
     }
 }
 
-/// Most ranges one `process_madvise` call of [`discard_ranges`] hands the
-/// kernel (its iovec array is on the stack; more ranges take more calls).
-pub const DISCARD_RANGES_MAX: usize = 256;
-
-/// `process_madvise`'s "the calling thread's process" (Linux 6.15+): no
-/// pidfd to open, and none to reopen in a forked child.
-const PIDFD_SELF_THREAD: libc::c_int = -10000;
-
-/// Whether [`discard_ranges`] still tries `process_madvise`: cleared once
-/// the kernel refuses it, so that an older kernel costs one failed call, not
-/// one a batch.
-static BATCHED: AtomicBool = AtomicBool::new(true);
-
-/// `MADV_DONTNEED` on many ranges of the staging area at once, with one
-/// `process_madvise` call: the kernel flushes the TLB once for the lot
-/// instead of once a range, and a flush interrupts every CPU running a
-/// thread of the process (0.72 against 10.08 µs a one-page range with a
-/// thread running on the other CPU: the table in the crate's README). A
-/// kernel without it (before 6.15), or a partial advice, falls back to one
-/// `madvise` a range (advising a range twice is harmless). Async-signal-safe.
-pub fn discard_ranges(ranges: &[(usize, usize)]) {
-    for batch in ranges.chunks(DISCARD_RANGES_MAX) {
-        discard_batch(batch);
-    }
-}
-
-/// [`discard_ranges`] for at most [`DISCARD_RANGES_MAX`] ranges.
-fn discard_batch(ranges: &[(usize, usize)]) {
-    let mut iov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; DISCARD_RANGES_MAX];
-    let mut total = 0;
-    for (slot, &(addr, len)) in iov.iter_mut().zip(ranges) {
-        *slot = libc::iovec {
-            iov_base: addr as *mut c_void,
-            iov_len: len,
-        };
-        total += len;
-    }
-    if ranges.len() > 1 && BATCHED.load(Ordering::Relaxed) {
-        // SAFETY: the iovecs name staging ranges whose data is no longer
-        // needed (as for `discard`); the kernel only reads the array.
-        let done = unsafe {
-            libc::syscall(
-                libc::SYS_process_madvise,
-                PIDFD_SELF_THREAD,
-                iov.as_ptr(),
-                ranges.len(),
-                libc::MADV_DONTNEED,
-                0,
-            )
-        };
-        if done == total as i64 {
-            return;
-        }
-        // EPERM: a seccomp filter that allows `madvise` but not this.
-        if done < 0
-            && matches!(
-                Errno::last().0,
-                libc::EBADF | libc::ENOSYS | libc::EINVAL | libc::EPERM
-            )
-        {
-            BATCHED.store(false, Ordering::Relaxed);
-        }
-    }
-    for &(addr, len) in ranges {
-        let _ = discard(addr, len);
-    }
-}
+/// `MADV_DONTNEED` on many ranges with one `process_madvise` (the staging
+/// area's batched discards): the pages crate's, which the pool's page heap
+/// uses too. Async-signal-safe.
+pub use zpage_pages::{discard_ranges, DISCARD_RANGES_MAX};
 
 /// `close`.
 pub fn close(fd: i32) {

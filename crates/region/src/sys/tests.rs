@@ -3,62 +3,7 @@
 
 use super::*;
 use crate::mapping::Mapping;
-
-#[test]
-fn discard_ranges_empties_exactly_the_ranges_given() {
-    let mapping = Mapping::new(16).unwrap();
-    let page = |p: usize| mapping.addr(p) as *mut u8;
-    for p in 0..16 {
-        // SAFETY: inside the mapping just made, which nothing else uses.
-        unsafe { page(p).write_volatile(p as u8 + 1) };
-    }
-    let ranges = [
-        (mapping.addr(1), PAGE_SIZE),
-        (mapping.addr(4), 3 * PAGE_SIZE),
-        (mapping.addr(15), PAGE_SIZE),
-    ];
-    discard_ranges(&ranges);
-    for p in 0..16 {
-        let emptied = p == 1 || (4..7).contains(&p) || p == 15;
-        // SAFETY: as above.
-        let byte = unsafe { page(p).read_volatile() };
-        assert_eq!(byte, if emptied { 0 } else { p as u8 + 1 }, "page {p}");
-    }
-    // Kernels from 6.15 take the batch in one call.
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let mut numbers = release.split(|c: char| !c.is_ascii_digit());
-    let major: u32 = numbers.next().unwrap().parse().unwrap();
-    let minor: u32 = numbers.next().unwrap().parse().unwrap();
-    if (major, minor) >= (6, 15) {
-        assert!(
-            BATCHED.load(Ordering::Relaxed),
-            "process_madvise refused on {release}"
-        );
-    }
-}
-
-#[test]
-fn discard_ranges_takes_more_ranges_than_one_call_can() {
-    let pages = 2 * DISCARD_RANGES_MAX + 20;
-    let mapping = Mapping::new(pages).unwrap();
-    let page = |p: usize| mapping.addr(p) as *mut u8;
-    for p in 0..pages {
-        // SAFETY: inside the mapping just made, which nothing else uses.
-        unsafe { page(p).write_volatile(1) };
-    }
-    // Every other page: one range each, more than one call's worth.
-    let ranges: Vec<(usize, usize)> = (0..pages)
-        .step_by(2)
-        .map(|p| (mapping.addr(p), PAGE_SIZE))
-        .collect();
-    assert!(ranges.len() > DISCARD_RANGES_MAX);
-    discard_ranges(&ranges);
-    for p in 0..pages {
-        // SAFETY: as above.
-        let byte = unsafe { page(p).read_volatile() };
-        assert_eq!(byte, (p % 2) as u8, "page {p}");
-    }
-}
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A MOVE racing with a write that replaces the zero page at its source
 /// by a private copy (what a read fault restored as the zero page sees
