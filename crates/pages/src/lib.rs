@@ -37,7 +37,10 @@
 //! the free ones.
 #![allow(unsafe_code)]
 
-use std::cell::UnsafeCell;
+mod spin;
+
+pub use spin::SpinLock;
+
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -234,12 +237,8 @@ pub fn heap_stats() -> HeapStats {
 
 /// The page heap: one per process.
 struct Heap {
-    locked: AtomicBool,
-    state: UnsafeCell<State>,
+    state: SpinLock<State>,
 }
-
-// SAFETY: `state` is only touched by the thread that holds `locked`.
-unsafe impl Sync for Heap {}
 
 /// Free runs of one length, by page number from the range's start.
 type Runs = [Vec<u32>; MAX_RUN_PAGES + 1];
@@ -262,8 +261,7 @@ struct State {
 }
 
 static HEAP: Heap = Heap {
-    locked: AtomicBool::new(false),
-    state: UnsafeCell::new(State {
+    state: SpinLock::new(State {
         base: 0,
         handed_out: 0,
         committed: 0,
@@ -286,23 +284,7 @@ impl Heap {
     /// Runs `f` on the state under the lock. `f` must not take a run or
     /// give one back (the lock is not reentrant).
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        let mut spins = 0u32;
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        // SAFETY: the lock is held, so no other thread touches the state.
-        let result = f(unsafe { &mut *self.state.get() });
-        self.locked.store(false, Ordering::Release);
-        result
+        self.state.with(f)
     }
 
     /// A run of `pages` and whether it may hold old bytes (a kept run).
@@ -363,8 +345,9 @@ impl Heap {
     /// thread may have held the one and been changing the others); the free
     /// runs are forgotten, the runs in use and the range stay.
     fn reset_after_fork(&self) {
-        // SAFETY: the child has one thread, this one, and no lock holder.
-        let s = unsafe { &mut *self.state.get() };
+        // SAFETY: the child has one thread, this one, which holds no
+        // reference to the state (it runs a fork hook).
+        let s = unsafe { self.state.get_unlocked() };
         std::mem::forget(std::mem::replace(
             &mut s.kept,
             [const { VecDeque::new() }; MAX_RUN_PAGES + 1],
@@ -375,7 +358,7 @@ impl Heap {
         ));
         s.kept_pages = 0;
         s.given_back_pages = 0;
-        self.locked.store(false, Ordering::Release);
+        self.state.force_unlock();
     }
 }
 

@@ -9,8 +9,9 @@
 //! which no interposer (ours included) sees.
 //!
 //! One lock guards the heap (zpage allocates rarely: region bookkeeping,
-//! reports). It is a spin-then-yield flag rather than a pthread mutex so a
-//! forked child can reset it (see [`after_fork_in_child`]).
+//! reports). It is the page heap's spin lock (`zpage_pages::SpinLock`)
+//! rather than a pthread mutex, so a forked child can reset it (see
+//! [`after_fork_in_child`]).
 //!
 //! **zpage's threads allocate only here.** What they allocate through the
 //! C library (its first thread-local destructor registration `calloc`s, and
@@ -25,8 +26,8 @@
 
 use dlmalloc::{Allocator, Dlmalloc};
 use std::alloc::{GlobalAlloc, Layout};
-use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use zpage_pages::SpinLock;
 
 /// The heap's address range: reserved (`PROT_NONE`, no memory) at the
 /// first allocation, handed out to the heap from the bottom up.
@@ -122,40 +123,22 @@ unsafe impl Allocator for RawPages {
 
 /// The library's global allocator.
 pub struct PrivateHeap {
-    locked: AtomicBool,
-    heap: UnsafeCell<Dlmalloc<RawPages>>,
+    heap: SpinLock<Dlmalloc<RawPages>>,
 }
 
-// SAFETY: `heap` is only touched by the thread that holds `locked`.
+// SAFETY: the dlmalloc state is reached only under the spin lock (and by a
+// forked child's one thread), and its memory is not tied to any thread.
 unsafe impl Sync for PrivateHeap {}
 
 impl PrivateHeap {
     pub const fn new() -> PrivateHeap {
         PrivateHeap {
-            locked: AtomicBool::new(false),
-            heap: UnsafeCell::new(Dlmalloc::new_with_allocator(RawPages)),
+            heap: SpinLock::new(Dlmalloc::new_with_allocator(RawPages)),
         }
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut Dlmalloc<RawPages>) -> R) -> R {
-        let mut spins = 0u32;
-        while self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins > 64 {
-                // SAFETY: no arguments.
-                unsafe { libc::sched_yield() };
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-        // SAFETY: the flag gives this thread sole access until released.
-        let r = f(unsafe { &mut *self.heap.get() });
-        self.locked.store(false, Ordering::Release);
-        r
+        self.heap.with(f)
     }
 }
 
@@ -307,21 +290,15 @@ pub unsafe fn c_realloc(p: *mut u8, n: usize) -> *mut u8 {
 /// Taken by the fork prepare hook so the child never inherits the heap
 /// locked by a thread that does not exist there.
 pub fn lock_for_fork() {
-    while HEAP
-        .locked
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        std::hint::spin_loop();
-    }
+    HEAP.heap.lock();
 }
 
 /// The parent's side of [`lock_for_fork`].
 pub fn unlock_after_fork() {
-    HEAP.locked.store(false, Ordering::Release);
+    HEAP.heap.unlock();
 }
 
 /// The child's side of [`lock_for_fork`].
 pub fn after_fork_in_child() {
-    HEAP.locked.store(false, Ordering::Release);
+    HEAP.heap.force_unlock();
 }
