@@ -850,16 +850,31 @@ fn a_missing_program_is_127_and_one_that_cannot_run_126() {
 
 /// `zpage run` started in the background, its stderr collected.
 fn zpage_run_spawned(args: &[&str], program: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_zpage"))
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zpage"));
+    command
         .arg("run")
         .args(args)
         .arg("--")
         .args(program)
         .env("ZPAGE_PRELOAD", preload())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap()
+        .stderr(std::process::Stdio::piped());
+    // Tests run under `nohup` or as a shell's background job inherit
+    // SIGHUP, SIGINT and SIGQUIT ignored, and `zpage run` keeps a signal
+    // ignored at its start ignored, as a supervisor does: the program
+    // would never see the signals these tests send it.
+    // SAFETY: signal() is async-signal-safe, as code between fork and exec
+    // must be, and touches only the child's dispositions.
+    unsafe {
+        command.pre_exec(|| {
+            for s in [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT] {
+                libc::signal(s, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+    command.spawn().unwrap()
 }
 
 /// The pid of `parent`'s only child, once it has one that runs `program`.
