@@ -121,14 +121,11 @@ unsafe impl Allocator for RawPages {
     }
 }
 
-/// The library's global allocator.
+/// The library's global allocator. `Sync` through its lock: dlmalloc's
+/// state is `Send` and reached only under it.
 pub struct PrivateHeap {
     heap: SpinLock<Dlmalloc<RawPages>>,
 }
-
-// SAFETY: the dlmalloc state is reached only under the spin lock (and by a
-// forked child's one thread), and its memory is not tied to any thread.
-unsafe impl Sync for PrivateHeap {}
 
 impl PrivateHeap {
     pub const fn new() -> PrivateHeap {
