@@ -12,17 +12,26 @@ use std::sync::{Mutex, OnceLock};
 pub fn preload_library() -> PathBuf {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--profile", "test", "-p", "zpage-preload"])
-            .status()
-            .expect("running cargo to build the preload library");
-        assert!(status.success(), "cargo build -p zpage-preload failed");
         let exe = std::env::current_exe().expect("test binary path");
         let profile_dir = exe
             .parent()
             .and_then(Path::parent)
             .expect("target/<profile>");
+        // The library of the build this test binary belongs to: `cargo
+        // test` builds the test profile into target/debug, `cargo test
+        // --release` the bench profile into target/release, and neither
+        // rebuilds the cdylib itself.
+        let profile = if profile_dir.ends_with("release") {
+            "bench"
+        } else {
+            "test"
+        };
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--profile", profile, "-p", "zpage-preload"])
+            .status()
+            .expect("running cargo to build the preload library");
+        assert!(status.success(), "cargo build -p zpage-preload failed");
         let lib = profile_dir.join("libzpage_preload.so");
         assert!(lib.exists(), "{} missing after the build", lib.display());
         lib
