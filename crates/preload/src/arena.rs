@@ -12,7 +12,8 @@
 //! |---|---|
 //! | `mmap` of private anonymous memory (any size, `PROT_NONE`, read-only or read-write, a hint or not) | a range of the arena, given the protection asked for; a hint's alignment is kept (allocators ask for aligned memory through hints) |
 //! | `mmap(MAP_FIXED)` of private anonymous memory over arena addresses | those addresses, emptied (zeros, as a new mapping reads) and given the protection asked for |
-//! | `mmap(MAP_FIXED)` of a file or shared memory over arena addresses | the range is handed over: what the arena held there is dropped, the range leaves the userfaultfd, and the mapping is the kernel's until unmapped |
+//! | `mmap(MAP_FIXED)` of a regular file, private and writable, over arena addresses | as private anonymous memory, then the file's bytes copied in (`mm::copy_private_file`) |
+//! | `mmap(MAP_FIXED)` of any other file or shared memory over arena addresses | the range is handed over: what the arena held there is dropped, the range leaves the userfaultfd, and the mapping is the kernel's until unmapped |
 //! | `munmap` | the range is emptied and reserved again (`PROT_NONE`), free for the next mapping; a handed-over range is taken back |
 //! | `mprotect` | the kernel's, as asked: a page that is not read-write stays resident (it is restored on access, never moved out) |
 //! | `mremap` | a new range with the contents copied (pages that read as zeros are not), the old one released; shrinking releases the tail |

@@ -5,8 +5,9 @@
 //! not executable and asks for nothing the arena cannot give (a stack that
 //! grows down, huge pages, memory locked or populated at once, a place
 //! below 4 GiB), whatever its size or protection. A `MAP_FIXED` over arena
-//! addresses stays in the arena (private anonymous memory) or hands the
-//! range over (anything else). Everything else goes to the C library
+//! addresses stays in the arena (private anonymous memory, or a private
+//! writable file mapping, copied in) or hands the range over (anything
+//! else). Everything else goes to the C library
 //! unchanged.
 #![allow(unsafe_code)]
 
@@ -81,7 +82,14 @@ fn fail(errno: c_int) -> *mut c_void {
 }
 
 /// `mmap` on the arena; `None` when the call is not the arena's.
-fn arena_mmap(addr: usize, len: usize, prot: c_int, flags: c_int) -> Option<*mut c_void> {
+fn arena_mmap(
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> Option<*mut c_void> {
     let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0;
     if len == 0 {
         return None;
@@ -101,6 +109,9 @@ fn arena_mmap(addr: usize, len: usize, prot: c_int, flags: c_int) -> Option<*mut
                 Ok(()) => addr as *mut c_void,
                 Err(e) => fail(e),
             });
+        }
+        if let Some(copied) = copy_private_file(arena, addr, len, prot, flags, fd, off) {
+            return Some(copied);
         }
         // A file, shared or executable mapping over arena addresses.
         if let Err(why) = arena.hand_over(addr, len) {
@@ -126,6 +137,91 @@ fn arena_mmap(addr: usize, len: usize, prot: c_int, flags: c_int) -> Option<*mut
     placed.map(|p| p as *mut c_void)
 }
 
+/// Flags of a private file mapping that [`copy_private_file`] makes.
+const COPIED_FILE_FLAGS: c_int =
+    libc::MAP_PRIVATE | libc::MAP_NORESERVE | libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE;
+
+/// A private, writable mapping of a regular file with `MAP_FIXED` over
+/// arena addresses is made as arena memory holding a copy of the file's
+/// bytes, instead of handing the range over to the kernel. The JVM maps its
+/// class-data archive this way over its own reservation and then rewrites
+/// the pointers in it (the archive is not at the address it was built for,
+/// since the reservation is in the arena): handed over, those pages were
+/// anonymous memory outside the budget (9.7 MiB of a small Java program);
+/// copied, they are compressed like the rest of the heap. A copy is a
+/// faithful private mapping: whether a private mapping sees later changes
+/// to the file is unspecified (POSIX `mmap`), and the program's writes
+/// never reach the file either way.
+///
+/// `None` (the range is handed over as before) for anything else: not a
+/// regular file, read-only or executable (its pages stay clean file pages
+/// the kernel can drop), pages past the file's end (a real mapping raises
+/// SIGBUS there, which a copy cannot), or a read that fails.
+fn copy_private_file(
+    arena: &Arena,
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> Option<*mut c_void> {
+    if flags & libc::MAP_PRIVATE == 0
+        || flags & !COPIED_FILE_FLAGS != 0
+        || prot & libc::PROT_WRITE == 0
+        || !arena_prot(prot)
+        || off < 0
+        || !(off as usize).is_multiple_of(PAGE_SIZE)
+    {
+        return None;
+    }
+    let len = len.next_multiple_of(PAGE_SIZE);
+    // SAFETY: an all-zero `stat` is a valid value for fstat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid, writable `stat`; a bad descriptor is an error.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return None;
+    }
+    let file_pages_end = (st.st_size.max(0) as usize).next_multiple_of(PAGE_SIZE);
+    if (off as usize).checked_add(len)? > file_pages_end {
+        return None;
+    }
+    arena
+        .map_fixed(addr, len, libc::PROT_READ | libc::PROT_WRITE)
+        .ok()?;
+    // Through a buffer on this stack, not straight into the arena: the
+    // arena's pages are brought in by zpage's fault handler when written
+    // here, which the kernel's own copy into them would not call.
+    let mut buf = [0u8; 4 * PAGE_SIZE];
+    let mut done = 0;
+    while done < len {
+        let want = buf.len().min(len - done);
+        // SAFETY: `buf` is valid for `want` bytes; the descriptor is the caller's.
+        let got = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), want, off + done as off_t) };
+        if got < 0 && sys::errno() == libc::EINTR {
+            continue;
+        }
+        if got < 0 {
+            return None;
+        }
+        if got == 0 {
+            // The file's end, in its last page: the rest reads as zeros,
+            // as a fresh arena range does.
+            break;
+        }
+        let got = got as usize;
+        // SAFETY: `[addr + done, addr + done + got)` lies in the arena range
+        // just made read-write for this mapping (`got <= len - done`), and
+        // `buf` is a separate stack buffer.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), (addr + done) as *mut u8, got) };
+        done += got;
+    }
+    if prot != libc::PROT_READ | libc::PROT_WRITE && sys::raw_mprotect(addr, len, prot) != 0 {
+        return None;
+    }
+    Some(addr as *mut c_void)
+}
+
 /// # Safety
 /// The caller's contract is `mmap(2)`'s.
 #[no_mangle]
@@ -137,7 +233,7 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    if let Some(p) = arena_mmap(addr as usize, len, prot, flags) {
+    if let Some(p) = arena_mmap(addr as usize, len, prot, flags, fd, off) {
         return p;
     }
     next_mmap(addr, len, prot, flags, fd, off)

@@ -100,6 +100,22 @@ fn map_fixed_over_part_of_a_region_keeps_the_rest() {
     );
 }
 
+/// The JVM's class-data archive: a writable private file mapping over a
+/// reservation is arena memory holding the file's bytes (the C program
+/// checks the bytes, that its pages were evicted, that writes stay out of
+/// the file, and that read-only and past-the-end mappings stay the
+/// kernel's).
+#[test]
+fn a_private_file_mapping_over_a_reservation_is_compressed_memory() {
+    let r = run("file_private");
+    assert_ok("file_private", &r);
+    assert_eq!(
+        r.report.fallback.ejected_mappings, 0,
+        "{:?}",
+        r.report.fallback
+    );
+}
+
 #[test]
 fn mprotect_of_part_keeps_every_byte() {
     let r = run("mprotect");

@@ -553,6 +553,75 @@ static int mode_sigbus_handlers(void) {
     return bad;
 }
 
+/* 1 if the mapping holding p is a file's (an inode in /proc/self/maps). */
+static int file_backed(const void *p) {
+    FILE *maps = fopen("/proc/self/maps", "r");
+    if (!maps) { perror("maps"); exit(2); }
+    char line[512];
+    int found = -1;
+    while (found < 0 && fgets(line, sizeof line, maps)) {
+        unsigned long lo, hi, inode;
+        if (sscanf(line, "%lx-%lx %*s %*s %*s %lu", &lo, &hi, &inode) == 3 &&
+            (uintptr_t)p >= lo && (uintptr_t)p < hi)
+            found = inode != 0;
+    }
+    fclose(maps);
+    if (found < 0) { printf("no mapping at %p\n", p); exit(2); }
+    return found;
+}
+
+/* A private, writable file mapping with MAP_FIXED over a reservation (the
+ * JVM's class-data archive): arena memory holding the file's bytes, evicted
+ * and restored like the rest; writes never reach the file. Read-only
+ * mappings and mappings past the file's end stay the kernel's. */
+static int mode_file_private(void) {
+    int bad = 0;
+    char path[] = "/tmp/zpage-hazards-file-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) { perror("mkstemp"); return 1; }
+    unlink(path);
+    size_t flen = SIZE / 4 + 100; /* a partial last page */
+    size_t words = (flen + 7) / 8;
+    unsigned char *src = malloc(words * 8);
+    fill(src, words * 8, 7, 0);
+    if (write(fd, src, flen) != (ssize_t)flen) { perror("write"); return 1; }
+    unsigned char *r = mmap(NULL, SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) { perror("reserve"); return 1; }
+    /* From the file's second page to its end, as the JVM maps its archive. */
+    size_t mlen = (flen - 4096 + 4095) & ~4095UL;
+    unsigned char *f = mmap(r + MiB, mlen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 4096);
+    if (f != r + MiB) { perror("mmap file fixed"); return 1; }
+    if (memcmp(f, src + 4096, flen - 4096)) { puts("MISMATCH file mapping after mmap"); bad = 1; }
+    bad |= check_zero("past the file's end in its last page", f + flen - 4096, mlen - (flen - 4096));
+    if (file_backed(f)) { puts("MISMATCH the writable private file mapping is the kernel's, not the arena's"); bad = 1; }
+    unsigned char *m = map(SIZE);
+    fill(m, SIZE, 8, 0);
+    size_t absent = absent_pages(f, mlen);
+    printf("file mapping pages absent after the fill: %zu of %zu\n", absent, mlen / 4096);
+    if (!absent) { puts("MISMATCH no page of the file mapping was evicted"); bad = 1; }
+    if (memcmp(f, src + 4096, flen - 4096)) { puts("MISMATCH file mapping after eviction"); bad = 1; }
+    memset(f, 0xAB, 4096);
+    unsigned char page[4096];
+    if (pread(fd, page, 4096, 4096) != 4096 || memcmp(page, src + 4096, 4096)) {
+        puts("MISMATCH a write to the private mapping reached the file"); bad = 1;
+    }
+    bad |= check("the rest of the heap", m, SIZE, 8, 0);
+    /* Read-only: the kernel's clean file pages. */
+    unsigned char *ro = mmap(r + 16 * MiB, 4096, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (ro != r + 16 * MiB) { perror("mmap read-only fixed"); return 1; }
+    if (!file_backed(ro) || memcmp(ro, src, 4096)) { puts("MISMATCH read-only file mapping"); bad = 1; }
+    /* Past the file's end: the kernel's, which faults there. */
+    size_t past_len = ((flen + 4095) & ~4095UL) + 4096;
+    unsigned char *past = mmap(r + 20 * MiB, past_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (past != r + 20 * MiB) { perror("mmap past the end fixed"); return 1; }
+    if (!file_backed(past) || memcmp(past, src, flen)) { puts("MISMATCH file mapping past the end"); bad = 1; }
+    munmap(r, SIZE);
+    munmap(m, SIZE);
+    free(src);
+    close(fd);
+    return bad;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: hazards MODE [SIZE_MIB]\n"); return 2; }
     if (argc > 2) SIZE = strtoul(argv[2], NULL, 10) * MiB;
@@ -560,6 +629,7 @@ int main(int argc, char **argv) {
     int bad;
     if (!strcmp(mode, "mremap")) bad = mode_mremap();
     else if (!strcmp(mode, "fixed")) bad = mode_fixed();
+    else if (!strcmp(mode, "file_private")) bad = mode_file_private();
     else if (!strcmp(mode, "mprotect")) bad = mode_mprotect();
     else if (!strcmp(mode, "munmap")) bad = mode_munmap();
     else if (!strcmp(mode, "dontneed")) bad = mode_dontneed();
