@@ -928,6 +928,37 @@ fn output_within(mut child: std::process::Child, limit: std::time::Duration) -> 
     child.wait_with_output().unwrap()
 }
 
+/// The lines a child writes, read on a thread of their own so that a test
+/// waiting for one can give up (a lost signal fails the test, not CI).
+fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(out)) {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// The child's next line, trimmed; kills it and fails if none comes
+/// within 10 s.
+fn line_within(
+    lines: &std::sync::mpsc::Receiver<String>,
+    child: &mut std::process::Child,
+    when: &str,
+) -> String {
+    match lines.recv_timeout(std::time::Duration::from_secs(10)) {
+        Ok(line) => line.trim().to_string(),
+        Err(e) => {
+            let _ = child.kill();
+            panic!("no line from the program within 10 s {when} ({e})");
+        }
+    }
+}
+
 #[test]
 fn sigterm_to_zpage_run_ends_the_program_and_prints_the_summary() {
     use std::os::unix::process::ExitStatusExt;
@@ -951,10 +982,8 @@ fn every_signal_a_supervisor_sends_reaches_the_program() {
         "for s in HUP INT QUIT USR1 USR2 WINCH CONT ALRM; do trap \"echo got-$s\" $s; done; \
                   trap 'echo got-TERM; exit 7' TERM; echo ready; while :; do sleep 0.05; done";
     let mut zpage = zpage_run_spawned(&["--budget", "16M"], &["bash", "-c", script]);
-    let mut stdout = std::io::BufReader::new(zpage.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let lines = lines_of(zpage.stdout.take().unwrap());
+    assert_eq!(line_within(&lines, &mut zpage, "at its start"), "ready");
     let sent = [
         (libc::SIGHUP, "HUP"),
         (libc::SIGINT, "INT"),
@@ -967,9 +996,8 @@ fn every_signal_a_supervisor_sends_reaches_the_program() {
     ];
     for (number, name) in sent {
         signal(zpage.id(), number);
-        line.clear();
-        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-        assert_eq!(line.trim(), format!("got-{name}"), "after SIG{name}");
+        let line = line_within(&lines, &mut zpage, &format!("after SIG{name}"));
+        assert_eq!(line, format!("got-{name}"), "after SIG{name}");
     }
     signal(zpage.id(), libc::SIGTERM);
     let out = output_within(zpage, std::time::Duration::from_secs(10));
