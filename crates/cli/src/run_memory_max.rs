@@ -85,7 +85,7 @@ pub fn summary_line(
     }
     let why = if peak_pool >= memory_max / 2 {
         format!(
-            "the compressed pool alone reached {}: the data does not compress enough to fit (a stronger codec, --codec zstd or --cold-codec zstd; a tier below RAM for the oldest pages, --backing FILE; or a larger limit)",
+            "the compressed pool alone reached {}: the data does not compress enough to fit, even with zstd for cold pages (the default under a memory max without a backing): a stronger cold codec (--cold-codec zstd-dict or zstd:9), a tier below RAM for the oldest pages (--backing FILE) or a larger limit",
             mib(peak_pool)
         )
     } else if overshoot_faults > 0 {

@@ -69,7 +69,7 @@ pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Option<Config>, 
         })?;
         budget.file_pages_every = (ms > 0).then(|| std::time::Duration::from_millis(ms));
     }
-    let codec_name = match &budget.cold_codec {
+    let codec_name = match &budget.cold_codec_in_effect() {
         Some(cold) => format!("{}, cold pages {cold}", budget.codec),
         None => budget.codec.to_string(),
     };

@@ -179,7 +179,9 @@
 //! # Cold pages and recompression
 //!
 //! A budget with a cold codec ([`BudgetConfig::cold_codec`]: zstd, or
-//! zstd with a dictionary) uses it two ways.
+//! zstd with a dictionary; under a memory max with no tier below RAM, zstd
+//! when none is given, [`BudgetConfig::cold_codec_in_effect`]) uses it two
+//! ways.
 //!
 //! - **At eviction** ([`BudgetConfig::cold_at_eviction`], on by default):
 //!   the aging policy decides which codec a page's copy takes. A page with

@@ -65,7 +65,8 @@ macro_rules! budget_options {
             /// A stronger codec for cold pages: zstd, zstd:LEVEL, zstd-dict[:LEVEL] (a
             /// dictionary trained from the budget's own pages). Evicted pages with no
             /// quick reuse go straight to it; pages compressed cold_after_ms are
-            /// recompressed with it, kept when they take less memory.
+            /// recompressed with it, kept when they take less memory. Unset: none,
+            /// except zstd under memory_max_bytes with no backing.
             cold_codec: $crate::CodecSpec,
                 get |c| c.cold_codec.clone(), set |c, v| c.cold_codec = Some(v);
             /// Milliseconds a page stays compressed before it is recompressed with the cold codec.
@@ -126,7 +127,8 @@ macro_rules! budget_options {
             /// rest leaves (the pool grows as pages are compressed), and faults wait for
             /// eviction rather than pass the limit; with a budget too, both hold. What
             /// cannot be held (memory outside compressed memory alone over it, pages that
-            /// cannot leave) is reported with how far over it went.
+            /// cannot leave) is reported with how far over it went. With no backing and no
+            /// cold_codec, cold pages are compressed with zstd, so that the pool fits.
             memory_max_bytes (flag "memory-max"): u64,
                 get |c| c.memory_max_bytes, set |c, v| c.memory_max_bytes = Some(v);
             /// A budget that finds itself: the stall target in parts per million of wall

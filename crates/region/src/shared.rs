@@ -134,7 +134,7 @@ impl Shared {
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         let store = PageStore::new(PageStoreConfig {
             codec: config.codec.clone(),
-            recompress_codec: config.cold_codec.clone(),
+            recompress_codec: config.cold_codec_in_effect(),
             threshold: config.threshold,
             pool: config.pool,
             max_pool_bytes: config.max_pool_bytes,

@@ -164,6 +164,30 @@ fn a_memory_max_holds_while_threads_fill_as_fast_as_they_can() {
     );
 }
 
+/// Under a memory max with no tier and no cold codec given, cold pages are
+/// compressed with zstd: the pool must fit under the limit, and nothing can
+/// leave it. Every word reads back.
+#[test]
+fn a_memory_max_without_a_tier_compresses_cold_pages_with_zstd() {
+    let _serial = serial();
+    let limit = status_bytes("VmRSS:") + 40 * MIB as u64;
+    let mut config = RegionConfig::new(64 * MIB, 64 * MIB);
+    config.memory_max_bytes = Some(limit);
+    let region = Region::new(config).expect("region");
+    fill(&region, 0, 64 * MIB / PAGE_SIZE, compressible);
+    check(&region, compressible);
+    let st = region.stats();
+    eprintln!(
+        "64 MiB under a memory max of {} MiB: {} evictions, {} with zstd; pool {} KiB",
+        limit >> 20,
+        st.eviction_count,
+        st.cold_compression_count,
+        st.pool_bytes >> 10
+    );
+    assert!(st.eviction_count > 0, "{st:?}");
+    assert!(st.cold_compression_count > 0, "{st:?}");
+}
+
 /// A pool cap with no tier: once the pool is full nothing can leave, so the
 /// memory max cannot hold. The faults go on (no stall), and the excess is
 /// counted, with how far it went.
