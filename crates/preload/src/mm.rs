@@ -81,15 +81,26 @@ fn fail(errno: c_int) -> *mut c_void {
     libc::MAP_FAILED
 }
 
-/// `mmap` on the arena; `None` when the call is not the arena's.
-fn arena_mmap(
+/// One `mmap` call's arguments.
+#[derive(Clone, Copy, Debug)]
+struct MapCall {
     addr: usize,
     len: usize,
     prot: c_int,
     flags: c_int,
     fd: c_int,
     off: off_t,
-) -> Option<*mut c_void> {
+}
+
+/// `mmap` on the arena; `None` when the call is not the arena's.
+fn arena_mmap(call: MapCall) -> Option<*mut c_void> {
+    let MapCall {
+        addr,
+        len,
+        prot,
+        flags,
+        ..
+    } = call;
     let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0;
     if len == 0 {
         return None;
@@ -110,7 +121,7 @@ fn arena_mmap(
                 Err(e) => fail(e),
             });
         }
-        if let Some(copied) = copy_private_file(arena, addr, len, prot, flags, fd, off) {
+        if let Some(copied) = copy_private_file(arena, call) {
             return Some(copied);
         }
         // A file, shared or executable mapping over arena addresses.
@@ -157,15 +168,15 @@ const COPIED_FILE_FLAGS: c_int =
 /// regular file, read-only or executable (its pages stay clean file pages
 /// the kernel can drop), pages past the file's end (a real mapping raises
 /// SIGBUS there, which a copy cannot), or a read that fails.
-fn copy_private_file(
-    arena: &Arena,
-    addr: usize,
-    len: usize,
-    prot: c_int,
-    flags: c_int,
-    fd: c_int,
-    off: off_t,
-) -> Option<*mut c_void> {
+fn copy_private_file(arena: &Arena, call: MapCall) -> Option<*mut c_void> {
+    let MapCall {
+        addr,
+        len,
+        prot,
+        flags,
+        fd,
+        off,
+    } = call;
     if flags & libc::MAP_PRIVATE == 0
         || flags & !COPIED_FILE_FLAGS != 0
         || prot & libc::PROT_WRITE == 0
@@ -233,7 +244,15 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    if let Some(p) = arena_mmap(addr as usize, len, prot, flags, fd, off) {
+    let call = MapCall {
+        addr: addr as usize,
+        len,
+        prot,
+        flags,
+        fd,
+        off,
+    };
+    if let Some(p) = arena_mmap(call) {
         return p;
     }
     next_mmap(addr, len, prot, flags, fd, off)
