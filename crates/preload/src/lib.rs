@@ -38,7 +38,7 @@
 //! | call | what happens |
 //! |---|---|
 //! | `munmap`, `free` | the range is emptied (its compressed pages freed) and reserved again |
-//! | `mmap(MAP_FIXED)` of a regular file, private and writable, over arena addresses (the JVM's class-data archive over its reservation) | the file's bytes are copied into those addresses, arena memory like the rest (module `mm`, `copy_private_file`); read-only and executable mappings, and ranges past the file's end, are handed over as below |
+//! | `mmap(MAP_FIXED)` of a regular file, private and writable, over arena addresses (the JVM's class-data archive over its reservation) | the file's bytes are copied into those addresses, arena memory like the rest (module `mm`, `copy_private_file`); read-only and executable mappings, ranges past the file's end and ranges over 64 MiB are handed over as below |
 //! | `mmap(MAP_FIXED)` of a file or shared memory over arena addresses | the range is handed over: it leaves the userfaultfd and is the kernel's until unmapped |
 //! | `mremap`, `realloc` | a new range with the written pages copied, the old one released; shrinking releases the tail |
 //! | `madvise(MADV_DONTNEED/MADV_FREE)` | passed through (`MADV_FREE` as `MADV_DONTNEED`, which it allows): the region drops what it held (userfaultfd remove event); it reads as zeros |

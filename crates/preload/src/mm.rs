@@ -148,6 +148,10 @@ fn arena_mmap(call: MapCall) -> Option<*mut c_void> {
     placed.map(|p| p as *mut c_void)
 }
 
+/// The largest private file mapping [`copy_private_file`] copies (the
+/// JVM's archive is 12 MiB).
+const COPIED_FILE_MAX_BYTES: usize = 64 << 20;
+
 /// Flags of a private file mapping that [`copy_private_file`] makes.
 const COPIED_FILE_FLAGS: c_int =
     libc::MAP_PRIVATE | libc::MAP_NORESERVE | libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE;
@@ -167,7 +171,9 @@ const COPIED_FILE_FLAGS: c_int =
 /// `None` (the range is handed over as before) for anything else: not a
 /// regular file, read-only or executable (its pages stay clean file pages
 /// the kernel can drop), pages past the file's end (a real mapping raises
-/// SIGBUS there, which a copy cannot), or a read that fails.
+/// SIGBUS there, which a copy cannot), more than [`COPIED_FILE_MAX_BYTES`]
+/// (a copy reads the whole range at once, where the kernel reads the pages
+/// the program touches), or a read that fails.
 fn copy_private_file(arena: &Arena, call: MapCall) -> Option<*mut c_void> {
     let MapCall {
         addr,
@@ -187,6 +193,9 @@ fn copy_private_file(arena: &Arena, call: MapCall) -> Option<*mut c_void> {
         return None;
     }
     let len = len.next_multiple_of(PAGE_SIZE);
+    if len > COPIED_FILE_MAX_BYTES {
+        return None;
+    }
     // SAFETY: an all-zero `stat` is a valid value for fstat to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a valid, writable `stat`; a bad descriptor is an error.
