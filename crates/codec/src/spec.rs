@@ -139,6 +139,12 @@ impl CodecSpec {
         Self::new(CodecFamily::Lz4, 1).expect("acceleration 1 is valid")
     }
 
+    /// zstd at its default level (3), as `"zstd"` parses.
+    pub fn zstd() -> Self {
+        Self::new(CodecFamily::Zstd, CodecFamily::Zstd.default_level())
+            .expect("the default level is valid")
+    }
+
     /// A codec of `family` at `level`, checked against the family's range.
     pub fn new(family: CodecFamily, level: i32) -> Result<Self, CodecError> {
         let (min, max) = family.level_range();
@@ -256,6 +262,7 @@ mod tests {
         assert_eq!((zstd.family(), zstd.level()), (CodecFamily::Zstd, -1));
         assert_eq!(zstd.to_string(), "zstd:-1");
         assert_eq!("zstd".parse::<CodecSpec>().unwrap().level(), 3);
+        assert_eq!("zstd".parse::<CodecSpec>().unwrap(), CodecSpec::zstd());
         assert_eq!("lz4:11".parse::<CodecSpec>().unwrap().to_string(), "lz4:11");
     }
 

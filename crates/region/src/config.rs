@@ -447,11 +447,6 @@ pub const MIN_BUDGET_BYTES: usize = 64 * PAGE_SIZE;
 /// comes on top (checked when the budget starts).
 pub const MIN_MEMORY_MAX_BYTES: u64 = 8 << 20;
 
-/// The cold codec of a budget under a memory max with no tier below RAM
-/// and none given (see [`BudgetConfig::cold_codec_in_effect`]).
-pub const MEMORY_MAX_COLD_CODEC: (zpage_codec::CodecFamily, i32) =
-    (zpage_codec::CodecFamily::Zstd, 3);
-
 impl BudgetConfig {
     /// The cold codec the budget uses: [`BudgetConfig::cold_codec`], or,
     /// when none is given, zstd (level 3) under a memory max with no tier
@@ -474,8 +469,7 @@ impl BudgetConfig {
                 self.codec.family(),
                 CodecFamily::Zstd | CodecFamily::ZstdDict
             );
-        let (family, level) = MEMORY_MAX_COLD_CODEC;
-        implied.then(|| CodecSpec::new(family, level).expect("zstd level 3 is in range"))
+        implied.then(CodecSpec::zstd)
     }
 
     /// The tier below RAM the budget writes back to: [`BudgetConfig::tier`],
