@@ -1,4 +1,4 @@
-use crate::{CodecError, Page};
+use crate::{CodecError, Page, PAGE_SIZE};
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -75,19 +75,33 @@ impl Dictionary {
         samples: impl IntoIterator<Item = &'a Page>,
         max_bytes: usize,
     ) -> Result<Self, CodecError> {
-        let mut joined = Vec::new();
-        let mut sizes = Vec::new();
+        let samples: Vec<&Page> = samples.into_iter().collect();
+        let mut joined = Vec::with_capacity(samples.len() * PAGE_SIZE);
         for page in samples {
             joined.extend_from_slice(page);
-            sizes.push(page.len());
         }
+        Self::train_from_joined_pages(&joined, max_bytes)
+    }
+
+    /// Trains a dictionary of at most `max_bytes` from sample pages laid
+    /// end to end in `joined` (whole pages). A caller that gathers its
+    /// samples straight into one buffer needs no second copy of them: the
+    /// sample is the largest memory training takes besides zstd's own.
+    pub fn train_from_joined_pages(joined: &[u8], max_bytes: usize) -> Result<Self, CodecError> {
+        if !joined.len().is_multiple_of(PAGE_SIZE) {
+            return Err(CodecError::DictionaryTraining(format!(
+                "the sample is {} bytes, not whole pages",
+                joined.len()
+            )));
+        }
+        let sizes = vec![PAGE_SIZE; joined.len() / PAGE_SIZE];
         if sizes.len() < 8 {
             return Err(CodecError::DictionaryTraining(format!(
                 "only {} sample pages",
                 sizes.len()
             )));
         }
-        let bytes = zstd::dict::from_continuous(&joined, &sizes, max_bytes)
+        let bytes = zstd::dict::from_continuous(joined, &sizes, max_bytes)
             .map_err(|e| CodecError::DictionaryTraining(e.to_string()))?;
         Ok(Self::from_bytes(bytes))
     }
@@ -276,6 +290,38 @@ mod tests {
         ));
         assert!("lz4:0".parse::<CodecSpec>().is_err());
         assert!("zstd:fast".parse::<CodecSpec>().is_err());
+    }
+
+    /// Pages of text that differ page to page, as a heap of strings does.
+    fn text_pages(count: usize) -> Vec<Page> {
+        (0..count)
+            .map(|i| {
+                let mut page = [0u8; PAGE_SIZE];
+                let text = format!(
+                    "entry {i} name=value{} flags=rw path=/usr/lib/item{} ",
+                    i * 7,
+                    i % 13
+                );
+                for (dst, src) in page.iter_mut().zip(text.bytes().cycle()) {
+                    *dst = src;
+                }
+                page
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_joined_sample_trains_the_same_dictionary_as_its_pages() {
+        let pages = text_pages(64);
+        let joined: Vec<u8> = pages.iter().flatten().copied().collect();
+        let from_pages = Dictionary::train(pages.iter(), 4096).unwrap();
+        let from_joined = Dictionary::train_from_joined_pages(&joined, 4096).unwrap();
+        assert_eq!(from_pages, from_joined);
+        let err =
+            Dictionary::train_from_joined_pages(&joined[..joined.len() - 1], 4096).unwrap_err();
+        assert!(err.to_string().contains("not whole pages"), "{err}");
+        let err = Dictionary::train_from_joined_pages(&joined[..4 * PAGE_SIZE], 4096).unwrap_err();
+        assert!(err.to_string().contains("only 4 sample pages"), "{err}");
     }
 
     #[test]

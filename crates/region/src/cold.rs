@@ -38,8 +38,12 @@ use zpage_store::Worker;
 /// Compressed pages a budget needs before it trains the cold codec's
 /// dictionary (a sample of that many pages at least).
 pub const COLD_DICTIONARY_SAMPLE_PAGES: usize = 1024;
-/// At most this many pages in a training sample (16 MiB).
-const MAX_SAMPLE_PAGES: usize = 4096;
+/// At most this many pages in a training sample (4 MiB: a hundred times the
+/// dictionary, zstd's advice). Training takes the sample and zstd's own
+/// working memory on top of the process's, for a moment: with 4,096 pages,
+/// gathered and then copied into one buffer, redis under `--memory-max`
+/// passed its limit by 18.7 MiB while the dictionary was trained.
+const MAX_SAMPLE_PAGES: usize = COLD_DICTIONARY_SAMPLE_PAGES;
 /// The trained dictionary's size: what `zpage analyze` trains for zstd-dict.
 const DICTIONARY_BYTES: usize = 32 * 1024;
 /// Pages recompressed between two looks at resident memory.
@@ -80,20 +84,47 @@ impl Tokens {
     }
 }
 
-/// Decoded sample pages for dictionary training, evenly spread over `pages`.
-fn sample_pages(pages: &[(Record, Instant)], worker: &mut Worker) -> Vec<Page> {
-    let step = (pages.len() / MAX_SAMPLE_PAGES).max(1);
-    let mut out = zpage_codec::zeroed_page();
-    let mut samples = Vec::new();
-    for (record, _) in pages.iter().step_by(step).take(MAX_SAMPLE_PAGES) {
-        let sampled = table::with_region(record.region(), |core| {
-            evict::sample_stored(core, record.page(), worker, &mut out)
-        });
-        if sampled == Some(true) {
-            samples.push(*out);
+/// Decoded sample pages for dictionary training, laid end to end in one
+/// buffer sized once (no second copy, no growth by doubling).
+struct Sample {
+    joined: Vec<u8>,
+    out: Box<Page>,
+}
+
+impl Sample {
+    fn with_room_for(pages: usize) -> Sample {
+        Sample {
+            joined: Vec::with_capacity(pages.min(MAX_SAMPLE_PAGES) * zpage_codec::PAGE_SIZE),
+            out: zpage_codec::zeroed_page(),
         }
     }
-    samples
+
+    fn is_full(&self) -> bool {
+        self.joined.len() >= MAX_SAMPLE_PAGES * zpage_codec::PAGE_SIZE
+    }
+
+    /// Adds `page` of `core` when it is stored with the fast codec.
+    fn add(&mut self, core: &RegionCore, page: usize, worker: &mut Worker) {
+        if !self.is_full() && evict::sample_stored(core, page, worker, &mut self.out) {
+            self.joined.extend_from_slice(&*self.out);
+        }
+    }
+
+    fn train(&self) -> Result<Dictionary, zpage_codec::CodecError> {
+        Dictionary::train_from_joined_pages(&self.joined, DICTIONARY_BYTES)
+    }
+}
+
+/// A sample of `pages`, evenly spread over them.
+fn sample_pages(pages: &[(Record, Instant)], worker: &mut Worker) -> Sample {
+    let step = (pages.len() / MAX_SAMPLE_PAGES).max(1);
+    let mut sample = Sample::with_room_for(pages.len());
+    for (record, _) in pages.iter().step_by(step).take(MAX_SAMPLE_PAGES) {
+        table::with_region(record.region(), |core| {
+            sample.add(core, record.page(), worker)
+        });
+    }
+    sample
 }
 
 /// The reclaimer's cold recompression state.
@@ -142,7 +173,8 @@ impl Cold {
                     self.training = None;
                 }
                 Ok(None) | Err(TryRecvError::Disconnected) => {
-                    // Too uniform a sample: try again with twice as many pages.
+                    // Too uniform a sample: try again once twice as many pages
+                    // are queued (a sample spread over more of them).
                     self.train_at = self.queue.len().max(self.train_at) * 2;
                     self.training = None;
                 }
@@ -158,7 +190,7 @@ impl Cold {
         let spawned = crate::threads::spawn_blocking_signals(
             "zpage-train",
             Box::new(move || {
-                let _ = sender.send(Dictionary::train(samples.iter(), DICTIONARY_BYTES).ok());
+                let _ = sender.send(samples.train().ok());
             }),
         );
         match spawned {
@@ -234,14 +266,11 @@ pub fn recompress_now(core: &RegionCore, pages: std::ops::Range<usize>) -> Resul
     let _g = budget.lock_reclaim();
     if budget.store().wants_recompress_dictionary() {
         let step = (pages.len() / MAX_SAMPLE_PAGES).max(1);
-        let mut out = zpage_codec::zeroed_page();
-        let mut samples = Vec::new();
+        let mut sample = Sample::with_room_for(pages.len());
         for page in pages.clone().step_by(step) {
-            if evict::sample_stored(core, page, &mut worker, &mut out) {
-                samples.push(*out);
-            }
+            sample.add(core, page, &mut worker);
         }
-        let dictionary = Dictionary::train(samples.iter(), DICTIONARY_BYTES)?;
+        let dictionary = sample.train()?;
         if let Err(e) = budget.store().set_recompress_dictionary(dictionary) {
             if budget.store().wants_recompress_dictionary() {
                 return Err(e.into());
