@@ -17,6 +17,7 @@
 //! | `mprotect` committing parts of a reservation (V8, the JVM, glibc's per-thread heaps) | yes | the kernel's, as asked: the region restores a page on access whatever its protection, and moves out only read-write pages |
 //! | `mmap(MAP_FIXED)` of private anonymous memory over arena addresses (the JVM's commits) | yes | those addresses, emptied and given the protection asked for |
 //! | `malloc` and its family, every size, when the program's allocator is the C library's | yes | served by mimalloc (module `malloc`), which takes its memory with `mmap`: from the arena. A program with its own allocator (jemalloc) keeps it; its `mmap`s come to the arena the same way |
+//! | memory a constructor of a library the program links to maps before this library's constructor runs (the loader runs theirs first: jemalloc's in Redis) | yes | the first such `mmap` starts the library (module `startup`) |
 //! | the C library's heap before the library loads, the dynamic loader's allocations (thread vectors read by every thread-local access, zpage's handler's included) | no | the loader's calls are told apart by their return address and served from zpage's private heap (module `loader`) |
 //! | a locale's data (`setlocale`, `newlocale`, `duplocale`) | no | from zpage's private heap: a new thread reads it before it unblocks signals, when a fault would kill the process (module `locale`) |
 //! | stacks (`MAP_STACK`, `MAP_GROWSDOWN`), `MAP_SHARED`, file mappings, `PROT_EXEC`, `MAP_POPULATE`, `MAP_LOCKED`, `MAP_HUGETLB`, addresses below 4 GiB | no | shared and file pages belong to the page cache; stacks must never fault into a handler on the stack they grow; the others asked for memory present at once |
@@ -87,91 +88,13 @@ mod report;
 mod sig;
 mod spawn;
 mod stacks;
+mod startup;
 mod state;
 mod sys;
 
-use std::sync::atomic::Ordering;
-
-extern "C" fn fork_prepare() {
-    if let Some(state) = state::get() {
-        state.forks.fetch_add(1, Ordering::Relaxed);
-    }
-    state::lock_for_fork();
-    alloc::lock_for_fork();
-}
-
-extern "C" fn fork_parent() {
-    alloc::unlock_after_fork();
-    state::unlock_after_fork();
-}
-
-extern "C" fn fork_child() {
-    state::FORKED_CHILD.store(true, Ordering::Relaxed);
-    alloc::after_fork_in_child();
-    state::unlock_after_fork();
-}
-
-fn inactive(why: String, print: bool) {
-    if print {
-        sys::stderr_line(&format!("zpage: {why}; the program runs without zpage\n"));
-    }
-    let _ = state::INACTIVE.set(why);
-}
-
-extern "C" fn start() {
-    let _inside = sys::Inside::enter();
-    real::resolve();
-    io::resolve();
-    // Registered before the budget (started with the first region)
-    // registers the region layer's own hooks:
-    // prepare hooks run in reverse order, so the region layer quiesces its
-    // budgets (waiting on zpage's threads, which allocate) before these
-    // take the private heap's and the region list's locks; child hooks run
-    // in order, so the heap is usable again when the region layer's child
-    // hook allocates.
-    // SAFETY: registers functions that live as long as the process.
-    unsafe {
-        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
-    }
-    match config::from_env(|k| std::env::var(k).ok()) {
-        Ok(None) => inactive(
-            format!(
-                "{} is not set (zpage run sets it; alone, set it to a budget in bytes)",
-                config::BUDGET_ENV
-            ),
-            false,
-        ),
-        Err(why) => inactive(why, true),
-        Ok(Some(config)) => {
-            // Before any region: the trap reserves the range regions are
-            // placed in.
-            let trapped = match config.syscalls {
-                config::Syscalls::Trap => zpage_syscalls::trap::install().map(|_| ()),
-                config::Syscalls::Wrappers => Ok(()),
-            };
-            match trapped {
-                Err(why) => inactive(
-                    format!(
-                        "system calls on compressed memory cannot be served ({why}); {}=wrappers serves only the C library's wrapped functions",
-                        config::SYSCALLS_ENV
-                    ),
-                    true,
-                ),
-                Ok(()) => {
-                    if let Err(why) = state::start(config) {
-                        inactive(why, true);
-                    }
-                }
-            }
-        }
-    }
-    // SAFETY: registers a function that lives as long as the process.
-    unsafe {
-        libc::atexit(report::write_at_exit);
-    }
-}
-
-/// Runs [`start`] when the library is loaded, before the program's `main`.
+/// Runs [`startup::start`] when the library is loaded, before the
+/// program's `main`, unless a library's constructor mapped memory first
+/// (then it ran then).
 #[used]
 #[link_section = ".init_array"]
-static START: extern "C" fn() = start;
+static START: extern "C" fn() = startup::start;

@@ -253,6 +253,9 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
+    // A constructor of a library loaded after this one may map memory
+    // before this library's own constructor has run.
+    crate::startup::ensure_started();
     let call = MapCall {
         addr: addr as usize,
         len,
