@@ -5,26 +5,14 @@
 
 mod common;
 
-use common::preload_library;
+use common::{cc, preload_library};
+use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
 
 /// 4 MiB: a quarter of what the library's constructor fills.
 const BUDGET_BYTES: usize = 4 << 20;
-
-fn cc(args: &[&str]) {
-    let out = Command::new("cc")
-        .args(["-O2", "-Wall", "-Wextra", "-Werror"])
-        .args(args)
-        .output()
-        .expect("cc (the C compiler) must be installed");
-    assert!(
-        out.status.success(),
-        "cc {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 #[test]
 fn memory_a_library_constructor_maps_is_compressed_memory() {
@@ -34,20 +22,22 @@ fn memory_a_library_constructor_maps_is_compressed_memory() {
     let c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
     let lib = dir.join("libearly.so");
     let exe = dir.join("early_main");
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-o",
-        lib.to_str().unwrap(),
-        c.join("early_lib.c").to_str().unwrap(),
-    ]);
-    cc(&[
-        "-o",
-        exe.to_str().unwrap(),
-        c.join("early_main.c").to_str().unwrap(),
-        &format!("-L{}", dir.display()),
-        "-learly",
-        &format!("-Wl,-rpath,{}", dir.display()),
+    let (lib_source, main_source) = (c.join("early_lib.c"), c.join("early_main.c"));
+    cc(["-shared", "-fPIC", "-o"]
+        .map(OsStr::new)
+        .into_iter()
+        .chain([lib.as_os_str(), lib_source.as_os_str()]));
+    let (search, rpath) = (
+        format!("-L{}", dir.display()),
+        format!("-Wl,-rpath,{}", dir.display()),
+    );
+    cc([
+        "-o".as_ref(),
+        exe.as_os_str(),
+        main_source.as_os_str(),
+        search.as_ref(),
+        "-learly".as_ref(),
+        rpath.as_ref(),
     ]);
     let reports = dir.join("reports");
     std::fs::create_dir_all(&reports).unwrap();

@@ -2,6 +2,7 @@
 //! programs, scratch directories.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
@@ -51,20 +52,30 @@ pub fn compile_c(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join(name);
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    cc([
+        "-o".as_ref(),
+        exe.as_os_str(),
+        source.as_os_str(),
+        "-lpthread".as_ref(),
+    ]);
+    built.push((name.to_string(), exe.clone()));
+    exe
+}
+
+/// Runs the C compiler with warnings as errors on `args`; a failure fails
+/// the test with the compiler's message.
+pub fn cc<'a>(args: impl IntoIterator<Item = &'a OsStr>) {
+    let args: Vec<&OsStr> = args.into_iter().collect();
     let out = Command::new("cc")
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(&source)
-        .arg("-lpthread")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror"])
+        .args(&args)
         .output()
         .expect("cc (the C compiler) must be installed");
     assert!(
         out.status.success(),
-        "cc failed: {}",
+        "cc {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    built.push((name.to_string(), exe.clone()));
-    exe
 }
 
 /// A fresh scratch directory.
