@@ -36,11 +36,14 @@ fn inactive(why: String, print: bool) {
     let _ = state::INACTIVE.set(why);
 }
 
-/// Starts the library once: from its constructor, or from the first `mmap`
-/// that comes before it. 0: not started; 1: starting (on this thread: the
-/// constructors run on one thread, and start's own calls pass through);
-/// 2: started.
-static STARTED: AtomicU8 = AtomicU8::new(0);
+/// Where the start is: [`NOT_STARTED`], [`STARTING`] (on this thread: the
+/// constructors run on one thread, and the start's own calls pass through)
+/// or [`STARTED`]. It runs once: from the library's constructor, or from
+/// the first `mmap` that comes before it.
+static START_STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
+const NOT_STARTED: u8 = 0;
+const STARTING: u8 = 1;
+const STARTED: u8 = 2;
 
 /// Starts the library if nothing has yet. The interposed `mmap` calls it
 /// first: the C library's loader runs the constructors of libraries loaded
@@ -50,15 +53,15 @@ static STARTED: AtomicU8 = AtomicU8::new(0);
 /// to the arena instead of staying plain for good (3-5 MiB of Redis's at
 /// a memory max, 8 MiB mapped).
 pub fn ensure_started() {
-    if STARTED.load(Ordering::Acquire) == 2 {
+    if START_STATE.load(Ordering::Acquire) == STARTED {
         return;
     }
-    if STARTED
-        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+    if START_STATE
+        .compare_exchange(NOT_STARTED, STARTING, Ordering::AcqRel, Ordering::Acquire)
         .is_ok()
     {
         start_now();
-        STARTED.store(2, Ordering::Release);
+        START_STATE.store(STARTED, Ordering::Release);
     }
 }
 
