@@ -6,7 +6,6 @@
 mod common;
 
 use common::{cc, preload_library};
-use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
@@ -23,10 +22,13 @@ fn memory_a_library_constructor_maps_is_compressed_memory() {
     let lib = dir.join("libearly.so");
     let exe = dir.join("early_main");
     let (lib_source, main_source) = (c.join("early_lib.c"), c.join("early_main.c"));
-    cc(["-shared", "-fPIC", "-o"]
-        .map(OsStr::new)
-        .into_iter()
-        .chain([lib.as_os_str(), lib_source.as_os_str()]));
+    cc([
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        lib.as_os_str(),
+        lib_source.as_os_str(),
+    ]);
     let (search, rpath) = (
         format!("-L{}", dir.display()),
         format!("-Wl,-rpath,{}", dir.display()),
