@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{cc, preload_library};
+use common::{cc, run_with_budget};
 use std::path::Path;
 use std::process::Command;
-use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
 
 /// 4 MiB: a quarter of what the library's constructor fills.
 const BUDGET_BYTES: usize = 4 << 20;
@@ -41,26 +40,14 @@ fn memory_a_library_constructor_maps_is_compressed_memory() {
         "-learly".as_ref(),
         rpath.as_ref(),
     ]);
-    let reports = dir.join("reports");
-    std::fs::create_dir_all(&reports).unwrap();
-    let output = Command::new(&exe)
-        .env("LD_PRELOAD", preload_library())
-        .env("ZPAGE_RUN_BUDGET_BYTES", BUDGET_BYTES.to_string())
-        .env(REPORT_DIR_ENV, &reports)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let r = run_with_budget(Command::new(&exe), &BUDGET_BYTES.to_string(), true);
+    let (stdout, stderr) = (&r.stdout, &r.stderr);
     assert!(
-        output.status.success(),
+        r.output.status.success(),
         "{:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
+        r.output.status
     );
-    let report = ProcessReport::read_dir(&reports)
-        .unwrap()
-        .into_iter()
-        .find(|r| r.program.ends_with("/early_main"))
-        .unwrap_or_else(|| panic!("no report; stdout:\n{stdout}\nstderr:\n{stderr}"));
+    let report = r.report();
     let _ = std::fs::remove_dir_all(&dir);
     // Filled under a budget of a quarter of it, most of it was evicted
     // (plain memory would be all resident: 4096 of 4096 pages).

@@ -7,51 +7,23 @@
 
 mod common;
 
-use common::{compile_c, preload_library, tempdir};
-use std::process::{Command, Output};
-use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
+use common::{compile_c, run_with_budget, Run};
+use std::process::Command;
 
 const DATA_MIB: usize = 32;
 const BUDGET_BYTES: usize = DATA_MIB * 1024 * 1024 / 4;
-
-struct Run {
-    output: Output,
-    stdout: String,
-    stderr: String,
-    report: ProcessReport,
-}
 
 fn run(mode: &str) -> Run {
     run_with(mode, &[])
 }
 
 fn run_with(mode: &str, env: &[(&str, &str)]) -> Run {
-    let reports = tempdir(mode);
-    let output = Command::new(compile_c("hazards"))
+    let mut command = Command::new(compile_c("hazards"));
+    command
         .arg(mode)
         .arg(DATA_MIB.to_string())
-        .env("LD_PRELOAD", preload_library())
-        .env("ZPAGE_RUN_BUDGET_BYTES", BUDGET_BYTES.to_string())
-        .env(REPORT_DIR_ENV, &reports)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    let all = ProcessReport::read_dir(&reports).unwrap();
-    let report = all
-        .into_iter()
-        .find(|r| r.program.ends_with("/hazards"))
-        .unwrap_or_else(|| {
-            panic!("no report from the program; stdout:\n{stdout}\nstderr:\n{stderr}")
-        });
-    let _ = std::fs::remove_dir_all(&reports);
-    Run {
-        output,
-        stdout,
-        stderr,
-        report,
-    }
+        .envs(env.iter().copied());
+    run_with_budget(command, &BUDGET_BYTES.to_string(), true)
 }
 
 fn assert_ok(mode: &str, r: &Run) {
@@ -63,14 +35,14 @@ fn assert_ok(mode: &str, r: &Run) {
         r.stderr
     );
     assert!(
-        r.report.active,
+        r.report().active,
         "zpage was not active: {:?}",
-        r.report.inactive_reason
+        r.report().inactive_reason
     );
     assert!(
-        r.report.eviction_count > 0,
+        r.report().eviction_count > 0,
         "nothing was evicted: the test proves nothing ({:?})",
-        r.report
+        r.report()
     );
 }
 
@@ -80,11 +52,12 @@ fn mremap_and_realloc_keep_every_byte() {
     assert_ok("mremap", &r);
     // The arena follows moves, growth and shrinking in place: nothing is
     // made plain.
-    assert_eq!(r.report.regions_made, 1, "{:?}", r.report);
+    assert_eq!(r.report().regions_made, 1, "{:?}", r.report());
     assert_eq!(
-        r.report.fallback.ejected_mappings, 0,
+        r.report().fallback.ejected_mappings,
+        0,
         "{:?}",
-        r.report.fallback
+        r.report().fallback
     );
 }
 
@@ -94,9 +67,10 @@ fn map_fixed_over_part_of_a_region_keeps_the_rest() {
     assert_ok("fixed", &r);
     // The arena follows it in place: nothing is made plain.
     assert_eq!(
-        r.report.fallback.ejected_mappings, 0,
+        r.report().fallback.ejected_mappings,
+        0,
         "{:?}",
-        r.report.fallback
+        r.report().fallback
     );
 }
 
@@ -110,9 +84,10 @@ fn a_private_file_mapping_over_a_reservation_is_compressed_memory() {
     let r = run("file_private");
     assert_ok("file_private", &r);
     assert_eq!(
-        r.report.fallback.ejected_mappings, 0,
+        r.report().fallback.ejected_mappings,
+        0,
         "{:?}",
-        r.report.fallback
+        r.report().fallback
     );
 }
 
@@ -122,9 +97,10 @@ fn mprotect_of_part_keeps_every_byte() {
     assert_ok("mprotect", &r);
     // The arena follows it in place: nothing is made plain.
     assert_eq!(
-        r.report.fallback.ejected_mappings, 0,
+        r.report().fallback.ejected_mappings,
+        0,
         "{:?}",
-        r.report.fallback
+        r.report().fallback
     );
 }
 
@@ -134,9 +110,10 @@ fn partial_munmap_keeps_the_rest() {
     assert_ok("munmap", &r);
     // The arena follows it in place: nothing is made plain.
     assert_eq!(
-        r.report.fallback.ejected_mappings, 0,
+        r.report().fallback.ejected_mappings,
+        0,
         "{:?}",
-        r.report.fallback
+        r.report().fallback
     );
 }
 
@@ -156,14 +133,14 @@ fn madvise_free_discards_at_once_and_keeps_what_is_written_after() {
 fn fork_child_and_parent_see_their_own_contents() {
     let r = run("fork");
     assert_ok("fork", &r);
-    assert_eq!(r.report.forks, 2, "{:?}", r.report);
+    assert_eq!(r.report().forks, 2, "{:?}", r.report());
 }
 
 #[test]
 fn a_vfork_child_reads_evicted_pages_and_poll_works_on_one() {
     let r = run("vfork");
     assert_ok("vfork", &r);
-    assert!(r.report.restore_count > 0, "{:?}", r.report);
+    assert!(r.report().restore_count > 0, "{:?}", r.report());
 }
 
 /// A thread started while the locale's data (allocated by the C library
@@ -211,7 +188,7 @@ fn read_write_send_recv_futex_on_evicted_pages_work() {
         "{}",
         r.stdout
     );
-    assert!(r.report.syscalls_pinned > 0, "{:?}", r.report);
+    assert!(r.report().syscalls_pinned > 0, "{:?}", r.report());
 }
 
 #[test]
@@ -224,7 +201,7 @@ fn threads_and_handlers_that_block_every_signal_read_evicted_pages() {
         "{}",
         r.stdout
     );
-    assert!(r.report.restore_count > 0, "{:?}", r.report);
+    assert!(r.report().restore_count > 0, "{:?}", r.report());
 }
 
 /// The budget (and zpage's SIGBUS handler) starts with the first region: a
@@ -235,7 +212,7 @@ fn threads_and_handlers_that_block_every_signal_read_evicted_pages() {
 fn the_programs_sigbus_handlers_get_genuine_faults_before_and_after_the_first_region() {
     let r = run("sigbus_handlers");
     assert_ok("sigbus_handlers", &r);
-    assert!(r.report.restore_count > 0, "{:?}", r.report);
+    assert!(r.report().restore_count > 0, "{:?}", r.report());
 }
 
 /// A raw `syscall(SYS_read)` into an evicted page: the system-call trap
@@ -245,7 +222,7 @@ fn a_raw_syscall_on_an_evicted_page_is_served() {
     let r = run("raw");
     assert_ok("raw", &r);
     assert!(r.stdout.contains("raw read: 4096 errno 0"), "{}", r.stdout);
-    assert!(r.report.syscalls_trapped > 0, "{:?}", r.report);
+    assert!(r.report().syscalls_trapped > 0, "{:?}", r.report());
 }
 
 /// With the trap off (`ZPAGE_RUN_SYSCALLS=wrappers`), the same call fails
@@ -260,29 +237,23 @@ fn without_the_trap_a_raw_syscall_fails_and_is_named() {
         "no diagnostic naming the call:\n{}",
         r.stderr
     );
-    assert_eq!(r.report.syscalls_trapped, 0, "{:?}", r.report);
+    assert_eq!(r.report().syscalls_trapped, 0, "{:?}", r.report());
 }
 
 #[test]
 fn a_bad_budget_is_named_and_the_program_runs_without_zpage() {
-    let reports = tempdir("bad");
-    let out = Command::new(compile_c("hazards"))
-        .args(["dontneed", "4"])
-        .env("LD_PRELOAD", preload_library())
-        .env("ZPAGE_RUN_BUDGET_BYTES", "lots")
-        .env(REPORT_DIR_ENV, &reports)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    let mut command = Command::new(compile_c("hazards"));
+    command.args(["dontneed", "4"]);
+    let r = run_with_budget(command, "lots", true);
+    assert!(r.output.status.success(), "{}", r.stderr);
     assert!(
-        stderr.contains("ZPAGE_RUN_BUDGET_BYTES=\"lots\"") && stderr.contains("without zpage"),
-        "{stderr}"
+        r.stderr.contains("ZPAGE_RUN_BUDGET_BYTES=\"lots\"") && r.stderr.contains("without zpage"),
+        "{}",
+        r.stderr
     );
-    let reports_read = ProcessReport::read_dir(&reports).unwrap();
-    let _ = std::fs::remove_dir_all(&reports);
-    assert!(reports_read.iter().all(|r| !r.active));
-    assert!(reports_read[0]
+    let report = r.report();
+    assert!(!report.active);
+    assert!(report
         .inactive_reason
         .as_deref()
         .unwrap()

@@ -10,9 +10,8 @@
 
 mod common;
 
-use common::{compile_c, preload_library, tempdir};
-use std::process::{Command, Output};
-use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
+use common::{compile_c, run_with_budget, Run};
+use std::process::Command;
 
 fn full() -> bool {
     std::env::var("ZPAGE_TEST_FULL").is_ok_and(|v| v == "1")
@@ -20,36 +19,14 @@ fn full() -> bool {
 
 const BUDGET_BYTES: usize = 32 << 20;
 
-struct Run {
-    output: Output,
-    stderr: String,
-    report: Option<ProcessReport>,
-}
-
 /// Runs `syscalls MODE ARG`; `preload` false runs it plainly.
 fn run(mode: &str, arg: usize, preload: bool) -> Run {
-    let reports = tempdir(mode);
-    let mut cmd = Command::new(compile_c("syscalls"));
-    cmd.arg(mode).arg(arg.to_string());
-    cmd.env("ZPAGE_RUN_BUDGET_BYTES", BUDGET_BYTES.to_string())
-        .env(REPORT_DIR_ENV, &reports)
-        .current_dir(&reports);
+    let mut command = Command::new(compile_c("syscalls"));
+    command.arg(mode).arg(arg.to_string());
     if preload {
-        cmd.env("LD_PRELOAD", preload_library())
-            .env("SYSCALLS_EVICT", "1");
+        command.env("SYSCALLS_EVICT", "1");
     }
-    let output = cmd.output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    let report = ProcessReport::read_dir(&reports)
-        .unwrap_or_default()
-        .into_iter()
-        .find(|r| r.program.ends_with("/syscalls"));
-    let _ = std::fs::remove_dir_all(&reports);
-    Run {
-        output,
-        stderr,
-        report,
-    }
+    run_with_budget(command, &BUDGET_BYTES.to_string(), preload)
 }
 
 /// The run succeeded, said so, zpage was active and evicted, and the trap
@@ -61,7 +38,7 @@ fn assert_served(mode: &str, r: &Run) {
         r.output.status,
         r.stderr
     );
-    let report = r.report.as_ref().expect("a report from the program");
+    let report = r.report();
     assert!(
         report.active,
         "zpage was not active: {:?}",

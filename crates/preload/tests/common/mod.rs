@@ -1,11 +1,13 @@
 //! What the preload library's tests share: the library itself, their C
-//! programs, scratch directories.
+//! programs, scratch directories, and one way to run a program under the
+//! library and find its process's report.
 #![allow(dead_code)]
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::sync::{Mutex, OnceLock};
+use zpage_region::run_report::{ProcessReport, REPORT_DIR_ENV};
 
 /// The preload library, built now: `cargo test` does not build a
 /// `cdylib` for integration tests (they cannot link it), so the test asks
@@ -87,4 +89,61 @@ pub fn tempdir(tag: &str) -> PathBuf {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A program's run under the library (or plainly): its output, and the
+/// report its process left.
+pub struct Run {
+    pub output: Output,
+    pub stdout: String,
+    pub stderr: String,
+    /// The report of the process running `command`'s program (`None`: it
+    /// left none, as a plain run does).
+    pub report: Option<ProcessReport>,
+}
+
+impl Run {
+    /// The report, which the test needs: failing with the program's
+    /// output when there is none.
+    pub fn report(&self) -> &ProcessReport {
+        self.report.as_ref().unwrap_or_else(|| {
+            panic!(
+                "no report from the program; stdout:\n{}\nstderr:\n{}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+/// Runs `command` with `budget` (`ZPAGE_RUN_BUDGET_BYTES`) for each of its
+/// processes, under the library when `preload`, in a scratch directory
+/// of its own that also takes the processes' reports (removed after).
+pub fn run_with_budget(mut command: Command, budget: &str, preload: bool) -> Run {
+    let program = Path::new(command.get_program())
+        .file_name()
+        .expect("a program with a file name")
+        .to_string_lossy()
+        .into_owned();
+    let dir = tempdir(&program);
+    command
+        .env("ZPAGE_RUN_BUDGET_BYTES", budget)
+        .env(REPORT_DIR_ENV, &dir)
+        .current_dir(&dir);
+    if preload {
+        command.env("LD_PRELOAD", preload_library());
+    }
+    let output = command.output().expect("running the test program");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let reports = ProcessReport::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{e}; stdout:\n{stdout}\nstderr:\n{stderr}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let suffix = format!("/{program}");
+    let report = reports.into_iter().find(|r| r.program.ends_with(&suffix));
+    Run {
+        output,
+        stdout,
+        stderr,
+        report,
+    }
 }
