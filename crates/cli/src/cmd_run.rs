@@ -275,6 +275,10 @@ pub struct Summary {
     pub auto_budget: Option<crate::run_auto_budget::AutoBudgetSummary>,
     /// The most memory a process's compressed pool took (sampled).
     pub peak_pool_bytes: u64,
+    /// The most of zpage's own heap a process held (sampled): its live
+    /// allocations, and the heap's resident memory.
+    pub own_heap_peak_bytes: u64,
+    pub own_heap_resident_peak_bytes: u64,
     pub syscalls_pinned: u64,
     pub syscalls_retried: u64,
     pub syscalls_trapped: u64,
@@ -332,6 +336,8 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
         memory_max_over_peak_bytes: 0,
         auto_budget: None,
         peak_pool_bytes: 0,
+        own_heap_peak_bytes: 0,
+        own_heap_resident_peak_bytes: 0,
         syscalls_pinned: 0,
         syscalls_retried: 0,
         syscalls_trapped: 0,
@@ -371,6 +377,10 @@ pub fn summarize(reports: &[ProcessReport], main_pid: i32) -> Summary {
             .memory_max_over_peak_bytes
             .max(r.memory_max_over_peak_bytes);
         s.peak_pool_bytes = s.peak_pool_bytes.max(r.peak_pool_bytes);
+        s.own_heap_peak_bytes = s.own_heap_peak_bytes.max(r.own_heap_peak_bytes);
+        s.own_heap_resident_peak_bytes = s
+            .own_heap_resident_peak_bytes
+            .max(r.own_heap_resident_peak_bytes);
         s.syscalls_pinned += r.syscalls_pinned;
         s.syscalls_retried += r.syscalls_retried;
         s.syscalls_trapped += r.syscalls_trapped;
@@ -510,6 +520,13 @@ pub fn render(s: &Summary) -> String {
             s.throttle_ns as f64 / 1e9
         ),
     ]);
+    if s.own_heap_resident_peak_bytes > 0 {
+        lines.push(format!(
+            "\tzpage's own heap at peak: {} allocated, {} resident",
+            mib(s.own_heap_peak_bytes),
+            mib(s.own_heap_resident_peak_bytes)
+        ));
+    }
     if s.overshoot_count > 0 {
         lines.push(format!(
             "\tBudget exceeded: up to {} over, {} faults went over it (pages could not leave: the pool at its cap with no tier, a tier full or failing, or every resident page pinned or locked)",

@@ -176,6 +176,18 @@ fn exit_status_passes_through_and_the_summary_counts_the_work() {
         "peak {peak} with a 16 MiB budget over 64 MiB"
     );
     assert_eq!(summary["zpage_peak_bytes"], peak);
+    // zpage's own heap is part of that peak: something (the pool's tables
+    // for 12k pages at least), resident, and far below the peak.
+    let heap = summary["own_heap_peak_bytes"].as_u64().unwrap();
+    let heap_resident = summary["own_heap_resident_peak_bytes"].as_u64().unwrap();
+    assert!(
+        heap > 12_000 * 8 && heap_resident > 0 && heap_resident < peak / 4,
+        "{summary}"
+    );
+    assert!(
+        stderr.contains("zpage's own heap at peak: "),
+        "no heap line in:\n{stderr}"
+    );
     assert!(
         summary["saved_bytes"].as_i64().unwrap() > 16 << 20,
         "{summary}"

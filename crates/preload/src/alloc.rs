@@ -36,11 +36,64 @@ static RANGE_BASE: AtomicUsize = AtomicUsize::new(0);
 /// Bytes of the range handed out (changed under the heap's lock: dlmalloc
 /// calls its system allocator with it held).
 static RANGE_USED: AtomicUsize = AtomicUsize::new(0);
+/// Bytes of live allocations (their requested sizes), under the heap's lock.
+static IN_USE: AtomicUsize = AtomicUsize::new(0);
 
 /// True if `p` was allocated from this heap. Async-signal-safe.
 pub fn owns(p: *const u8) -> bool {
     let base = RANGE_BASE.load(Ordering::Acquire);
     base != 0 && (p as usize).wrapping_sub(base) < RANGE_BYTES
+}
+
+/// The heap's size now: bytes allocated and not freed, and bytes of its
+/// range resident (those, dlmalloc's headers, and free space it has touched
+/// and not given back; capacity a large block has not used yet is not
+/// resident). Counts pages with `mincore` over the range handed out.
+pub fn usage() -> HeapUsage {
+    HeapUsage {
+        in_use_bytes: IN_USE.load(Ordering::Relaxed) as u64,
+        resident_bytes: resident_bytes(),
+    }
+}
+
+/// See [`usage`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeapUsage {
+    pub in_use_bytes: u64,
+    pub resident_bytes: u64,
+}
+
+fn resident_bytes() -> u64 {
+    let base = RANGE_BASE.load(Ordering::Acquire);
+    if base == 0 {
+        return 0;
+    }
+    let used = RANGE_USED.load(Ordering::Relaxed);
+    let page = zpage_codec::PAGE_SIZE;
+    // On the stack: this runs on zpage's sampling thread, and a vector in
+    // the heap would count itself.
+    let mut in_core = [0u8; 4096];
+    let (mut at, mut resident) = (0, 0);
+    while at < used {
+        let pages = ((used - at) / page).min(in_core.len());
+        // SAFETY: the range lies in the heap's reservation, which stays
+        // mapped (read-write or PROT_NONE) for the life of the process;
+        // `in_core` has room for `pages` entries.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_mincore,
+                base + at,
+                pages * page,
+                in_core.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            break;
+        }
+        resident += in_core[..pages].iter().filter(|&&b| b & 1 != 0).count();
+        at += pages * page;
+    }
+    (resident * page) as u64
 }
 
 /// Maps `size` bytes read-write at `addr` (in the reserved range), or
@@ -147,25 +200,48 @@ impl Default for PrivateHeap {
 
 // SAFETY: dlmalloc implements the GlobalAlloc contract for the layouts it is
 // given; every call runs under the heap's lock.
+// IN_USE changes inside the lock, so that it never reads below zero.
 unsafe impl GlobalAlloc for PrivateHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded contract.
-        self.with(|h| unsafe { h.malloc(layout.size(), layout.align()) })
+        self.with(|h| {
+            // SAFETY: forwarded contract.
+            let p = unsafe { h.malloc(layout.size(), layout.align()) };
+            if !p.is_null() {
+                IN_USE.fetch_add(layout.size(), Ordering::Relaxed);
+            }
+            p
+        })
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded contract.
-        self.with(|h| unsafe { h.calloc(layout.size(), layout.align()) })
+        self.with(|h| {
+            // SAFETY: forwarded contract.
+            let p = unsafe { h.calloc(layout.size(), layout.align()) };
+            if !p.is_null() {
+                IN_USE.fetch_add(layout.size(), Ordering::Relaxed);
+            }
+            p
+        })
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded contract.
-        self.with(|h| unsafe { h.free(ptr, layout.size(), layout.align()) })
+        self.with(|h| {
+            // SAFETY: forwarded contract.
+            unsafe { h.free(ptr, layout.size(), layout.align()) };
+            IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
+        })
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded contract.
-        self.with(|h| unsafe { h.realloc(ptr, layout.size(), layout.align(), new_size) })
+        self.with(|h| {
+            // SAFETY: forwarded contract.
+            let p = unsafe { h.realloc(ptr, layout.size(), layout.align(), new_size) };
+            if !p.is_null() {
+                IN_USE.fetch_add(new_size, Ordering::Relaxed);
+                IN_USE.fetch_sub(layout.size(), Ordering::Relaxed);
+            }
+            p
+        })
     }
 }
 

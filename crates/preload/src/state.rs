@@ -30,6 +30,8 @@ pub struct State {
     pub peak_estimate: AtomicU64,
     pub peak_stored: AtomicU64,
     pub peak_pool: AtomicU64,
+    pub peak_heap_in_use: AtomicU64,
+    pub peak_heap_resident: AtomicU64,
     pub refused: AtomicU64,
     pub refused_bytes: AtomicU64,
     pub pinned_calls: AtomicU64,
@@ -94,6 +96,8 @@ pub fn start(config: Config) -> Result<(), String> {
         peak_estimate: AtomicU64::new(0),
         peak_stored: AtomicU64::new(0),
         peak_pool: AtomicU64::new(0),
+        peak_heap_in_use: AtomicU64::new(0),
+        peak_heap_resident: AtomicU64::new(0),
         refused: AtomicU64::new(0),
         refused_bytes: AtomicU64::new(0),
         pinned_calls: AtomicU64::new(0),
@@ -195,6 +199,8 @@ impl State {
         r.unconstrained_peak_estimate_bytes = self.peak_estimate.load(Ordering::Relaxed);
         r.peak_stored_pages = self.peak_stored.load(Ordering::Relaxed);
         r.peak_pool_bytes = self.peak_pool.load(Ordering::Relaxed);
+        r.own_heap_peak_bytes = self.peak_heap_in_use.load(Ordering::Relaxed);
+        r.own_heap_resident_peak_bytes = self.peak_heap_resident.load(Ordering::Relaxed);
         r.syscalls_pinned = self.pinned_calls.load(Ordering::Relaxed);
         r.syscalls_retried = self.retried_calls.load(Ordering::Relaxed);
         r.syscalls_trapped = zpage_syscalls::trap::trapped_calls();
@@ -236,6 +242,11 @@ impl State {
         self.peak_stored.fetch_max(stored, Ordering::Relaxed);
         self.peak_pool
             .fetch_max(store.contents.pool_memory_used_bytes, Ordering::Relaxed);
+        let heap = crate::alloc::usage();
+        self.peak_heap_in_use
+            .fetch_max(heap.in_use_bytes, Ordering::Relaxed);
+        self.peak_heap_resident
+            .fetch_max(heap.resident_bytes, Ordering::Relaxed);
     }
 }
 

@@ -50,6 +50,13 @@ pub struct ProcessReport {
     /// The most memory the compressed pool took at any sample.
     #[serde(default)]
     pub peak_pool_bytes: u64,
+    /// zpage's own heap at its largest sample: bytes of its live
+    /// allocations (the pool's handle and zspage tables, the aging lists,
+    /// the codecs' contexts) and bytes of it resident.
+    #[serde(default)]
+    pub own_heap_peak_bytes: u64,
+    #[serde(default)]
+    pub own_heap_resident_peak_bytes: u64,
     pub fault_count: u64,
     pub fault_ns: u64,
     pub restore_count: u64,
