@@ -26,7 +26,7 @@
 
 use dlmalloc::{Allocator, Dlmalloc};
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use zpage_pages::SpinLock;
 
 /// The heap's address range: reserved (`PROT_NONE`, no memory) at the
@@ -63,6 +63,33 @@ pub struct HeapUsage {
     pub resident_bytes: u64,
 }
 
+/// The range in chunks, each with a count of its bytes mapped read-write,
+/// so that counting resident pages looks only where memory is: freed
+/// blocks are not reused, so the part of the range handed out grows all
+/// the while, most of it given back.
+const CHUNK_BYTES: usize = 2 << 20;
+const CHUNKS: usize = RANGE_BYTES / CHUNK_BYTES;
+const _: () = assert!(RANGE_BYTES.is_multiple_of(CHUNK_BYTES) && CHUNK_BYTES <= u32::MAX as usize);
+static MAPPED_IN_CHUNK: [AtomicU32; CHUNKS] = [const { AtomicU32::new(0) }; CHUNKS];
+
+/// Counts `size` bytes at `offset` in the range as mapped read-write
+/// (`mapped`) or given back.
+fn count_mapped(offset: usize, size: usize, mapped: bool) {
+    let end = offset + size;
+    let mut at = offset;
+    while at < end {
+        let chunk = at / CHUNK_BYTES;
+        let chunk_end = ((chunk + 1) * CHUNK_BYTES).min(end);
+        let bytes = (chunk_end - at) as u32;
+        if mapped {
+            MAPPED_IN_CHUNK[chunk].fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            MAPPED_IN_CHUNK[chunk].fetch_sub(bytes, Ordering::Relaxed);
+        }
+        at = chunk_end;
+    }
+}
+
 fn resident_bytes() -> u64 {
     let base = RANGE_BASE.load(Ordering::Acquire);
     if base == 0 {
@@ -72,26 +99,29 @@ fn resident_bytes() -> u64 {
     let page = zpage_codec::PAGE_SIZE;
     // On the stack: this runs on zpage's sampling thread, and a vector in
     // the heap would count itself.
-    let mut in_core = [0u8; 4096];
-    let (mut at, mut resident) = (0, 0);
-    while at < used {
-        let pages = ((used - at) / page).min(in_core.len());
+    let mut in_core = [0u8; CHUNK_BYTES / zpage_codec::PAGE_SIZE];
+    let mut resident = 0;
+    let chunks = MAPPED_IN_CHUNK.iter().take(used.div_ceil(CHUNK_BYTES));
+    for (chunk, mapped) in chunks.enumerate() {
+        if mapped.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
+        let start = chunk * CHUNK_BYTES;
+        let pages = ((start + CHUNK_BYTES).min(used) - start) / page;
         // SAFETY: the range lies in the heap's reservation, which stays
         // mapped (read-write or PROT_NONE) for the life of the process;
-        // `in_core` has room for `pages` entries.
+        // `in_core` has room for a chunk's pages.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_mincore,
-                base + at,
+                base + start,
                 pages * page,
                 in_core.as_mut_ptr(),
             )
         };
-        if rc != 0 {
-            break;
+        if rc == 0 {
+            resident += in_core[..pages].iter().filter(|&&b| b & 1 != 0).count();
         }
-        resident += in_core[..pages].iter().filter(|&&b| b & 1 != 0).count();
-        at += pages * page;
     }
     (resident * page) as u64
 }
@@ -143,6 +173,7 @@ unsafe impl Allocator for RawPages {
             return (std::ptr::null_mut(), 0, 0);
         }
         RANGE_USED.store(used + size, Ordering::Relaxed);
+        count_mapped(used, size, true);
         ((base + used) as *mut u8, size, 0)
     }
 
@@ -152,13 +183,30 @@ unsafe impl Allocator for RawPages {
     }
 
     fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
-        remap_fixed(ptr as usize + newsize, oldsize - newsize, libc::PROT_NONE)
+        let at = ptr as usize + newsize;
+        let freed = remap_fixed(at, oldsize - newsize, libc::PROT_NONE);
+        if freed {
+            count_mapped(
+                at - RANGE_BASE.load(Ordering::Relaxed),
+                oldsize - newsize,
+                false,
+            );
+        }
+        freed
     }
 
     fn free(&self, ptr: *mut u8, size: usize) -> bool {
         // The addresses are not reused: the range is far larger than
         // anything zpage allocates, and its memory goes back to the kernel.
-        remap_fixed(ptr as usize, size, libc::PROT_NONE)
+        let freed = remap_fixed(ptr as usize, size, libc::PROT_NONE);
+        if freed {
+            count_mapped(
+                ptr as usize - RANGE_BASE.load(Ordering::Relaxed),
+                size,
+                false,
+            );
+        }
+        freed
     }
 
     fn can_release_part(&self, _flags: u32) -> bool {
