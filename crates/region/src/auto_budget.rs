@@ -18,7 +18,14 @@
 //! plus some headroom ([`headroom_pages`]: a budget far above the
 //! program's memory means nothing, one at it would stop a growing
 //! program); over the target, it goes up by at most [`BACKOFF`], more the
-//! further over. The configured budget is the
+//! further over, and then holds for [`HOLD_FIRST_NS`], twice as long
+//! each time it rises again after having gone down (at most
+//! [`HOLD_MOST_NS`]; rises at consecutive looks are one episode, and
+//! each restarts the hold at its length): memory a program
+//! comes back to now and then (a garbage collector's full pass, a
+//! periodic job) stalls only at those visits, and a budget that went down
+//! again at every quiet look in between evicted the same pages and
+//! brought them back at every visit. The configured budget is the
 //! most it may be; the smallest budget the least. A memory max, if any,
 //! still caps it.
 //!
@@ -26,7 +33,7 @@
 //! add: async-signal-safe.
 
 use crate::limits::{BudgetLimit, MIN_BUDGET_PAGES};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// How often the controller looks: often enough for programs that run for
 /// seconds, seldom enough that a look covers many faults.
@@ -37,6 +44,11 @@ pub const PROBE: f64 = 0.02;
 
 /// The most the budget goes up at a look, as a share of itself.
 pub const BACKOFF: f64 = 0.25;
+
+/// How long the budget holds after its first rise, and the longest hold:
+/// each further rise doubles it.
+pub const HOLD_FIRST_NS: u64 = 1_000_000_000;
+pub const HOLD_MOST_NS: u64 = 60_000_000_000;
 
 /// The default stall target: 1% of wall time, in parts per million.
 pub const DEFAULT_STALL_PPM: u32 = 10_000;
@@ -120,6 +132,14 @@ pub struct AutoBudget {
     shrinks: AtomicU64,
     grows: AtomicU64,
     lowest_pages: AtomicU64,
+    /// Resident pages at the last look: how fast the program grows.
+    resident_at_last_look: AtomicU64,
+    /// The hold after the last rise, and when it ends.
+    hold_ns: AtomicU64,
+    hold_until_ns: AtomicU64,
+    /// The budget went down since the last rise: the next rise is a new
+    /// episode, and doubles the hold.
+    lowered_since_rise: AtomicBool,
 }
 
 impl AutoBudget {
@@ -133,6 +153,10 @@ impl AutoBudget {
             shrinks: AtomicU64::new(0),
             grows: AtomicU64::new(0),
             lowest_pages: AtomicU64::new(0),
+            resident_at_last_look: AtomicU64::new(0),
+            hold_ns: AtomicU64::new(0),
+            hold_until_ns: AtomicU64::new(0),
+            lowered_since_rise: AtomicBool::new(false),
         }
     }
 
@@ -154,11 +178,31 @@ impl AutoBudget {
         let stall = self.stall_ns.load(Ordering::Relaxed);
         let interval = stall.saturating_sub(self.stall_at_last_look.swap(stall, Ordering::Relaxed));
         let share = interval as f64 / elapsed as f64;
+        let grown = (resident_pages as u64).saturating_sub(
+            self.resident_at_last_look
+                .swap(resident_pages as u64, Ordering::Relaxed),
+        ) as usize;
+        let under_target = share < f64::from(self.target_ppm.max(1)) / 1e6;
+        if under_target && now_ns < self.hold_until_ns.load(Ordering::Relaxed) {
+            return Some(false);
+        }
         let wanted = limit.wanted_pages();
-        let next = next_budget(wanted, resident_pages, share, self.target_ppm);
+        let next = next_budget(wanted, resident_pages, grown, share, self.target_ppm);
         let next = limit.set_wanted_pages(next);
+        if !under_target {
+            let hold = self.hold_ns.load(Ordering::Relaxed);
+            let hold = if self.lowered_since_rise.swap(false, Ordering::Relaxed) {
+                hold * 2
+            } else {
+                hold
+            }
+            .clamp(HOLD_FIRST_NS, HOLD_MOST_NS);
+            self.hold_ns.store(hold, Ordering::Relaxed);
+            self.hold_until_ns.store(now_ns + hold, Ordering::Relaxed);
+        }
         if next < wanted {
             self.shrinks.fetch_add(1, Ordering::Relaxed);
+            self.lowered_since_rise.store(true, Ordering::Relaxed);
             let lowest = self.lowest_pages.load(Ordering::Relaxed);
             if lowest == 0 || (next as u64) < lowest {
                 self.lowest_pages.store(next as u64, Ordering::Relaxed);
@@ -182,12 +226,17 @@ impl AutoBudget {
 }
 
 /// Room kept above what is resident while the budget is not binding: a
-/// quarter of it, and at least 32 MiB. A budget far above the program's
-/// memory means nothing, but one at what is resident would stop a growing
-/// program at every look (its fresh pages would wait for room), and it
-/// would then stall, and the budget grow, for nothing.
-pub fn headroom_pages(resident: usize) -> usize {
-    (resident / 4).max(HEADROOM_PAGES)
+/// quarter of it, at least 32 MiB, and at least twice what the program
+/// grew by since the last look (`grown`). A budget far above the
+/// program's memory means nothing, but one at what is resident would stop
+/// a growing program at every look (its fresh pages would wait for room,
+/// and what they pushed out come back later: sort reading its input does
+/// 50 MiB a look), and it would then stall, and the budget grow, for
+/// nothing.
+pub fn headroom_pages(resident: usize, grown: usize) -> usize {
+    (resident / 4)
+        .max(HEADROOM_PAGES)
+        .max(grown.saturating_mul(2))
 }
 
 /// The least headroom, in pages (32 MiB).
@@ -195,14 +244,20 @@ const HEADROOM_PAGES: usize = 8192;
 
 /// The controller's rule: the budget in pages after an interval whose
 /// stall share was `share` (of wall time), from a budget of `wanted` pages
-/// of which `resident` are resident. Under the target it goes down from
-/// the budget, held to what is resident plus [`headroom_pages`]; over it,
-/// up from the budget.
-pub fn next_budget(wanted: usize, resident: usize, share: f64, target_ppm: u32) -> usize {
+/// of which `resident` are resident, `grown` more than at the last look.
+/// Under the target it goes down from the budget, held to what is
+/// resident plus [`headroom_pages`]; over it, up from the budget.
+pub fn next_budget(
+    wanted: usize,
+    resident: usize,
+    grown: usize,
+    share: f64,
+    target_ppm: u32,
+) -> usize {
     let target = f64::from(target_ppm.max(1)) / 1e6;
     if share < target {
         let base = wanted
-            .min(resident.saturating_add(headroom_pages(resident)))
+            .min(resident.saturating_add(headroom_pages(resident, grown)))
             .max(MIN_BUDGET_PAGES);
         let step = (base as f64 * PROBE * (1.0 - share / target)).ceil() as usize;
         base.saturating_sub(step.max(1))
@@ -222,20 +277,25 @@ mod tests {
     fn under_the_target_it_shrinks_from_what_is_resident_and_some_headroom() {
         // A budget of a million pages with 10,000 resident and no stall:
         // held to 10,000 + 8,192 pages of headroom, less 2%.
-        assert_eq!(next_budget(1_000_000, 10_000, 0.0, 10_000), 17_828);
+        assert_eq!(next_budget(1_000_000, 10_000, 0, 0.0, 10_000), 17_828);
         // A binding budget: 2% below it; at half the target, 1%.
-        assert_eq!(next_budget(10_000, 10_000, 0.0, 10_000), 9_800);
-        assert_eq!(next_budget(10_000, 10_000, 0.005, 10_000), 9_900);
+        assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000), 9_800);
+        assert_eq!(next_budget(10_000, 10_000, 0, 0.005, 10_000), 9_900);
         // A large program: a quarter of what is resident as headroom.
-        assert_eq!(next_budget(1_000_000, 100_000, 0.0, 10_000), 122_500);
+        assert_eq!(next_budget(1_000_000, 100_000, 0, 0.0, 10_000), 122_500);
+        // One that grew by 20,000 pages since the last look: twice that.
+        assert_eq!(
+            next_budget(1_000_000, 100_000, 20_000, 0.0, 10_000),
+            137_200
+        );
     }
 
     #[test]
     fn over_the_target_it_grows_more_the_further_over() {
-        assert_eq!(next_budget(10_000, 10_000, 0.015, 10_000), 11_250);
-        assert_eq!(next_budget(10_000, 10_000, 0.5, 10_000), 12_500);
+        assert_eq!(next_budget(10_000, 10_000, 0, 0.015, 10_000), 11_250);
+        assert_eq!(next_budget(10_000, 10_000, 0, 0.5, 10_000), 12_500);
         // Exactly at the target: up by a page.
-        assert_eq!(next_budget(10_000, 10_000, 0.01, 10_000), 10_001);
+        assert_eq!(next_budget(10_000, 10_000, 0, 0.01, 10_000), 10_001);
     }
 
     #[test]
@@ -281,5 +341,46 @@ mod tests {
         let status = auto.status(40 * LOOK_EVERY_NS);
         assert_eq!((status.shrinks, status.lowest_pages), (1, 16_056));
         assert!(status.stall_ppm() > 900_000, "{status:?}");
+    }
+
+    /// After a rise the budget holds through quiet looks, a second the
+    /// first time and twice as long after each further rise, so memory
+    /// the program comes back to now and then is not evicted in between.
+    #[test]
+    fn after_a_rise_the_budget_holds_longer_each_time() {
+        let config = BudgetConfig::new(64 << 20);
+        let limit = BudgetLimit::new(&config);
+        let auto = AutoBudget::new(DEFAULT_STALL_PPM, 0);
+        let look = |at_ns: u64| auto.look(at_ns, &limit, 10_000);
+        assert_eq!(look(LOOK_EVERY_NS), Some(false));
+        let lowered = limit.wanted_pages();
+        auto.add_stall(LOOK_EVERY_NS / 2);
+        assert_eq!(look(2 * LOOK_EVERY_NS), Some(true));
+        let risen = limit.wanted_pages();
+        assert!(risen > lowered);
+        // A rise at the next look is the same episode: the hold starts
+        // again from it, no longer.
+        auto.add_stall(LOOK_EVERY_NS / 2);
+        let rise = 3 * LOOK_EVERY_NS;
+        look(rise);
+        assert_eq!(limit.wanted_pages(), risen);
+        // Quiet looks within the hold leave it where it is.
+        for i in 1..HOLD_FIRST_NS / LOOK_EVERY_NS {
+            assert_eq!(look(rise + i * LOOK_EVERY_NS), Some(false));
+            assert_eq!(limit.wanted_pages(), risen);
+        }
+        // After it, it goes down again.
+        assert_eq!(look(rise + HOLD_FIRST_NS), Some(false));
+        assert!(limit.wanted_pages() < risen);
+        // A second rise holds twice as long.
+        auto.add_stall(LOOK_EVERY_NS);
+        let second = rise + HOLD_FIRST_NS + LOOK_EVERY_NS;
+        assert_eq!(look(second), Some(true));
+        let risen = limit.wanted_pages();
+        assert_eq!(look(second + HOLD_FIRST_NS), Some(false));
+        assert_eq!(limit.wanted_pages(), risen);
+        assert_eq!(look(second + 2 * HOLD_FIRST_NS), Some(false));
+        assert!(limit.wanted_pages() < risen);
+        assert_eq!(auto.hold_ns.load(Ordering::Relaxed), 2 * HOLD_FIRST_NS);
     }
 }
