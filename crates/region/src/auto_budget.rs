@@ -46,7 +46,7 @@ pub const PROBE: f64 = 0.02;
 pub const BACKOFF: f64 = 0.25;
 
 /// How long the budget holds after its first rise, and the longest hold:
-/// each further rise doubles it.
+/// a rise that follows a fall doubles it.
 pub const HOLD_FIRST_NS: u64 = 1_000_000_000;
 pub const HOLD_MOST_NS: u64 = 60_000_000_000;
 
