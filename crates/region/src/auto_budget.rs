@@ -182,7 +182,7 @@ impl AutoBudget {
             self.resident_at_last_look
                 .swap(resident_pages as u64, Ordering::Relaxed),
         ) as usize;
-        let under_target = share < f64::from(self.target_ppm.max(1)) / 1e6;
+        let under_target = share < target_share(self.target_ppm);
         if under_target && now_ns < self.hold_until_ns.load(Ordering::Relaxed) {
             return Some(false);
         }
@@ -242,6 +242,12 @@ pub fn headroom_pages(resident: usize, grown: usize) -> usize {
 /// The least headroom, in pages (32 MiB).
 const HEADROOM_PAGES: usize = 8192;
 
+/// A stall target in parts per million as a share of wall time (at least
+/// one part per million).
+fn target_share(target_ppm: u32) -> f64 {
+    f64::from(target_ppm.max(1)) / 1e6
+}
+
 /// The controller's rule: the budget in pages after an interval whose
 /// stall share was `share` (of wall time), from a budget of `wanted` pages
 /// of which `resident` are resident, `grown` more than at the last look.
@@ -254,7 +260,7 @@ pub fn next_budget(
     share: f64,
     target_ppm: u32,
 ) -> usize {
-    let target = f64::from(target_ppm.max(1)) / 1e6;
+    let target = target_share(target_ppm);
     if share < target {
         let base = wanted
             .min(resident.saturating_add(headroom_pages(resident, grown)))
