@@ -48,7 +48,8 @@ pub fn owns(p: *const u8) -> bool {
 /// The heap's size now: bytes allocated and not freed, and bytes of its
 /// range resident (those, dlmalloc's headers, and free space it has touched
 /// and not given back; capacity a large block has not used yet is not
-/// resident). Counts pages with `mincore` over the range handed out.
+/// resident). Counts pages with `mincore` over the chunks of the range
+/// that hold mapped memory.
 pub fn usage() -> HeapUsage {
     HeapUsage {
         in_use_bytes: IN_USE.load(Ordering::Relaxed) as u64,
@@ -140,6 +141,16 @@ fn remap_fixed(addr: usize, size: usize, prot: i32) -> bool {
         == addr
 }
 
+/// Makes `size` bytes at `addr` in the range `PROT_NONE` again, giving
+/// their memory back, and counts them out of their chunks.
+fn give_back(addr: usize, size: usize) -> bool {
+    let freed = remap_fixed(addr, size, libc::PROT_NONE);
+    if freed {
+        count_mapped(addr - RANGE_BASE.load(Ordering::Relaxed), size, false);
+    }
+    freed
+}
+
 /// Pages from the heap's reserved range.
 struct RawPages;
 
@@ -183,30 +194,13 @@ unsafe impl Allocator for RawPages {
     }
 
     fn free_part(&self, ptr: *mut u8, oldsize: usize, newsize: usize) -> bool {
-        let at = ptr as usize + newsize;
-        let freed = remap_fixed(at, oldsize - newsize, libc::PROT_NONE);
-        if freed {
-            count_mapped(
-                at - RANGE_BASE.load(Ordering::Relaxed),
-                oldsize - newsize,
-                false,
-            );
-        }
-        freed
+        give_back(ptr as usize + newsize, oldsize - newsize)
     }
 
     fn free(&self, ptr: *mut u8, size: usize) -> bool {
         // The addresses are not reused: the range is far larger than
         // anything zpage allocates, and its memory goes back to the kernel.
-        let freed = remap_fixed(ptr as usize, size, libc::PROT_NONE);
-        if freed {
-            count_mapped(
-                ptr as usize - RANGE_BASE.load(Ordering::Relaxed),
-                size,
-                false,
-            );
-        }
-        freed
+        give_back(ptr as usize, size)
     }
 
     fn can_release_part(&self, _flags: u32) -> bool {
@@ -251,25 +245,13 @@ impl Default for PrivateHeap {
 // IN_USE changes inside the lock, so that it never reads below zero.
 unsafe impl GlobalAlloc for PrivateHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        self.with(|h| {
-            // SAFETY: forwarded contract.
-            let p = unsafe { h.malloc(layout.size(), layout.align()) };
-            if !p.is_null() {
-                IN_USE.fetch_add(layout.size(), Ordering::Relaxed);
-            }
-            p
-        })
+        // SAFETY: forwarded contract.
+        self.with(|h| counted(unsafe { h.malloc(layout.size(), layout.align()) }, layout))
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        self.with(|h| {
-            // SAFETY: forwarded contract.
-            let p = unsafe { h.calloc(layout.size(), layout.align()) };
-            if !p.is_null() {
-                IN_USE.fetch_add(layout.size(), Ordering::Relaxed);
-            }
-            p
-        })
+        // SAFETY: forwarded contract.
+        self.with(|h| counted(unsafe { h.calloc(layout.size(), layout.align()) }, layout))
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -291,6 +273,14 @@ unsafe impl GlobalAlloc for PrivateHeap {
             p
         })
     }
+}
+
+/// `p`, a block just allocated with `layout` (or null), counted in use.
+fn counted(p: *mut u8, layout: Layout) -> *mut u8 {
+    if !p.is_null() {
+        IN_USE.fetch_add(layout.size(), Ordering::Relaxed);
+    }
+    p
 }
 
 #[global_allocator]
