@@ -107,6 +107,7 @@ typedef struct zpage_stats {
     uint64_t fault_count; /* Faults resolved (every kind). */
     uint64_t fault_ns; /* Time spent resolving them, from handler entry to the page being mapped. */
     uint64_t zero_fill_count; /* Faults on never-written (or discarded) pages, resolved with zeros. */
+    uint64_t fault_around_count; /* Pages filled with zeros after a first-touch fault's page (fault-around), each sparing the program a fault of its own. */
     uint64_t restore_count; /* Faults that decompressed a page from the store. */
     uint64_t trial_hit_count; /* Faults on pages still in the staging area (trial eviction hits: no decompression). */
     uint64_t activation_count; /* Refaults (restores and trial hits) whose refault distance activated the page. */

@@ -53,6 +53,9 @@ macro_rules! region_stat_fields {
                 fault_ns,
                 /// Faults on never-written (or discarded) pages, resolved with zeros.
                 zero_fill_count,
+                /// Pages filled with zeros after a first-touch fault's page (fault-around), each
+                /// sparing the program a fault of its own.
+                fault_around_count,
                 /// Faults that decompressed a page from the store.
                 restore_count,
                 /// Faults on pages still in the staging area (trial eviction hits: no decompression).

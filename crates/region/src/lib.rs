@@ -65,7 +65,11 @@
 //! state word:
 //!
 //! - never written (EMPTY): `UFFDIO_ZEROPAGE` (read) or `UFFDIO_COPY` of a
-//!   zero page (write: one fault instead of two);
+//!   zero page (write: one fault instead of two), over the EMPTY pages
+//!   around it in its aligned 64 KiB window too, in the same ioctl, while
+//!   the budget is below its low watermark (fault-around, as the kernel's
+//!   for file pages: a growing heap faults once per 16 pages; a signal
+//!   round trip per page cost 4x the kernel's own first touch);
 //! - STAGED (evicted, still uncompressed): `UFFDIO_COPY` from its staging slot,
 //!   no decompression (and no TLB flush, which moving it back would cost);
 //! - STORED: decompress into a preallocated buffer and `UFFDIO_COPY` it. A

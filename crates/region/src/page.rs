@@ -77,7 +77,6 @@ const _: () = {
 pub struct State(u64);
 
 impl State {
-    #[cfg(test)]
     pub const EMPTY: State = State(Tag::Empty as u64);
 
     pub fn tag(self) -> Tag {

@@ -45,7 +45,7 @@ fn move_page_reports_a_move_the_kernel_answers_with_eexist() {
                 }
                 for page in 0..PAGES {
                     let addr = src_base + page * PAGE_SIZE;
-                    uffd_zeropage(fd, addr, 0).unwrap();
+                    uffd_zeropage_run(fd, addr, PAGE_SIZE, 0).unwrap();
                     ready.fetch_add(1, Ordering::AcqRel);
                     let _ = mem.write_at(&[1], addr as u64);
                 }

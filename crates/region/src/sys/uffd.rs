@@ -107,6 +107,55 @@ pub fn uffd_copy(fd: i32, dst: usize, src: *const u8, mode: u64) -> Result<(), E
     ioctl(fd, UFFDIO_COPY, &mut copy)
 }
 
+/// `UFFDIO_COPY` of `len` bytes from `src` to `dst`; returns the bytes
+/// copied, or the errno with the bytes copied before it (the kernel stops
+/// at the first page already present and answers `EAGAIN` with the count).
+pub fn uffd_copy_run(
+    fd: i32,
+    dst: usize,
+    src: *const u8,
+    len: usize,
+    mode: u64,
+) -> Result<usize, (Errno, usize)> {
+    let mut copy = UffdioCopy {
+        dst: dst as u64,
+        src: src as u64,
+        len: len as u64,
+        mode,
+        copy: 0,
+    };
+    let r = ioctl(fd, UFFDIO_COPY, &mut copy);
+    done_bytes(r, copy.copy, len)
+}
+
+/// `UFFDIO_ZEROPAGE` of `len` bytes; answers as [`uffd_copy_run`].
+pub fn uffd_zeropage_run(
+    fd: i32,
+    dst: usize,
+    len: usize,
+    mode: u64,
+) -> Result<usize, (Errno, usize)> {
+    let mut zero = UffdioZeropage {
+        range: UffdioRange {
+            start: dst as u64,
+            len: len as u64,
+        },
+        mode,
+        zeropage: 0,
+    };
+    let r = ioctl(fd, UFFDIO_ZEROPAGE, &mut zero);
+    done_bytes(r, zero.zeropage, len)
+}
+
+/// A filling ioctl's answer: its count field holds the bytes done, or a
+/// negative errno when it did none.
+fn done_bytes(r: Result<(), Errno>, count: i64, len: usize) -> Result<usize, (Errno, usize)> {
+    match r {
+        Ok(()) => Ok(len),
+        Err(e) => Err((e, count.max(0) as usize)),
+    }
+}
+
 /// `UFFDIO_WRITEPROTECT` of one page: `protect` or lift the protection
 /// (which also wakes a handler-thread-mode waiter).
 pub fn uffd_writeprotect(fd: i32, addr: usize, protect: bool) -> Result<(), Errno> {
@@ -134,19 +183,6 @@ pub fn uffd_poison(fd: i32, start: usize, len: usize) -> Result<(), Errno> {
         updated: 0,
     };
     ioctl(fd, UFFDIO_POISON, &mut poison)
-}
-
-/// `UFFDIO_ZEROPAGE` of one page.
-pub fn uffd_zeropage(fd: i32, dst: usize, mode: u64) -> Result<(), Errno> {
-    let mut zero = UffdioZeropage {
-        range: UffdioRange {
-            start: dst as u64,
-            len: PAGE_SIZE as u64,
-        },
-        mode,
-        zeropage: 0,
-    };
-    ioctl(fd, UFFDIO_ZEROPAGE, &mut zero)
 }
 
 /// `UFFDIO_MOVE` of `len` bytes; returns the bytes moved, or the errno with
