@@ -90,6 +90,7 @@ mod spawn;
 mod stacks;
 mod startup;
 mod state;
+mod stdio;
 mod sys;
 
 /// Runs [`startup::start`] when the library is loaded, before the

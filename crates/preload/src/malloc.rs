@@ -197,9 +197,11 @@ with_caller! {
 }
 
 /// Whether zpage's private heap serves a call made from `caller`: on
-/// zpage's threads and inside its own code, and for the dynamic loader.
+/// zpage's threads and inside its own code, for the dynamic loader, and
+/// for the C library's stdio buffers (module `stdio`).
 fn private_for(caller: usize) -> bool {
-    alloc::serves_this_thread() || (caller != 0 && crate::loader::contains(caller))
+    alloc::serves_this_thread()
+        || (caller != 0 && (crate::loader::contains(caller) || crate::stdio::allocates(caller)))
 }
 
 /// `malloc` called from `caller`.

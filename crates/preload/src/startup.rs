@@ -7,7 +7,7 @@
 //! first `mmap` a constructor of a library loaded after this one makes
 //! ([`ensure_started`]).
 
-use crate::{alloc, config, io, real, report, state, sys};
+use crate::{alloc, config, io, real, report, state, stdio, sys};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 extern "C" fn fork_prepare() {
@@ -74,6 +74,7 @@ fn start_now() {
     let _inside = sys::Inside::enter();
     real::resolve();
     io::resolve();
+    stdio::look_up();
     // Registered before the budget (started with the first region)
     // registers the region layer's own hooks:
     // prepare hooks run in reverse order, so the region layer quiesces its
