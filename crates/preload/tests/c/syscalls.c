@@ -129,6 +129,33 @@ static void stdio_mode(const char *how, size_t mib) {
     free(s);
 }
 
+// Streams with the C library's own buffers: `lines` lines to stdout and
+// to a file, the file read back line by line; prints the lines' sum.
+static void streams_mode(long lines) {
+    char path[] = "/tmp/zpage-streams-XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "w+");
+    if (!f)
+        exit(3);
+    unlink(path);
+    for (long i = 0; i < lines; i++) {
+        printf("line %ld of the stream test, %ld\n", i, i * 2654435761L % 1000003);
+        fprintf(f, "%ld\n", i * 7);
+    }
+    if (fflush(stdout) != 0 || fflush(f) != 0 || fseek(f, 0, SEEK_SET) != 0)
+        exit(3);
+    char line[64];
+    long sum = 0, read = 0;
+    while (fgets(line, sizeof line, f)) {
+        sum += atol(line);
+        read++;
+    }
+    if (read != lines)
+        exit(4);
+    printf("sum %ld\n", sum);
+    fclose(f);
+}
+
 // stdout fully buffered in an 8 MiB malloc'd buffer, 2,000,000 lines.
 static void setvbuf_mode(void) {
     size_t len = 8 << 20;
@@ -555,6 +582,8 @@ int main(int argc, char **argv) {
         stdio_mode(mode + 6, mib);
     else if (!strcmp(mode, "setvbuf"))
         setvbuf_mode();
+    else if (!strcmp(mode, "streams"))
+        streams_mode((long)mib * 100000);
     else if (!strcmp(mode, "accept"))
         accept_mode();
     else if (!strcmp(mode, "waitpid"))
