@@ -382,11 +382,14 @@ impl Run {
 /// to it inside its aligned window of [`FAULT_AROUND_PAGES`], up to the
 /// first page either side that is not EMPTY, while the budget has room for
 /// them below its low watermark: under pressure a page filled and never
-/// used would push out one in use.
+/// used would push out one in use. Not while faults are traced: the trace
+/// is the program's access order, and pages filled unasked would be
+/// missing from it.
 fn claim_around(core: &RegionCore, page: usize, seen: State) -> Run {
     let budget = &*core.budget;
     let mut run = Run::one(page, seen);
     if budget.in_forked_child()
+        || budget.fault_trace().is_some()
         || budget.resident().pages() + FAULT_AROUND_PAGES > budget.limits().low_pages
     {
         return run;

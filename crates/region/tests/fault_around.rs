@@ -144,3 +144,34 @@ fn no_fault_around_while_the_budget_is_short_of_room() {
     let st = region.stats();
     assert!(st.resident_bytes <= st.budget_bytes, "{st:?}");
 }
+
+#[test]
+fn a_fault_trace_keeps_every_first_touch() {
+    // A trace is the program's access order: with fault-around its first
+    // touches after the first of each window would be missing from it.
+    let dir = std::env::temp_dir().join(format!("zpage-fault-around-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("trace");
+    let _ = std::fs::remove_file(&path);
+    let mut config = BudgetConfig::new(64 * MIB);
+    config.fault_trace = Some(path.clone());
+    let pages = 2 * AROUND;
+    let base;
+    {
+        let budget = Budget::new(config).expect("budget");
+        let region = Region::with_budget(&budget, pages * PAGE_SIZE).expect("region");
+        base = region.as_ptr() as u64;
+        for p in 0..pages {
+            write(&region, p, 0, p as u64);
+        }
+        assert_eq!(region.stats().fault_around_count, 0);
+    }
+    let (entries, full) = zpage_region::FaultTrace::read(&path).expect("trace");
+    assert!(!full);
+    // Each entry is a page's address with its low bit set for a write.
+    let expected: Vec<u64> = (0..pages as u64)
+        .map(|p| (base + p * PAGE_SIZE as u64) | 1)
+        .collect();
+    assert_eq!(entries, expected);
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
