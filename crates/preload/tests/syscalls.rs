@@ -29,15 +29,20 @@ fn run(mode: &str, arg: usize, preload: bool) -> Run {
     run_with_budget(command, &BUDGET_BYTES.to_string(), preload)
 }
 
-/// The run succeeded, said so, zpage was active and evicted, and the trap
-/// served calls.
-fn assert_served(mode: &str, r: &Run) {
+/// The run succeeded and said so.
+fn assert_ok(mode: &str, r: &Run) {
     assert!(
         r.output.status.success() && r.stderr.contains(&format!("ok {mode}")),
         "{mode} failed ({}):\n{}",
         r.output.status,
         r.stderr
     );
+}
+
+/// The run succeeded, said so, zpage was active and evicted, and the trap
+/// served calls.
+fn assert_served(mode: &str, r: &Run) {
+    assert_ok(mode, r);
     let report = r.report();
     assert!(
         report.active,
@@ -111,12 +116,7 @@ fn a_setvbuf_buffer_in_compressed_memory_loses_no_line() {
 #[test]
 fn stream_buffers_are_not_region_memory() {
     let r = run("streams", 3, true);
-    assert!(
-        r.output.status.success() && r.stderr.contains("ok streams"),
-        "{}: {}",
-        r.output.status,
-        r.stderr
-    );
+    assert_ok("streams", &r);
     let plain = run("streams", 3, false);
     assert!(
         r.output.stdout == plain.output.stdout,
@@ -179,12 +179,7 @@ fn contended_mutexes_in_compressed_memory_lose_no_operation() {
 #[test]
 fn a_sigaltstack_in_compressed_memory_stays_deliverable() {
     let r = run("altstack", 0, true);
-    assert!(
-        r.output.status.success() && r.stderr.contains("ok altstack"),
-        "{}: {}",
-        r.output.status,
-        r.stderr
-    );
+    assert_ok("altstack", &r);
 }
 
 /// A makecontext coroutine on an 8 MiB malloc'd stack, switched to 200
@@ -192,12 +187,7 @@ fn a_sigaltstack_in_compressed_memory_stays_deliverable() {
 #[test]
 fn a_coroutine_stack_in_compressed_memory_survives() {
     let r = run("coroutine", 0, true);
-    assert!(
-        r.output.status.success() && r.stderr.contains("ok coroutine"),
-        "{}: {}",
-        r.output.status,
-        r.stderr
-    );
+    assert_ok("coroutine", &r);
 }
 
 /// mlock keeps its range resident while the rest is evicted; mlockall
@@ -207,12 +197,7 @@ fn a_coroutine_stack_in_compressed_memory_survives() {
 fn mlock_and_mlockall_are_honoured() {
     for mode in ["mlock", "mlockall"] {
         let r = run(mode, 0, true);
-        assert!(
-            r.output.status.success() && r.stderr.contains(&format!("ok {mode}")),
-            "{mode}: {}: {}",
-            r.output.status,
-            r.stderr
-        );
+        assert_ok(mode, &r);
     }
 }
 
@@ -223,10 +208,5 @@ fn mlock_and_mlockall_are_honoured() {
 #[test]
 fn programs_start_from_strings_in_compressed_memory() {
     let r = run("spawn", 0, true);
-    assert!(
-        r.output.status.success() && r.stderr.contains("ok spawn"),
-        "{}: {}",
-        r.output.status,
-        r.stderr
-    );
+    assert_ok("spawn", &r);
 }

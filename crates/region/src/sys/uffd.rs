@@ -97,14 +97,9 @@ pub fn uffd_wake(fd: i32, start: usize, len: usize) -> Result<(), Errno> {
 
 /// `UFFDIO_COPY` of one page from `src` (any readable memory) to `dst`.
 pub fn uffd_copy(fd: i32, dst: usize, src: *const u8, mode: u64) -> Result<(), Errno> {
-    let mut copy = UffdioCopy {
-        dst: dst as u64,
-        src: src as u64,
-        len: PAGE_SIZE as u64,
-        mode,
-        copy: 0,
-    };
-    ioctl(fd, UFFDIO_COPY, &mut copy)
+    uffd_copy_run(fd, dst, src, PAGE_SIZE, mode)
+        .map(drop)
+        .map_err(|(e, _)| e)
 }
 
 /// `UFFDIO_COPY` of `len` bytes from `src` to `dst`; returns the bytes
