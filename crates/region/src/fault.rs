@@ -406,18 +406,17 @@ fn claim_around(core: &RegionCore, page: usize, seen: State) -> Run {
         core.touch(neighbour);
         slot.claim(seen, seen.with(Tag::Restoring)).then_some(seen)
     };
-    let mut below = [State::EMPTY; FAULT_AROUND_PAGES];
+    // Downwards, the claims fill `seen` from its end, in page order with
+    // `page` last; a rotation then puts `start` first.
+    let last = FAULT_AROUND_PAGES - 1;
+    run.seen[last] = seen;
     let mut start = page;
     while start > window {
         let Some(seen) = claim(start - 1) else { break };
         start -= 1;
-        below[page - start] = seen;
+        run.seen[last - (page - start)] = seen;
     }
-    // `below[k]` holds page - k: the run from `start` is their reverse.
-    for (i, page_below) in (start..page).enumerate() {
-        run.seen[i] = below[page - page_below];
-    }
-    run.seen[page - start] = seen;
+    run.seen.rotate_left(last - (page - start));
     run.start = start;
     run.pages = page - start + 1;
     for neighbour in page + 1..window_end {
