@@ -14,10 +14,15 @@
 //! **The controller**, run by the reclaimer at most every
 //! [`LOOK_EVERY_NS`]: with the share of the last interval under the
 //! target, the budget goes down by at most [`PROBE`] of it, less the
-//! closer the share is to the target, and is held to what is resident
-//! plus some headroom ([`headroom_pages`]: a budget far above the
-//! program's memory means nothing, one at it would stop a growing
-//! program); over the target, it goes up by at most [`BACKOFF`], more the
+//! closer the share is to the target, and by no more than the probe
+//! ([`least_probe_pages`]). A probe starts as small as the target could
+//! pay for were every page it evicts needed again, and doubles after each
+//! look at a binding budget that stalled less than a quarter of the
+//! target: memory that turns out cold is let go quickly, memory that is
+//! hot costs little to find out, and a stall sets the probe back. The
+//! budget is also held to what is resident plus some headroom
+//! ([`headroom_pages`]): one far above the program's memory means
+//! nothing. Over the target, it goes up by at most [`BACKOFF`], more the
 //! further over, and then holds for [`HOLD_FIRST_NS`], twice as long
 //! each time it rises again after having gone down (at most
 //! [`HOLD_MOST_NS`]; rises at consecutive looks are one episode, and
@@ -29,8 +34,17 @@
 //! most it may be; the smallest budget the least. A memory max, if any,
 //! still caps it.
 //!
-//! The fault path's side ([`AutoBudget::add_stall`]) is one relaxed atomic
-//! add: async-signal-safe.
+//! **A growing program** raises the budget itself: a first touch of fresh
+//! memory that would pass the low watermark lifts the budget over it
+//! (`Shared::make_room_for_growth`) instead of evicting. New pages are no
+//! sign that old ones are cold, and pages pushed out to make room for
+//! them came back at a cost the controller never chose (sort reading its
+//! input, the JVM filling its heap: 3-5% of wall time in restores). So
+//! only the controller's probes let memory go, each at a size it can pay
+//! for.
+//!
+//! The fault path's side ([`AutoBudget::add_stall`], and the raise for
+//! growth) is one atomic each: async-signal-safe.
 
 use crate::limits::{BudgetLimit, MIN_BUDGET_PAGES};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,6 +63,14 @@ pub const BACKOFF: f64 = 0.25;
 /// a rise that follows a fall doubles it.
 pub const HOLD_FIRST_NS: u64 = 1_000_000_000;
 pub const HOLD_MOST_NS: u64 = 60_000_000_000;
+
+/// What a restore costs here, about: a fault's signal round trip, an LZ4
+/// decompression and a `UFFDIO_COPY` of a page (5-12 µs measured). It
+/// sizes the smallest probe: what a look may risk at the stall target.
+const RESTORE_NS: u64 = 10_000;
+
+/// The fewest pages a probe lowers the budget by.
+const PROBE_LEAST_PAGES: usize = 16;
 
 /// The default stall target: 1% of wall time, in parts per million.
 pub const DEFAULT_STALL_PPM: u32 = 10_000;
@@ -140,6 +162,8 @@ pub struct AutoBudget {
     /// The budget went down since the last rise: the next rise is a new
     /// episode, and doubles the hold.
     lowered_since_rise: AtomicBool,
+    /// The most the next look may lower the budget by, in pages.
+    probe_pages: AtomicU64,
 }
 
 impl AutoBudget {
@@ -157,6 +181,7 @@ impl AutoBudget {
             hold_ns: AtomicU64::new(0),
             hold_until_ns: AtomicU64::new(0),
             lowered_since_rise: AtomicBool::new(false),
+            probe_pages: AtomicU64::new(least_probe_pages(target_ppm) as u64),
         }
     }
 
@@ -187,8 +212,27 @@ impl AutoBudget {
             return Some(false);
         }
         let wanted = limit.wanted_pages();
-        let next = next_budget(wanted, resident_pages, grown, share, self.target_ppm);
+        let probe = self.probe_pages.load(Ordering::Relaxed) as usize;
+        let next = next_budget(wanted, resident_pages, grown, share, self.target_ppm, probe);
         let next = limit.set_wanted_pages(next);
+        // The last look's step was a trial only if the budget binds (the
+        // reclaimer keeps what is resident within a few percent under it)
+        // and the program did not grow (its fresh pages raise the budget:
+        // `Shared::make_room_for_growth`): otherwise it evicted nothing
+        // and says nothing.
+        let tried = resident_pages.saturating_add(wanted / 10) >= wanted && grown <= wanted / 100;
+        let least = least_probe_pages(self.target_ppm);
+        let probe = if !under_target {
+            least
+        } else if share >= target_share(self.target_ppm) / 4.0 {
+            probe / 2
+        } else if tried {
+            probe.saturating_mul(2)
+        } else {
+            probe
+        };
+        self.probe_pages
+            .store(probe.max(least) as u64, Ordering::Relaxed);
         if !under_target {
             let hold = self.hold_ns.load(Ordering::Relaxed);
             let hold = if self.lowered_since_rise.swap(false, Ordering::Relaxed) {
@@ -242,6 +286,16 @@ pub fn headroom_pages(resident: usize, grown: usize) -> usize {
 /// The least headroom, in pages (32 MiB).
 const HEADROOM_PAGES: usize = 8192;
 
+/// The smallest probe for a stall target: the pages whose restores, were
+/// the program to need every one of them again, would take the target's
+/// share of a look (100 pages, 400 KiB, at 1%). The probe doubles from
+/// there while the program does not stall, so a cold program's budget
+/// reaches [`PROBE`] steps within a second.
+pub fn least_probe_pages(target_ppm: u32) -> usize {
+    let allowed_ns = u128::from(LOOK_EVERY_NS) * u128::from(target_ppm.max(1)) / 1_000_000;
+    ((allowed_ns / u128::from(RESTORE_NS)) as usize).max(PROBE_LEAST_PAGES)
+}
+
 /// A stall target in parts per million as a share of wall time (at least
 /// one part per million).
 fn target_share(target_ppm: u32) -> f64 {
@@ -252,13 +306,15 @@ fn target_share(target_ppm: u32) -> f64 {
 /// stall share was `share` (of wall time), from a budget of `wanted` pages
 /// of which `resident` are resident, `grown` more than at the last look.
 /// Under the target it goes down from the budget, held to what is
-/// resident plus [`headroom_pages`]; over it, up from the budget.
+/// resident plus [`headroom_pages`], by at most `probe_pages`; over it, up
+/// from the budget.
 pub fn next_budget(
     wanted: usize,
     resident: usize,
     grown: usize,
     share: f64,
     target_ppm: u32,
+    probe_pages: usize,
 ) -> usize {
     let target = target_share(target_ppm);
     if share < target {
@@ -266,7 +322,7 @@ pub fn next_budget(
             .min(resident.saturating_add(headroom_pages(resident, grown)))
             .max(MIN_BUDGET_PAGES);
         let step = (base as f64 * PROBE * (1.0 - share / target)).ceil() as usize;
-        base.saturating_sub(step.max(1))
+        base.saturating_sub(step.min(probe_pages).max(1))
     } else {
         let over = (share / target - 1.0).min(1.0);
         let step = (wanted as f64 * BACKOFF * over).ceil() as usize;
@@ -283,25 +339,97 @@ mod tests {
     fn under_the_target_it_shrinks_from_what_is_resident_and_some_headroom() {
         // A budget of a million pages with 10,000 resident and no stall:
         // held to 10,000 + 8,192 pages of headroom, less 2%.
-        assert_eq!(next_budget(1_000_000, 10_000, 0, 0.0, 10_000), 17_828);
+        assert_eq!(
+            next_budget(1_000_000, 10_000, 0, 0.0, 10_000, usize::MAX),
+            17_828
+        );
         // A binding budget: 2% below it; at half the target, 1%.
-        assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000), 9_800);
-        assert_eq!(next_budget(10_000, 10_000, 0, 0.005, 10_000), 9_900);
+        assert_eq!(
+            next_budget(10_000, 10_000, 0, 0.0, 10_000, usize::MAX),
+            9_800
+        );
+        assert_eq!(
+            next_budget(10_000, 10_000, 0, 0.005, 10_000, usize::MAX),
+            9_900
+        );
         // A large program: a quarter of what is resident as headroom.
-        assert_eq!(next_budget(1_000_000, 100_000, 0, 0.0, 10_000), 122_500);
+        assert_eq!(
+            next_budget(1_000_000, 100_000, 0, 0.0, 10_000, usize::MAX),
+            122_500
+        );
         // One that grew by 20,000 pages since the last look: twice that.
         assert_eq!(
-            next_budget(1_000_000, 100_000, 20_000, 0.0, 10_000),
+            next_budget(1_000_000, 100_000, 20_000, 0.0, 10_000, usize::MAX),
             137_200
         );
     }
 
     #[test]
+    fn a_step_is_at_most_the_probe() {
+        assert_eq!(least_probe_pages(10_000), 100);
+        assert_eq!(least_probe_pages(50_000), 500);
+        assert_eq!(least_probe_pages(100), PROBE_LEAST_PAGES);
+        assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000, 100), 9_900);
+        // Never more than PROBE of the budget, and at least a page.
+        assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000, 1_000), 9_800);
+        assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000, 0), 9_999);
+    }
+
+    /// The probe doubles after each quiet look at a binding budget, stays
+    /// while the budget is above what is resident or the program grows
+    /// (nothing was tried),
+    /// halves after a stall under the target and starts again from the
+    /// least after one over it.
+    #[test]
+    fn the_probe_grows_while_evicting_costs_nothing() {
+        let config = BudgetConfig::new(64 << 20);
+        let limit = BudgetLimit::new(&config);
+        let auto = AutoBudget::new(DEFAULT_STALL_PPM, 0);
+        let probe = || auto.probe_pages.load(Ordering::Relaxed);
+        let mut at = 0;
+        let mut look = |resident: usize, stall: u64| {
+            auto.add_stall(stall);
+            at += LOOK_EVERY_NS;
+            let before = limit.wanted_pages();
+            auto.look(at, &limit, resident);
+            before as i64 - limit.wanted_pages() as i64
+        };
+        // A budget of 16,384 pages with 10,000 resident: not binding.
+        assert_eq!(look(10_000, 0), 100);
+        assert_eq!(probe(), 100);
+        // Binding, but the program grew since the last look: nothing was
+        // tried.
+        let resident = limit.wanted_pages();
+        assert_eq!(look(resident, 0), 100);
+        assert_eq!(probe(), 100);
+        // Binding and quiet: 100, 200, 400 pages.
+        assert_eq!(look(resident, 0), 100);
+        assert_eq!(look(resident, 0), 200);
+        assert_eq!(probe(), 400);
+        // A stall at half the target: the step shrinks with the share
+        // (1% of the budget, under the probe of 400), the probe halves.
+        assert_eq!(look(resident, LOOK_EVERY_NS / 200), 159);
+        assert_eq!(probe(), 200);
+        // Over the target: the budget rises, the probe is the least.
+        assert!(look(resident, LOOK_EVERY_NS / 10) < 0);
+        assert_eq!(probe(), 100);
+    }
+
+    #[test]
     fn over_the_target_it_grows_more_the_further_over() {
-        assert_eq!(next_budget(10_000, 10_000, 0, 0.015, 10_000), 11_250);
-        assert_eq!(next_budget(10_000, 10_000, 0, 0.5, 10_000), 12_500);
+        assert_eq!(
+            next_budget(10_000, 10_000, 0, 0.015, 10_000, usize::MAX),
+            11_250
+        );
+        assert_eq!(
+            next_budget(10_000, 10_000, 0, 0.5, 10_000, usize::MAX),
+            12_500
+        );
         // Exactly at the target: up by a page.
-        assert_eq!(next_budget(10_000, 10_000, 0, 0.01, 10_000), 10_001);
+        assert_eq!(
+            next_budget(10_000, 10_000, 0, 0.01, 10_000, usize::MAX),
+            10_001
+        );
     }
 
     #[test]
@@ -330,10 +458,10 @@ mod tests {
         let limit = BudgetLimit::new(&config);
         let auto = AutoBudget::new(DEFAULT_STALL_PPM, 0);
         assert_eq!(auto.look(LOOK_EVERY_NS - 1, &limit, 1000), None);
-        // No stall, 10,000 pages resident, a budget of 16,384: binding,
-        // down 2%.
+        // No stall, 10,000 pages resident, a budget of 16,384: down by
+        // the first probe, 100 pages (2% would be 328).
         assert_eq!(auto.look(LOOK_EVERY_NS, &limit, 10_000), Some(false));
-        assert_eq!(limit.wanted_pages(), 16_056);
+        assert_eq!(limit.wanted_pages(), 16_284);
         // Half of the next interval stalled: back up, by a quarter.
         auto.add_stall(LOOK_EVERY_NS / 2);
         assert_eq!(auto.look(2 * LOOK_EVERY_NS, &limit, 10_000), Some(true));
@@ -345,7 +473,7 @@ mod tests {
         }
         assert_eq!(limit.wanted_pages(), (64 << 20) / 4096);
         let status = auto.status(40 * LOOK_EVERY_NS);
-        assert_eq!((status.shrinks, status.lowest_pages), (1, 16_056));
+        assert_eq!((status.shrinks, status.lowest_pages), (1, 16_284));
         assert!(status.stall_ppm() > 900_000, "{status:?}");
     }
 

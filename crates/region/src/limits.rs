@@ -125,6 +125,17 @@ impl BudgetLimit {
         pages
     }
 
+    /// Raises what the owner asks for so that `resident` pages sit at the
+    /// low watermark, within the configured budget (an automatic budget
+    /// making room for a growing program). Async-signal-safe: one atomic.
+    pub fn raise_wanted_for(&self, resident: usize) {
+        let pages = resident
+            .saturating_mul(100)
+            .div_ceil(self.shape.low_pct.max(1))
+            .min(self.capacity_pages);
+        self.wanted_pages.fetch_max(pages, Ordering::AcqRel);
+    }
+
     /// What the budget's owner (or the automatic budget) asks for, in pages.
     pub fn wanted_pages(&self) -> usize {
         self.wanted_pages.load(Ordering::Acquire)

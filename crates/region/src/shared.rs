@@ -262,6 +262,19 @@ impl Shared {
         }
     }
 
+    /// A first touch of `pages` fresh pages: under an automatic budget the
+    /// program grows, and its new pages are no reason to evict the ones it
+    /// holds (they would come back at a cost the controller did not
+    /// choose), so the budget rises to keep them below its low watermark,
+    /// where fault-around goes on. Only the controller's looks lower it.
+    /// Async-signal-safe.
+    pub fn make_room_for_growth(&self, pages: usize) {
+        if self.auto.is_some() {
+            self.limits
+                .raise_wanted_for(self.resident.pages().saturating_add(pages));
+        }
+    }
+
     /// The automatic budget's look, if one is due (the reclaimer's): sets
     /// the budget from the last interval's stall; wakes faults waiting for
     /// room if it rose.

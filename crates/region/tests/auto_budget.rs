@@ -71,3 +71,53 @@ fn an_automatic_budget_shrinks_when_idle_and_grows_back_under_stalls() {
         }
     }
 }
+
+/// A program that grows is not made to evict what it holds: under an
+/// automatic budget that came down while the program sat idle, 120 MiB
+/// written as fast as it can raise the budget with it (its fresh pages are
+/// no reason to push out the old ones), where a budget held to what was
+/// resident plus headroom at the last look pushed most of them out.
+#[test]
+fn fresh_pages_raise_an_automatic_budget() {
+    let mut config = BudgetConfig::new(512 * MIB);
+    config.auto_stall_ppm = Some(10_000);
+    let budget = Budget::new(config).expect("budget");
+    let region = Region::with_budget(&budget, 128 * MIB).expect("region");
+    let pages = region.len() / PAGE_SIZE;
+    let first = 8 * MIB / PAGE_SIZE;
+    for p in 0..first {
+        write(&region, p, 0, value(p, 0));
+    }
+    let idle_until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < idle_until && budget.budget_bytes() > 48 * MIB {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let lowered = budget.budget_bytes();
+    assert!(lowered <= 48 * MIB, "budget {lowered} after idling");
+    let before = region.stats();
+    for p in first..pages {
+        for w in (0..PAGE_SIZE / 8).step_by(64) {
+            write(&region, p, w, value(p, w));
+        }
+    }
+    let after = region.stats();
+    let evicted = after.eviction_count - before.eviction_count;
+    eprintln!(
+        "budget {} MiB idle, {} MiB after growing; {evicted} pages evicted while growing",
+        lowered >> 20,
+        budget.budget_bytes() >> 20
+    );
+    assert!(
+        evicted < ((pages - first) / 20) as u64,
+        "{evicted} pages evicted while {} were written",
+        pages - first
+    );
+    assert!(
+        budget.budget_bytes() >= 120 * MIB,
+        "{}",
+        budget.budget_bytes()
+    );
+    for p in 0..pages {
+        assert_eq!(read(&region, p, 0), value(p, 0), "page {p}");
+    }
+}
