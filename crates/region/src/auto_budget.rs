@@ -14,8 +14,9 @@
 //! **The controller**, run by the reclaimer at most every
 //! [`LOOK_EVERY_NS`]: with the share of the last interval under the
 //! target, the budget goes down by at most [`PROBE`] of it, less the
-//! closer the share is to the target, and by no more than the probe
-//! ([`least_probe_pages`]). A probe starts as small as the target could
+//! closer the share is to the target, and no further below what is
+//! resident than the probe ([`least_probe_pages`]; above it a step evicts
+//! nothing). A probe starts as small as the target could
 //! pay for were every page it evicts needed again, and doubles after each
 //! look at a binding budget that stalled less than a quarter of the
 //! target: memory that turns out cold is let go quickly, memory that is
@@ -306,8 +307,8 @@ fn target_share(target_ppm: u32) -> f64 {
 /// stall share was `share` (of wall time), from a budget of `wanted` pages
 /// of which `resident` are resident, `grown` more than at the last look.
 /// Under the target it goes down from the budget, held to what is
-/// resident plus [`headroom_pages`], by at most `probe_pages`; over it, up
-/// from the budget.
+/// resident plus [`headroom_pages`], and no more than `probe_pages` below
+/// what is resident; over it, up from the budget.
 pub fn next_budget(
     wanted: usize,
     resident: usize,
@@ -322,7 +323,11 @@ pub fn next_budget(
             .min(resident.saturating_add(headroom_pages(resident, grown)))
             .max(MIN_BUDGET_PAGES);
         let step = (base as f64 * PROBE * (1.0 - share / target)).ceil() as usize;
-        base.saturating_sub(step.min(probe_pages).max(1))
+        // Above what is resident a step evicts nothing; below it, no
+        // further than the probe.
+        let floor = base.min(resident).saturating_sub(probe_pages);
+        base.saturating_sub(step.max(1))
+            .max(floor.min(base.saturating_sub(1)))
     } else {
         let over = (share / target - 1.0).min(1.0);
         let step = (wanted as f64 * BACKOFF * over).ceil() as usize;
@@ -394,11 +399,12 @@ mod tests {
             auto.look(at, &limit, resident);
             before as i64 - limit.wanted_pages() as i64
         };
-        // A budget of 16,384 pages with 10,000 resident: not binding.
-        assert_eq!(look(10_000, 0), 100);
+        // A budget of 16,384 pages with 10,000 resident: not binding, so
+        // down the full 2%, and nothing was tried.
+        assert_eq!(look(10_000, 0), 328);
         assert_eq!(probe(), 100);
         // Binding, but the program grew since the last look: nothing was
-        // tried.
+        // tried either.
         let resident = limit.wanted_pages();
         assert_eq!(look(resident, 0), 100);
         assert_eq!(probe(), 100);
@@ -408,7 +414,7 @@ mod tests {
         assert_eq!(probe(), 400);
         // A stall at half the target: the step shrinks with the share
         // (1% of the budget, under the probe of 400), the probe halves.
-        assert_eq!(look(resident, LOOK_EVERY_NS / 200), 159);
+        assert_eq!(look(resident, LOOK_EVERY_NS / 200), 157);
         assert_eq!(probe(), 200);
         // Over the target: the budget rises, the probe is the least.
         assert!(look(resident, LOOK_EVERY_NS / 10) < 0);
@@ -458,10 +464,10 @@ mod tests {
         let limit = BudgetLimit::new(&config);
         let auto = AutoBudget::new(DEFAULT_STALL_PPM, 0);
         assert_eq!(auto.look(LOOK_EVERY_NS - 1, &limit, 1000), None);
-        // No stall, 10,000 pages resident, a budget of 16,384: down by
-        // the first probe, 100 pages (2% would be 328).
+        // No stall, 10,000 pages resident, a budget of 16,384: down 2%
+        // (above what is resident a step evicts nothing).
         assert_eq!(auto.look(LOOK_EVERY_NS, &limit, 10_000), Some(false));
-        assert_eq!(limit.wanted_pages(), 16_284);
+        assert_eq!(limit.wanted_pages(), 16_056);
         // Half of the next interval stalled: back up, by a quarter.
         auto.add_stall(LOOK_EVERY_NS / 2);
         assert_eq!(auto.look(2 * LOOK_EVERY_NS, &limit, 10_000), Some(true));
@@ -473,7 +479,7 @@ mod tests {
         }
         assert_eq!(limit.wanted_pages(), (64 << 20) / 4096);
         let status = auto.status(40 * LOOK_EVERY_NS);
-        assert_eq!((status.shrinks, status.lowest_pages), (1, 16_284));
+        assert_eq!((status.shrinks, status.lowest_pages), (1, 16_056));
         assert!(status.stall_ppm() > 900_000, "{status:?}");
     }
 
