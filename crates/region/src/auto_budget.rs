@@ -370,11 +370,15 @@ mod tests {
     }
 
     #[test]
-    fn a_step_is_at_most_the_probe() {
+    fn below_what_is_resident_a_step_is_at_most_the_probe() {
         assert_eq!(least_probe_pages(10_000), 100);
         assert_eq!(least_probe_pages(50_000), 500);
         assert_eq!(least_probe_pages(100), PROBE_LEAST_PAGES);
         assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000, 100), 9_900);
+        // Above it, the full 2% (of 10,000 + 8,192 of headroom), and down
+        // to 100 pages below it.
+        assert_eq!(next_budget(20_000, 10_000, 0, 0.0, 10_000, 100), 17_828);
+        assert_eq!(next_budget(10_100, 10_000, 0, 0.0, 10_000, 100), 9_900);
         // Never more than PROBE of the budget, and at least a page.
         assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000, 1_000), 9_800);
         assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000, 0), 9_999);
