@@ -14,13 +14,13 @@
 //! **The controller**, run by the reclaimer at most every
 //! [`LOOK_EVERY_NS`]: with the share of the last interval under the
 //! target, the budget goes down by at most [`PROBE`] of it, less the
-//! closer the share is to the target, and no further below what is
-//! resident than the probe ([`least_probe_pages`]; above it a step evicts
-//! nothing). A probe starts as small as the target could
+//! closer the share is to the target, and by no more than the probe
+//! ([`least_probe_pages`]). A probe starts as small as the target could
 //! pay for were every page it evicts needed again, and doubles after each
-//! look at a binding budget that stalled less than a quarter of the
-//! target: memory that turns out cold is let go quickly, memory that is
-//! hot costs little to find out, and a stall sets the probe back. The
+//! look that stalled less than a quarter of the target while the program
+//! did not grow: memory that turns out cold (or a budget with room above
+//! an idle program) is let go within seconds, memory that is hot costs
+//! little to find out, and a stall sets the probe back. The
 //! budget is also held to what is resident plus some headroom
 //! ([`headroom_pages`]): one far above the program's memory means
 //! nothing. Over the target, it goes up by at most [`BACKOFF`], more the
@@ -216,18 +216,19 @@ impl AutoBudget {
         let probe = self.probe_pages.load(Ordering::Relaxed) as usize;
         let next = next_budget(wanted, resident_pages, grown, share, self.target_ppm, probe);
         let next = limit.set_wanted_pages(next);
-        // The last look's step was a trial only if the budget binds (the
-        // reclaimer keeps what is resident within a few percent under it)
-        // and the program did not grow (its fresh pages raise the budget:
-        // `Shared::make_room_for_growth`): otherwise it evicted nothing
-        // and says nothing.
-        let tried = resident_pages.saturating_add(wanted / 10) >= wanted && grown <= wanted / 100;
+        // A quiet look at a program that did not grow doubles the probe:
+        // what the last step let go was not needed again, and an idle
+        // program's budget comes down within seconds. While the program
+        // grows the probe stays where it is: its fresh pages raise the
+        // budget (`Shared::make_room_for_growth`), and once it stops the
+        // budget comes down from there a small probe at a time.
+        let settled = grown <= wanted / 100;
         let least = least_probe_pages(self.target_ppm);
         let probe = if !under_target {
             least
         } else if share >= target_share(self.target_ppm) / 4.0 {
             probe / 2
-        } else if tried {
+        } else if settled {
             probe.saturating_mul(2)
         } else {
             probe
@@ -307,8 +308,8 @@ fn target_share(target_ppm: u32) -> f64 {
 /// stall share was `share` (of wall time), from a budget of `wanted` pages
 /// of which `resident` are resident, `grown` more than at the last look.
 /// Under the target it goes down from the budget, held to what is
-/// resident plus [`headroom_pages`], and no more than `probe_pages` below
-/// what is resident; over it, up from the budget.
+/// resident plus [`headroom_pages`], by at most `probe_pages`; over it,
+/// up from the budget.
 pub fn next_budget(
     wanted: usize,
     resident: usize,
@@ -323,11 +324,7 @@ pub fn next_budget(
             .min(resident.saturating_add(headroom_pages(resident, grown)))
             .max(MIN_BUDGET_PAGES);
         let step = (base as f64 * PROBE * (1.0 - share / target)).ceil() as usize;
-        // Above what is resident a step evicts nothing; below it, no
-        // further than the probe.
-        let floor = base.min(resident).saturating_sub(probe_pages);
-        base.saturating_sub(step.max(1))
-            .max(floor.min(base.saturating_sub(1)))
+        base.saturating_sub(step.min(probe_pages).max(1))
     } else {
         let over = (share / target - 1.0).min(1.0);
         let step = (wanted as f64 * BACKOFF * over).ceil() as usize;
@@ -370,25 +367,21 @@ mod tests {
     }
 
     #[test]
-    fn below_what_is_resident_a_step_is_at_most_the_probe() {
+    fn a_step_is_at_most_the_probe() {
         assert_eq!(least_probe_pages(10_000), 100);
         assert_eq!(least_probe_pages(50_000), 500);
         assert_eq!(least_probe_pages(100), PROBE_LEAST_PAGES);
         assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000, 100), 9_900);
-        // Above it, the full 2% (of 10,000 + 8,192 of headroom), and down
-        // to 100 pages below it.
-        assert_eq!(next_budget(20_000, 10_000, 0, 0.0, 10_000, 100), 17_828);
-        assert_eq!(next_budget(10_100, 10_000, 0, 0.0, 10_000, 100), 9_900);
+        // Held to 10,000 + 8,192 pages of headroom first.
+        assert_eq!(next_budget(20_000, 10_000, 0, 0.0, 10_000, 100), 18_092);
         // Never more than PROBE of the budget, and at least a page.
         assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000, 1_000), 9_800);
         assert_eq!(next_budget(10_000, 10_000, 0, 0.0, 10_000, 0), 9_999);
     }
 
-    /// The probe doubles after each quiet look at a binding budget, stays
-    /// while the budget is above what is resident or the program grows
-    /// (nothing was tried),
-    /// halves after a stall under the target and starts again from the
-    /// least after one over it.
+    /// The probe doubles after each quiet look at a program that did not
+    /// grow, stays while it grows, halves after a stall under the target
+    /// and starts again from the least after one over it.
     #[test]
     fn the_probe_grows_while_evicting_costs_nothing() {
         let config = BudgetConfig::new(64 << 20);
@@ -403,25 +396,24 @@ mod tests {
             auto.look(at, &limit, resident);
             before as i64 - limit.wanted_pages() as i64
         };
-        // A budget of 16,384 pages with 10,000 resident: not binding, so
-        // down the full 2%, and nothing was tried.
-        assert_eq!(look(10_000, 0), 328);
+        // A budget of 16,384 pages, 10,000 of them resident since the
+        // first look: the program grew, so the probe stays.
+        assert_eq!(look(10_000, 0), 100);
         assert_eq!(probe(), 100);
-        // Binding, but the program grew since the last look: nothing was
-        // tried either.
-        let resident = limit.wanted_pages();
-        assert_eq!(look(resident, 0), 100);
-        assert_eq!(probe(), 100);
-        // Binding and quiet: 100, 200, 400 pages.
-        assert_eq!(look(resident, 0), 100);
-        assert_eq!(look(resident, 0), 200);
+        // Quiet and settled: 100, 200, 400 pages.
+        assert_eq!(look(10_000, 0), 100);
+        assert_eq!(look(10_000, 0), 200);
         assert_eq!(probe(), 400);
-        // A stall at half the target: the step shrinks with the share
-        // (1% of the budget, under the probe of 400), the probe halves.
-        assert_eq!(look(resident, LOOK_EVERY_NS / 200), 157);
+        // Growing: the step is 2% of the budget (under the probe), and
+        // the probe stays.
+        assert_eq!(look(12_000, 0), 320);
+        assert_eq!(probe(), 400);
+        // A stall at half the target: the step shrinks with the share (1%
+        // of the budget, under the probe), the probe halves.
+        assert_eq!(look(12_000, LOOK_EVERY_NS / 200), 157);
         assert_eq!(probe(), 200);
         // Over the target: the budget rises, the probe is the least.
-        assert!(look(resident, LOOK_EVERY_NS / 10) < 0);
+        assert!(look(12_000, LOOK_EVERY_NS / 10) < 0);
         assert_eq!(probe(), 100);
     }
 
@@ -468,10 +460,10 @@ mod tests {
         let limit = BudgetLimit::new(&config);
         let auto = AutoBudget::new(DEFAULT_STALL_PPM, 0);
         assert_eq!(auto.look(LOOK_EVERY_NS - 1, &limit, 1000), None);
-        // No stall, 10,000 pages resident, a budget of 16,384: down 2%
-        // (above what is resident a step evicts nothing).
+        // No stall, 10,000 pages resident, a budget of 16,384: down by
+        // the first probe, 100 pages (2% would be 328).
         assert_eq!(auto.look(LOOK_EVERY_NS, &limit, 10_000), Some(false));
-        assert_eq!(limit.wanted_pages(), 16_056);
+        assert_eq!(limit.wanted_pages(), 16_284);
         // Half of the next interval stalled: back up, by a quarter.
         auto.add_stall(LOOK_EVERY_NS / 2);
         assert_eq!(auto.look(2 * LOOK_EVERY_NS, &limit, 10_000), Some(true));
@@ -483,7 +475,7 @@ mod tests {
         }
         assert_eq!(limit.wanted_pages(), (64 << 20) / 4096);
         let status = auto.status(40 * LOOK_EVERY_NS);
-        assert_eq!((status.shrinks, status.lowest_pages), (1, 16_056));
+        assert_eq!((status.shrinks, status.lowest_pages), (1, 16_284));
         assert!(status.stall_ppm() > 900_000, "{status:?}");
     }
 
