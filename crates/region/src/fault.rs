@@ -238,9 +238,7 @@ fn resolve_inner(core: &RegionCore, page: usize, access: Access, ctx: Ctx) -> Re
             }
             Tag::Empty | Tag::Resident => {
                 if s.tag() == Tag::Empty && !room_made {
-                    if !budget.in_forked_child() {
-                        budget.make_room_for_growth(FAULT_AROUND_PAGES);
-                    }
+                    budget.make_room_for_growth(FAULT_AROUND_PAGES);
                     make_room(core);
                     room_made = true;
                     continue;

@@ -267,9 +267,10 @@ impl Shared {
     /// holds (they would come back at a cost the controller did not
     /// choose), so the budget rises to keep them below its low watermark,
     /// where fault-around goes on. Only the controller's looks lower it.
+    /// Not in a forked child, whose room is its own (`fork::child`).
     /// Async-signal-safe.
     pub fn make_room_for_growth(&self, pages: usize) {
-        if self.auto.is_some() {
+        if self.auto.is_some() && !self.in_forked_child() {
             self.limits
                 .raise_wanted_for(self.resident.pages().saturating_add(pages));
         }
