@@ -274,11 +274,12 @@ impl AutoBudget {
 /// Room kept above what is resident while the budget is not binding: a
 /// quarter of it, at least 32 MiB, and at least twice what the program
 /// grew by since the last look (`grown`). A budget far above the
-/// program's memory means nothing, but one at what is resident would stop
-/// a growing program at every look (its fresh pages would wait for room,
-/// and what they pushed out come back later: sort reading its input does
-/// 50 MiB a look), and it would then stall, and the budget grow, for
-/// nothing.
+/// program's memory means nothing, so a look brings it down to this at
+/// once; below it the probes take over. A growing program's fresh pages
+/// raise the budget themselves (`Shared::make_room_for_growth`), so the
+/// headroom no longer has to cover a look's growth (sort reading its
+/// input does 50 MiB a look); it keeps the budget's first probes from
+/// starting at the program's very edge.
 pub fn headroom_pages(resident: usize, grown: usize) -> usize {
     (resident / 4)
         .max(HEADROOM_PAGES)
